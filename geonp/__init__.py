@@ -1,0 +1,31 @@
+"""geonp: fill gaps in geospatial rasters with Transformer Neural Processes.
+
+The public API is re-exported lazily (PEP 562) so that ``import geonp`` and ``geonp --help``
+do not import torch or rasterio.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+from geonp._version import __version__
+
+_LAZY = {
+    "fill": "geonp.inference",
+    "fill_array": "geonp.inference",
+    "fill_raster": "geonp.inference",
+    "load_model": "geonp.models.registry",
+    "list_models": "geonp.models.registry",
+    "train": "geonp.train.raster",
+    "evaluate": "geonp.evaluate",
+    "fill_many": "geonp.jobs",
+}
+
+__all__ = ["__version__", *sorted(_LAZY)]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'geonp' has no attribute {name!r}")

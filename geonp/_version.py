@@ -1,0 +1,3 @@
+"""Package version, kept apart so that reading it imports nothing heavy."""
+
+__version__ = "0.1.0"
