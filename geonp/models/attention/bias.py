@@ -1,0 +1,134 @@
+"""Kernel attention biases: functions of query and key coordinates added to attention logits.
+
+Seed 002 §3.2/§4: ``softmax(q·k/√d + K(s_q, s_k))`` with ``K`` an RBF network of TISA form on the
+Euclidean distance, ``K(d) = Σ_k a_k exp(-|b_k| (d - c_k)²)``, with its own ``(a, b, c)`` per head.
+
+A bias is never materialised for all ``Nq × Nk`` pairs by the scan kernel: :meth:`tiles` returns a
+:class:`BiasTiles`, a recipe that evaluates any ``(query slice, key slice)`` tile on demand.
+
+On a pixel grid, squared distances between pixel centres are integers, take few distinct values, and
+are the same in every tile. There the bias is evaluated once on the table of distinct squared
+distances and *gathered* per tile: exact, and an order of magnitude cheaper on the CPU than
+evaluating ~30 elementwise operations per pair, per head (see ``shared/notes/cpu-cost.md``).
+Scattered (off-grid) coordinates use the direct path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+# Largest squared-distance table the grid path builds (entries per head); beyond it the direct
+# path is used. 4M entries x 4 heads x 4 bytes = 64 MB.
+_MAX_TABLE = 4_000_000
+
+
+@dataclass
+class BiasTiles:
+    """A bias evaluated tile by tile.
+
+    Attributes:
+        tensors: tensors the tiles depend on that may need gradients (parameters or a table).
+        fn: ``fn(tensors, q_slice, k_slice) -> [B, H, Qc, Kc]``.
+    """
+
+    tensors: tuple[torch.Tensor, ...]
+    fn: Callable[[tuple[torch.Tensor, ...], slice, slice], torch.Tensor]
+
+    def tile(self, q_slice: slice, k_slice: slice) -> torch.Tensor:
+        """Evaluate one tile ``[B, H, Qc, Kc]``."""
+        return self.fn(self.tensors, q_slice, k_slice)
+
+    def full(self) -> torch.Tensor:
+        """Materialise every pair (dense oracle only)."""
+        return self.fn(self.tensors, slice(None), slice(None))
+
+
+def _pairwise_sq_dist(q_pos: torch.Tensor, k_pos: torch.Tensor) -> torch.Tensor:
+    # Difference-based (not the |a|²+|b|²-2ab expansion) so that grid distances stay exact.
+    diff = q_pos[:, :, None, :] - k_pos[:, None, :, :]  # [B, Qc, Kc, P]
+    return (diff * diff).sum(-1)  # [B, Qc, Kc]
+
+
+class RBFNetworkBias(nn.Module):
+    """TISA-style RBF network on the distance between coordinates, per head.
+
+    ``K_h(d) = Σ_k a_hk exp(-|b_hk| (d - c_hk)²)``; translation, rotation and reflection invariant.
+
+    Args:
+        num_heads: attention heads, each with its own basis weights.
+        num_basis: basis functions per head (5 in seed 002).
+        length_scale: typical distance in coordinate units, used only to initialise the centres
+            ``c`` (spread over ``[0, 2·length_scale]``) and widths ``b``.
+        grid_fast_path: gather from a table of squared distances when coordinates are integers.
+    """
+
+    def __init__(
+        self,
+        num_heads: int,
+        *,
+        num_basis: int = 5,
+        length_scale: float = 4.0,
+        grid_fast_path: bool = True,
+    ) -> None:
+        super().__init__()
+        centres = torch.linspace(0.0, 2.0 * length_scale, num_basis)
+        self.a = nn.Parameter(torch.full((num_heads, num_basis), 0.5))
+        self.b = nn.Parameter(torch.full((num_heads, num_basis), 1.0 / length_scale**2))
+        self.c = nn.Parameter(centres.repeat(num_heads, 1))
+        self.grid_fast_path = grid_fast_path
+
+    @staticmethod
+    def evaluate(params: tuple[torch.Tensor, ...], dist: torch.Tensor) -> torch.Tensor:
+        """Evaluate the RBF network on distances ``dist [...]``; returns ``[H, ...]``."""
+        a, b, c = params
+        shape = (a.shape[0],) + (1,) * dist.dim()
+        out = dist.new_zeros((a.shape[0], *dist.shape))
+        for i in range(a.shape[1]):  # a loop over 5 bases keeps peak memory at one [H, ...] tensor
+            ai, bi, ci = (t[:, i].reshape(shape) for t in (a, b, c))
+            out = out + ai * torch.exp(-bi.abs() * (dist - ci) ** 2)
+        return out
+
+    def tiles(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> BiasTiles:
+        """Return the bias between ``q_pos [B, Nq, P]`` and ``k_pos [B, Nk, P]`` as tiles."""
+        params = (self.a, self.b, self.c)
+        if self.grid_fast_path:
+            max_sq = _max_sq_dist(q_pos, k_pos)
+            if max_sq is not None and max_sq < _MAX_TABLE:
+                dist = torch.arange(max_sq + 1, device=q_pos.device, dtype=q_pos.dtype).sqrt()
+                table = self.evaluate(params, dist)  # [H, T]
+                qi, ki = q_pos.round().long(), k_pos.round().long()
+
+                def gather(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
+                    diff = qi[:, qs, None, :] - ki[:, None, ks, :]  # [B, Qc, Kc, P]
+                    sq = (diff * diff).sum(-1)  # [B, Qc, Kc]
+                    return tensors[0][:, sq].permute(1, 0, 2, 3)  # [B, H, Qc, Kc]
+
+                return BiasTiles((table,), gather)
+
+        def direct(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
+            # clamp before sqrt: d/dx sqrt(x) is infinite at 0 (a query on top of a key)
+            sq = _pairwise_sq_dist(q_pos[:, qs], k_pos[:, ks])
+            dist = sq.clamp_min(1e-12).sqrt() * (sq > 0)
+            return self.evaluate(tensors, dist).permute(1, 0, 2, 3)  # [B, H, Qc, Kc]
+
+        return BiasTiles(params, direct)
+
+
+def _max_sq_dist(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:
+    """Largest squared distance if all coordinates are integers, else None."""
+    if q_pos.numel() == 0 or k_pos.numel() == 0:
+        return None
+    if not (torch.equal(q_pos, q_pos.round()) and torch.equal(k_pos, k_pos.round())):
+        return None
+    lo = torch.minimum(q_pos.amin(dim=(0, 1)), k_pos.amin(dim=(0, 1)))
+    hi = torch.maximum(q_pos.amax(dim=(0, 1)), k_pos.amax(dim=(0, 1)))
+    span = (hi - lo).double()
+    return int(math.ceil(float((span * span).sum())))
+
+
+BIASES = {"rbf": RBFNetworkBias}

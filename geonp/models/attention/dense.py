@@ -1,0 +1,102 @@
+"""Dense softmax attention with a materialised kernel bias: the reference oracle.
+
+Memory is ``O(B·H·Nq·Nk)``; use it for tests and small problems only.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from geonp.models.attention.bias import BiasTiles, RBFNetworkBias
+from geonp.models.layers import MultiHeadProjection
+
+
+def dense_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    key_valid: torch.Tensor | None = None,
+    bias: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Compute ``softmax(q·kᵀ/√D + bias) v`` with every logit materialised.
+
+    Args:
+        q: ``[B, H, Nq, D]``.
+        k: ``[B, H, Nk, D]``.
+        v: ``[B, H, Nk, Dv]``.
+        key_valid: ``[B, Nk]``, True where a key may be attended.
+        bias: ``[B, H, Nq, Nk]`` additive logit bias.
+
+    Returns:
+        ``[B, H, Nq, Dv]``; rows with no valid key are zero.
+    """
+    logits = torch.einsum("bhqd,bhkd->bhqk", q * q.shape[-1] ** -0.5, k)  # [B, H, Nq, Nk]
+    if bias is not None:
+        logits = logits + bias
+    if key_valid is None:
+        return torch.softmax(logits, dim=-1) @ v
+    keep = key_valid[:, None, None, :]  # [B, 1, 1, Nk]
+    # where() twice: a row with no valid key would give softmax(all -inf) = NaN and NaN gradients.
+    any_valid = keep.any(-1, keepdim=True)  # [B, 1, 1, 1]
+    logits = torch.where(keep, logits, torch.finfo(logits.dtype).min)
+    weights = torch.softmax(logits, dim=-1)
+    weights = torch.where(keep & any_valid, weights, 0.0)
+    return weights @ v
+
+
+class BiasedSoftmaxAttention(nn.Module):
+    """Multi-head softmax attention with an optional kernel bias; subclasses pick the kernel.
+
+    Args:
+        dim: model width ``E``.
+        num_heads: heads ``H``.
+        bias: a kernel bias module (e.g. :class:`RBFNetworkBias`) or None.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, bias: RBFNetworkBias | None = None) -> None:
+        super().__init__()
+        self.proj = MultiHeadProjection(dim, num_heads)
+        self.bias = bias
+
+    def forward(
+        self,
+        x_q: torch.Tensor,
+        x_kv: torch.Tensor,
+        *,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        key_valid: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]``."""
+        q, k, v = self.proj.qkv(x_q, x_kv)
+        tiles = self.bias.tiles(q_pos, k_pos) if self.bias is not None else None
+        return self.proj.merge(self.attend(q, k, v, tiles, key_valid))
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        tiles: BiasTiles | None,
+        key_valid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Run the kernel on per-head tensors."""
+        raise NotImplementedError
+
+
+class DenseAttention(BiasedSoftmaxAttention):
+    """Softmax attention with the bias materialised for every pair (the oracle)."""
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        tiles: BiasTiles | None,
+        key_valid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Run :func:`dense_attention`."""
+        bias = tiles.full() if tiles is not None else None
+        return dense_attention(q, k, v, key_valid=key_valid, bias=bias)

@@ -1,0 +1,106 @@
+"""Performer (FAVOR+) attention, seed 000 §3.2: positive orthogonal random features, linear in N.
+
+``softmax(q·kᵀ/√D)`` is approximated by ``φ(q)·φ(k)ᵀ`` with
+``φ(x) = exp(Wx - |x|²/2) / √m`` on ``x = q·D^{-1/4}``. Standard FAVOR+ cannot add a pairwise
+logit bias, so this variant has none (seed 002 implies the same for TNP-KR: PERF).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+
+from geonp.models.layers import MultiHeadProjection
+
+
+def orthogonal_features(num_features: int, dim: int, *, generator: torch.Generator) -> torch.Tensor:
+    """Random features ``[num_features, dim]``: orthogonal blocks with chi-distributed norms."""
+    blocks = []
+    for _ in range(math.ceil(num_features / dim)):
+        g = torch.randn(dim, dim, generator=generator)
+        qmat, _ = torch.linalg.qr(g)
+        blocks.append(qmat.T)
+    w = torch.cat(blocks)[:num_features]
+    norms = torch.randn(num_features, dim, generator=generator).norm(dim=1)
+    return w * norms[:, None]
+
+
+def _positive_features(x: torch.Tensor, w: torch.Tensor, *, stabiliser: torch.Tensor) -> torch.Tensor:
+    proj = x @ w.T  # [B, H, N, M]
+    sq = (x * x).sum(-1, keepdim=True) / 2
+    return torch.exp(proj - sq - stabiliser) / math.sqrt(w.shape[0])
+
+
+def performer_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    features: torch.Tensor,
+    *,
+    key_valid: torch.Tensor | None = None,
+    exact_twin: bool = False,
+) -> torch.Tensor:
+    """FAVOR+ attention.
+
+    Args:
+        q: ``[B, H, Nq, D]``.
+        k: ``[B, H, Nk, D]``.
+        v: ``[B, H, Nk, Dv]``.
+        features: random features ``[M, D]``.
+        key_valid: ``[B, Nk]``.
+        exact_twin: build the ``[Nq, Nk]`` feature-kernel matrix explicitly (test oracle).
+
+    Returns:
+        ``[B, H, Nq, Dv]``; rows with no valid key are zero.
+    """
+    scale = q.shape[-1] ** -0.25
+    q, k = q * scale, k * scale
+    # Stabilisers: a per-row max for queries and one global max for keys; both cancel in the ratio.
+    q_stab = (q @ features.T).amax(-1, keepdim=True).detach()
+    k_stab = (k @ features.T).amax(dim=(-1, -2), keepdim=True).detach()
+    phi_q = _positive_features(q, features, stabiliser=q_stab)  # [B, H, Nq, M]
+    phi_k = _positive_features(k, features, stabiliser=k_stab)  # [B, H, Nk, M]
+    if key_valid is not None:
+        phi_k = phi_k * key_valid[:, None, :, None]
+    if exact_twin:
+        a = phi_q @ phi_k.transpose(-1, -2)  # [B, H, Nq, Nk]
+        num, den = a @ v, a.sum(-1, keepdim=True)
+    else:
+        num = phi_q @ (phi_k.transpose(-1, -2) @ v)  # [B, H, Nq, Dv]
+        den = phi_q @ phi_k.sum(-2)[..., None]  # [B, H, Nq, 1]
+    out = num / den.clamp_min(1e-6 * den.abs().amax().clamp_min(1e-30))
+    if key_valid is not None:
+        out = out * key_valid.any(-1)[:, None, None, None]
+    return out
+
+
+class PerformerAttention(nn.Module):
+    """Multi-head FAVOR+ attention; the random features are a fixed, saved buffer.
+
+    Args:
+        dim: model width ``E``.
+        num_heads: heads ``H``.
+        num_features: random features ``M``.
+        seed: seed of the random features.
+    """
+
+    def __init__(self, dim: int, num_heads: int, *, num_features: int = 64, seed: int = 0) -> None:
+        super().__init__()
+        self.proj = MultiHeadProjection(dim, num_heads)
+        gen = torch.Generator().manual_seed(seed)
+        self.register_buffer("features", orthogonal_features(num_features, dim // num_heads, generator=gen))
+
+    def forward(
+        self,
+        x_q: torch.Tensor,
+        x_kv: torch.Tensor,
+        *,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        key_valid: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]``."""
+        q, k, v = self.proj.qkv(x_q, x_kv)
+        return self.proj.merge(performer_attention(q, k, v, self.features, key_valid=key_valid))

@@ -1,0 +1,208 @@
+"""Scan attention: exact softmax attention with a kernel bias, in memory linear in the points.
+
+Seed 002 §3.3 (eqs. 6–8): an online softmax over key blocks with the bias computed per
+(query block, key block) tile, never holding an ``Nq × Nk`` matrix. The backward pass is a custom
+autograd function in the FlashAttention-2 style: the forward saves only the output and the per-row
+log-sum-exp; the backward recomputes each tile's logits (bias included) and accumulates
+``dq, dk, dv`` and the bias tensors' gradients tile by tile. Peak extra memory is one tile,
+``B·H·q_chunk·k_chunk`` floats, in both directions.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from geonp.models.attention.bias import BiasTiles
+from geonp.models.attention.dense import BiasedSoftmaxAttention
+
+
+def _chunks(n: int, size: int) -> list[slice]:
+    return [slice(i, min(i + size, n)) for i in range(0, n, size)]
+
+
+def _tile_logits(
+    q_scaled: torch.Tensor,
+    k: torch.Tensor,
+    tiles: BiasTiles | None,
+    bias_tensors: tuple[torch.Tensor, ...],
+    key_valid: torch.Tensor | None,
+    qs: slice,
+    ks: slice,
+) -> torch.Tensor:
+    """Logits of one tile ``[B, H, Qc, Kc]``, masked keys at -inf."""
+    s = q_scaled @ k[:, :, ks].transpose(-1, -2)  # [B, H, Qc, Kc]
+    if tiles is not None:
+        s = s + tiles.fn(bias_tensors, qs, ks)
+    if key_valid is not None:
+        s = s.masked_fill(~key_valid[:, None, None, ks], float("-inf"))
+    return s
+
+
+def _scan_forward(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    tiles: BiasTiles | None,
+    key_valid: torch.Tensor | None,
+    q_chunk: int,
+    k_chunk: int,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Online-softmax forward; returns ``out [B, H, Nq, Dv]`` and ``lse [B, H, Nq]``."""
+    b, h, nq, d = q.shape
+    scale = d**-0.5
+    out = q.new_empty((b, h, nq, v.shape[-1]))
+    lse = q.new_empty((b, h, nq))
+    bias_tensors = tiles.tensors if tiles is not None else ()
+    for qs in _chunks(nq, q_chunk):
+        q_scaled = q[:, :, qs] * scale  # [B, H, Qc, D]
+        m = q.new_full(q_scaled.shape[:-1], float("-inf"))  # running max [B, H, Qc]
+        l = q.new_zeros(q_scaled.shape[:-1])  # running normaliser [B, H, Qc]  # noqa: E741
+        acc = q.new_zeros((*q_scaled.shape[:-1], v.shape[-1]))  # unnormalised output
+        for ks in _chunks(k.shape[2], k_chunk):
+            s = _tile_logits(q_scaled, k, tiles, bias_tensors, key_valid, qs, ks)
+            m_new = torch.maximum(m, s.amax(-1))
+            # A row whose keys so far are all masked has m_new = -inf; shift by 0 there so that
+            # exp(-inf - 0) = 0 instead of exp(-inf + inf) = NaN.
+            m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
+            p = torch.exp(s - m_safe[..., None])  # [B, H, Qc, Kc]
+            alpha = torch.exp(m - m_safe)  # rescale of the old state; 0 when m = -inf
+            l = alpha * l + p.sum(-1)  # noqa: E741
+            acc = alpha[..., None] * acc + p @ v[:, :, ks]
+            m = m_new
+        has_key = l > 0
+        out[:, :, qs] = torch.where(has_key[..., None], acc / l.clamp_min(1e-30)[..., None], 0.0)
+        # rows without a valid key get lse = 0: their recomputed p = exp(-inf - 0) = 0 in backward
+        m_fin = torch.where(torch.isinf(m), torch.zeros_like(m), m)
+        lse[:, :, qs] = torch.where(has_key, m_fin + torch.log(l.clamp_min(1e-30)), 0.0)
+    return out, lse
+
+
+class _ScanAttentionFn(torch.autograd.Function):
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx: Any,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        key_valid: torch.Tensor | None,
+        tiles: BiasTiles | None,
+        q_chunk: int,
+        k_chunk: int,
+        *bias_tensors: torch.Tensor,
+    ) -> torch.Tensor:
+        out, lse = _scan_forward(q, k, v, tiles, key_valid, q_chunk, k_chunk)
+        ctx.save_for_backward(q, k, v, out, lse, *bias_tensors)
+        ctx.key_valid = key_valid
+        ctx.tiles = tiles
+        ctx.chunks = (q_chunk, k_chunk)
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad_out: torch.Tensor) -> tuple[torch.Tensor | None, ...]:  # type: ignore[override]
+        q, k, v, out, lse, *bias_tensors = ctx.saved_tensors
+        tiles, key_valid = ctx.tiles, ctx.key_valid
+        q_chunk, k_chunk = ctx.chunks
+        scale = q.shape[-1] ** -0.5
+        dq, dk, dv = torch.zeros_like(q), torch.zeros_like(k), torch.zeros_like(v)
+        delta = (grad_out * out).sum(-1)  # [B, H, Nq]: rowsum(dO ∘ O)
+        # Leaf copies of the bias tensors: each tile's bias is recomputed under autograd and its
+        # gradient (dS) is pushed into these leaves, which accumulate over tiles.
+        leaves = tuple(t.detach().requires_grad_(t.requires_grad) for t in bias_tensors)
+        bias_needs_grad = any(t.requires_grad for t in leaves)
+        for qs in _chunks(q.shape[2], q_chunk):
+            q_scaled = q[:, :, qs] * scale
+            do = grad_out[:, :, qs]  # [B, H, Qc, Dv]
+            for ks in _chunks(k.shape[2], k_chunk):
+                with torch.enable_grad():
+                    bias_tile = tiles.fn(leaves, qs, ks) if tiles is not None else None
+                s = q_scaled @ k[:, :, ks].transpose(-1, -2)  # [B, H, Qc, Kc]
+                if bias_tile is not None:
+                    s = s + bias_tile.detach()
+                if key_valid is not None:
+                    s = s.masked_fill(~key_valid[:, None, None, ks], float("-inf"))
+                p = torch.exp(s - lse[:, :, qs, None])  # [B, H, Qc, Kc]
+                dv[:, :, ks] += p.transpose(-1, -2) @ do
+                dp = do @ v[:, :, ks].transpose(-1, -2)  # [B, H, Qc, Kc]
+                ds = p * (dp - delta[:, :, qs, None])  # d(logit); zero on masked keys
+                dq[:, :, qs] += (ds @ k[:, :, ks]) * scale
+                dk[:, :, ks] += ds.transpose(-1, -2) @ q_scaled
+                if bias_tile is not None and bias_needs_grad:
+                    torch.autograd.backward(bias_tile, ds)
+        bias_grads = tuple(t.grad if t.requires_grad else None for t in leaves)
+        return (dq, dk, dv, None, None, None, None, *bias_grads)
+
+
+def scan_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    *,
+    key_valid: torch.Tensor | None = None,
+    bias: BiasTiles | None = None,
+    q_chunk: int = 1024,
+    k_chunk: int = 1024,
+) -> torch.Tensor:
+    """Exact biased softmax attention computed tile by tile.
+
+    Args:
+        q: ``[B, H, Nq, D]``.
+        k: ``[B, H, Nk, D]``.
+        v: ``[B, H, Nk, Dv]``.
+        key_valid: ``[B, Nk]``, True where a key may be attended.
+        bias: the kernel bias as tiles (see :class:`BiasTiles`), or None.
+        q_chunk: queries per tile.
+        k_chunk: keys per tile.
+
+    Returns:
+        ``[B, H, Nq, Dv]``, equal to :func:`dense_attention` with the materialised bias; rows with
+        no valid key are zero.
+    """
+    if q_chunk < 1 or k_chunk < 1:
+        raise ValueError(f"chunk sizes must be positive, got q_chunk={q_chunk}, k_chunk={k_chunk}")
+    bias_tensors = bias.tensors if bias is not None else ()
+    needs_grad = torch.is_grad_enabled() and any(
+        t.requires_grad for t in (q, k, v, *bias_tensors)
+    )
+    if not needs_grad:
+        return _scan_forward(q, k, v, bias, key_valid, q_chunk, k_chunk)[0]
+    return _ScanAttentionFn.apply(q, k, v, key_valid, bias, q_chunk, k_chunk, *bias_tensors)
+
+
+class ScanAttention(BiasedSoftmaxAttention):
+    """Multi-head scan attention (exact, memory-bounded) with an optional kernel bias.
+
+    Args:
+        dim: model width ``E``.
+        num_heads: heads ``H``.
+        bias: kernel bias module or None.
+        q_chunk: queries per tile.
+        k_chunk: keys per tile.
+    """
+
+    def __init__(
+        self,
+        dim: int,
+        num_heads: int,
+        *,
+        bias: Any = None,
+        q_chunk: int = 1024,
+        k_chunk: int = 1024,
+    ) -> None:
+        super().__init__(dim, num_heads, bias=bias)
+        self.q_chunk = q_chunk
+        self.k_chunk = k_chunk
+
+    def attend(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        tiles: BiasTiles | None,
+        key_valid: torch.Tensor | None,
+    ) -> torch.Tensor:
+        """Run :func:`scan_attention`."""
+        return scan_attention(
+            q, k, v, key_valid=key_valid, bias=tiles, q_chunk=self.q_chunk, k_chunk=self.k_chunk
+        )

@@ -1,0 +1,57 @@
+"""Small building blocks shared by the models: MLPs and multi-head projections."""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+
+class MLP(nn.Sequential):
+    """Linear layers with GELU between them.
+
+    Args:
+        sizes: ``[in, hidden..., out]`` widths.
+    """
+
+    def __init__(self, sizes: list[int]) -> None:
+        layers: list[nn.Module] = []
+        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+            layers.append(nn.Linear(n_in, n_out))
+            if i < len(sizes) - 2:
+                layers.append(nn.GELU())
+        super().__init__(*layers)
+
+
+class MultiHeadProjection(nn.Module):
+    """Query/key/value/output projections with head split and merge.
+
+    Args:
+        dim: model width ``E``.
+        num_heads: heads ``H``; ``E`` must be divisible by ``H``.
+    """
+
+    def __init__(self, dim: int, num_heads: int) -> None:
+        super().__init__()
+        if dim % num_heads:
+            raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")
+        self.num_heads = num_heads
+        self.to_q = nn.Linear(dim, dim)
+        self.to_k = nn.Linear(dim, dim)
+        self.to_v = nn.Linear(dim, dim)
+        self.to_out = nn.Linear(dim, dim)
+
+    def split(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, N, E] -> [B, H, N, D]``."""
+        b, n, e = x.shape
+        return x.reshape(b, n, self.num_heads, e // self.num_heads).transpose(1, 2)
+
+    def merge(self, x: torch.Tensor) -> torch.Tensor:
+        """``[B, H, N, D] -> [B, N, E]`` followed by the output projection."""
+        b, h, n, d = x.shape
+        return self.to_out(x.transpose(1, 2).reshape(b, n, h * d))
+
+    def qkv(
+        self, x_q: torch.Tensor, x_kv: torch.Tensor
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Project and split: ``[B, Nq, E], [B, Nk, E] -> q [B,H,Nq,D], k, v [B,H,Nk,D]``."""
+        return self.split(self.to_q(x_q)), self.split(self.to_k(x_kv)), self.split(self.to_v(x_kv))

@@ -1,0 +1,90 @@
+"""TNP-D (seed 001 §3): the transformer neural process baseline with a diagonal Gaussian head.
+
+Context tokens embed ``[x, y]`` and target tokens ``[x, 0]`` with one MLP; a post-norm transformer
+runs over the concatenated sequence with a mask that lets every token attend to the context only.
+Attention is materialised over all ``(Nc + Nt)²`` pairs, which is TNP-D's memory cost.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from geonp.models.attention.dense import dense_attention
+from geonp.models.heads import GaussianHead
+from geonp.models.layers import MLP, MultiHeadProjection
+from geonp.models.tnpkr import _check_shapes
+
+
+class _EncoderLayer(nn.Module):
+    def __init__(self, dim: int, num_heads: int, ff_dim: int, dropout: float) -> None:
+        super().__init__()
+        self.proj = MultiHeadProjection(dim, num_heads)
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.ff = MLP([dim, ff_dim, dim])
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, key_valid: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.proj.qkv(x, x)
+        x = self.norm1(x + self.drop(self.proj.merge(dense_attention(q, k, v, key_valid=key_valid))))
+        return self.norm2(x + self.drop(self.ff(x)))  # post-norm, as torch's TransformerEncoder
+
+
+class TNPD(nn.Module):
+    """TNP-D with the same call signature as :class:`~geonp.models.tnpkr.TNPKR`.
+
+    Args:
+        dim_y: value channels.
+        dim_x: coordinate dimension.
+        dim: model width.
+        depth: encoder layers.
+        num_heads: attention heads.
+        ff_dim: feed-forward width.
+        sigma_min: lower bound of the predicted std.
+        dropout: residual dropout.
+    """
+
+    def __init__(
+        self,
+        *,
+        dim_y: int = 1,
+        dim_x: int = 2,
+        dim: int = 64,
+        depth: int = 6,
+        num_heads: int = 4,
+        ff_dim: int = 256,
+        sigma_min: float = 0.01,
+        dropout: float = 0.0,
+    ) -> None:
+        super().__init__()
+        self.dim_y, self.dim_x = dim_y, dim_x
+        self.embed = MLP([dim_x + dim_y, 2 * dim, dim])
+        self.layers = nn.ModuleList(_EncoderLayer(dim, num_heads, ff_dim, dropout) for _ in range(depth))
+        self.head = GaussianHead(dim, dim_y, hidden=2 * dim, sigma_min=sigma_min)
+
+    def forward(
+        self,
+        xc: torch.Tensor,
+        yc: torch.Tensor,
+        xt: torch.Tensor,
+        context_valid: torch.Tensor | None = None,
+        *,
+        query_chunk: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Predictive mean and std at ``xt``; same arguments as ``TNPKR.forward``."""
+        _check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
+        if query_chunk is not None and query_chunk < xt.shape[1]:
+            parts = [
+                self.forward(xc, yc, xt[:, i : i + query_chunk], context_valid)
+                for i in range(0, xt.shape[1], query_chunk)
+            ]
+            return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
+        b, nc, nt = xc.shape[0], xc.shape[1], xt.shape[1]
+        tokens = self.embed(
+            torch.cat([torch.cat([xc, yc], -1), torch.cat([xt, xt.new_zeros(b, nt, self.dim_y)], -1)], 1)
+        )  # [B, Nc+Nt, E]
+        cv = context_valid if context_valid is not None else xc.new_ones(b, nc, dtype=torch.bool)
+        key_valid = torch.cat([cv, cv.new_zeros(b, nt)], 1)  # only context tokens are keys
+        for layer in self.layers:
+            tokens = layer(tokens, key_valid)
+        return self.head(tokens[:, nc:])

@@ -1,0 +1,180 @@
+"""TNP-KR (seed 002 §3): embedding, a stack of KRBlocks, a Gaussian head. Composition only."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from geonp.models.attention import ATTENTIONS, DeepKernelAttention, PerformerAttention
+from geonp.models.attention.bias import BIASES
+from geonp.models.blocks import KRBlock
+from geonp.models.heads import GaussianHead
+from geonp.models.layers import MLP
+
+
+@dataclass
+class ContextState:
+    """The context stream after encoding: each block's input tokens, for query decoding.
+
+    Attributes:
+        tokens: per block, the context tokens entering it, ``[B, Nc, E]``.
+        xc: context coordinates ``[B, Nc, P]``.
+        valid: ``[B, Nc]`` True for real (not padded) context points.
+    """
+
+    tokens: list[torch.Tensor]
+    xc: torch.Tensor
+    valid: torch.Tensor | None
+
+
+class TokenEmbedding(nn.Module):
+    """Observed-flag and value embeddings co-embedded by an MLP (seed 002 eq. 2).
+
+    Coordinates enter the token only when ``embed_coords`` is set; off by default, which keeps
+    scan attention translation invariant (location enters through the kernel bias alone).
+    """
+
+    def __init__(self, dim: int, dim_y: int, dim_x: int, *, embed_coords: bool, hidden: int) -> None:
+        super().__init__()
+        self.embed_coords = embed_coords
+        self.flag = nn.Embedding(2, 8)
+        n_in = 8 + dim_y + (dim_x if embed_coords else 0)
+        self.mlp = MLP([n_in, hidden, dim])
+
+    def forward(self, x: torch.Tensor, y: torch.Tensor, observed: bool) -> torch.Tensor:
+        """``x [B, N, P], y [B, N, dy] -> [B, N, E]``."""
+        flag = self.flag.weight[int(observed)].expand(*y.shape[:-1], -1)
+        parts = [flag, y] + ([x] if self.embed_coords else [])
+        return self.mlp(torch.cat(parts, dim=-1))
+
+
+class TNPKR(nn.Module):
+    """Transformer Neural Process with Kernel Regression blocks.
+
+    Args:
+        dim_y: value channels ``dy`` (bands modelled jointly).
+        dim_x: coordinate dimension ``P``.
+        dim: model width ``E``.
+        depth: number of KRBlocks.
+        num_heads: attention heads.
+        ff_dim: feed-forward hidden width.
+        attention: ``"scan"``, ``"dense"``, ``"dka"`` or ``"performer"``.
+        bias: kernel bias name (``"rbf"``) or None; used by ``scan`` and ``dense``.
+        num_basis: basis functions of the RBF bias.
+        bias_length_scale: typical distance in coordinate units (initialises the bias).
+        embed_coords: put coordinates into the tokens (breaks translation invariance).
+        sigma_min: lower bound of the predicted std.
+        dropout: residual dropout.
+        q_chunk: scan tile rows.
+        k_chunk: scan tile columns.
+    """
+
+    def __init__(
+        self,
+        *,
+        dim_y: int = 1,
+        dim_x: int = 2,
+        dim: int = 64,
+        depth: int = 6,
+        num_heads: int = 4,
+        ff_dim: int = 256,
+        attention: str = "scan",
+        bias: str | None = "rbf",
+        num_basis: int = 5,
+        bias_length_scale: float = 4.0,
+        embed_coords: bool = False,
+        sigma_min: float = 0.01,
+        dropout: float = 0.0,
+        q_chunk: int = 1024,
+        k_chunk: int = 1024,
+    ) -> None:
+        super().__init__()
+        self.dim_y, self.dim_x = dim_y, dim_x
+        self.embed = TokenEmbedding(dim, dim_y, dim_x, embed_coords=embed_coords, hidden=2 * dim)
+        blocks = []
+        for _ in range(depth):
+            if attention in ("scan", "dense"):
+                b = BIASES[bias](num_heads, num_basis=num_basis, length_scale=bias_length_scale) if bias else None
+                kwargs = {"q_chunk": q_chunk, "k_chunk": k_chunk} if attention == "scan" else {}
+                attn: nn.Module = ATTENTIONS[attention](dim, num_heads, bias=b, **kwargs)
+            elif attention == "dka":
+                attn = DeepKernelAttention(dim, num_heads, pos_dim=dim_x, pos_scale=bias_length_scale * 4)
+            elif attention == "performer":
+                attn = PerformerAttention(dim, num_heads)
+            else:
+                raise ValueError(f"unknown attention {attention!r}; valid: {sorted(ATTENTIONS)}")
+            blocks.append(KRBlock(dim, attn, ff_dim=ff_dim, dropout=dropout))
+        self.blocks = nn.ModuleList(blocks)
+        self.head = GaussianHead(dim, dim_y, hidden=2 * dim, sigma_min=sigma_min)
+
+    def encode_context(
+        self, xc: torch.Tensor, yc: torch.Tensor, context_valid: torch.Tensor | None = None
+    ) -> ContextState:
+        """Run the context stream: ``xc [B, Nc, P], yc [B, Nc, dy]``."""
+        ks = self.embed(xc, yc, observed=True)
+        tokens = []
+        for block in self.blocks:
+            tokens.append(ks)
+            ks = block.update_keys(ks, k_pos=xc, key_valid=context_valid)
+        return ContextState(tokens, xc, context_valid)
+
+    def decode(self, state: ContextState, xt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Predict targets ``xt [B, Nt, P]`` from an encoded context; ``(mean, std) [B, Nt, dy]``."""
+        zeros = xt.new_zeros((*xt.shape[:-1], self.dim_y))  # target values start at 0 (eq. 2)
+        qs = self.embed(xt, zeros, observed=False)
+        for block, ks in zip(self.blocks, state.tokens, strict=True):
+            qs = block.update_queries(qs, ks, q_pos=xt, k_pos=state.xc, key_valid=state.valid)
+        return self.head(qs)
+
+    def forward(
+        self,
+        xc: torch.Tensor,
+        yc: torch.Tensor,
+        xt: torch.Tensor,
+        context_valid: torch.Tensor | None = None,
+        *,
+        query_chunk: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Predictive mean and std at ``xt``.
+
+        Args:
+            xc: context coordinates ``[B, Nc, P]``.
+            yc: context values ``[B, Nc, dy]``.
+            xt: target coordinates ``[B, Nt, P]``.
+            context_valid: ``[B, Nc]`` True for real context points (False = padding).
+            query_chunk: decode targets this many at a time (same result, less memory).
+
+        Returns:
+            ``(mean, std)``, each ``[B, Nt, dy]``.
+        """
+        _check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
+        state = self.encode_context(xc, yc, context_valid)
+        if query_chunk is None or query_chunk >= xt.shape[1]:
+            return self.decode(state, xt)
+        parts = [self.decode(state, xt[:, i : i + query_chunk]) for i in range(0, xt.shape[1], query_chunk)]
+        return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
+
+
+def _check_shapes(
+    xc: torch.Tensor,
+    yc: torch.Tensor,
+    xt: torch.Tensor,
+    context_valid: torch.Tensor | None,
+    dim_x: int,
+    dim_y: int,
+) -> None:
+    ok = (
+        xc.dim() == 3 and yc.dim() == 3 and xt.dim() == 3
+        and xc.shape[:2] == yc.shape[:2] and xt.shape[0] == xc.shape[0]
+        and xc.shape[-1] == dim_x and xt.shape[-1] == dim_x and yc.shape[-1] == dim_y
+        and (context_valid is None or context_valid.shape == xc.shape[:2])
+    )
+    if not ok:
+        cv = None if context_valid is None else tuple(context_valid.shape)
+        raise ValueError(
+            f"expected xc [B, Nc, {dim_x}], yc [B, Nc, {dim_y}], xt [B, Nt, {dim_x}], context_valid "
+            f"[B, Nc]; got xc {tuple(xc.shape)}, yc {tuple(yc.shape)}, xt {tuple(xt.shape)}, "
+            f"context_valid {cv}"
+        )

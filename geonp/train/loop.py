@@ -1,0 +1,137 @@
+"""The one training loop of geonp: :func:`fit`. Every training path calls it."""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from geonp.config import TrainConfig
+from geonp.data.batch import Batch
+from geonp.models.heads import gaussian_nll
+from geonp.train.optim import cosine_lr, make_optimizer
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass
+class FitResult:
+    """What :func:`fit` did.
+
+    Attributes:
+        history: one record per validation (step, train_nll, val_nll, lr, seconds).
+        best_val_nll: the lowest validation NLL seen.
+        best_step: the step where it was seen.
+        best_state: the weights at that step (CPU tensors).
+        optimizer_state: the optimiser state at the end (for resuming).
+        step: the last completed step.
+    """
+
+    history: list[dict[str, float]] = field(default_factory=list)
+    best_val_nll: float = math.inf
+    best_step: int = -1
+    best_state: dict[str, torch.Tensor] | None = None
+    optimizer_state: dict[str, Any] | None = None
+    step: int = 0
+
+
+def resolve_device(device: str) -> torch.device:
+    """``"auto"`` means CUDA when available, else CPU."""
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+@torch.no_grad()
+def evaluate_nll(model: nn.Module, batches: Sequence[Batch], device: torch.device) -> float:
+    """Mean Gaussian NLL per target value over ``batches`` (weighted by target count)."""
+    model.eval()
+    total, count = 0.0, 0.0
+    for batch in batches:
+        b = batch.to(device)
+        mean, std = model(b.xc, b.yc, b.xt, b.context_valid)
+        n = float(b.target_valid.sum() if b.target_valid is not None else b.xt.shape[0] * b.xt.shape[1])
+        total += float(gaussian_nll(mean, std, b.yt, b.target_valid)) * n
+        count += n
+    return total / max(count, 1.0)
+
+
+def fit(
+    model: nn.Module,
+    sample_batch: Callable[[int], Batch],
+    val_batches: Sequence[Batch],
+    cfg: TrainConfig,
+    *,
+    start_step: int = 0,
+    optimizer_state: dict[str, Any] | None = None,
+    best_val_nll: float = math.inf,
+    on_validate: Callable[[dict[str, float], bool, FitResult], None] | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> FitResult:
+    """Train ``model`` on the Gaussian NLL of its target points.
+
+    Args:
+        model: a model with ``forward(xc, yc, xt, context_valid) -> (mean, std)``.
+        sample_batch: ``step -> Batch`` (deterministic in the step for reproducible runs).
+        val_batches: fixed validation batches.
+        cfg: optimisation settings.
+        start_step: resume from this step (the schedule continues where it stopped).
+        optimizer_state: optimiser state to resume from.
+        best_val_nll: best validation NLL so far (when resuming).
+        on_validate: called after each validation with ``(record, is_best, result)``; use it to
+            save checkpoints and write metrics.
+        progress: called every step with ``(step, total, train_nll)``.
+
+    Returns:
+        A :class:`FitResult`; the model keeps its *last* weights, ``best_state`` the best ones.
+    """
+    device = resolve_device(cfg.device)
+    model.to(device)
+    opt = make_optimizer(model.parameters(), cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay)
+    if optimizer_state is not None:
+        opt.load_state_dict(optimizer_state)
+    result = FitResult(best_val_nll=best_val_nll, step=start_step)
+    running, n_running, t0 = 0.0, 0, time.perf_counter()
+    for step in range(start_step, cfg.steps):
+        model.train()
+        lr = cfg.lr * cosine_lr(step, total=cfg.steps, warmup=cfg.warmup_steps, min_ratio=cfg.min_lr_ratio)
+        for group in opt.param_groups:
+            group["lr"] = lr
+        b = sample_batch(step).to(device)
+        mean, std = model(b.xc, b.yc, b.xt, b.context_valid)
+        loss = gaussian_nll(mean, std, b.yt, b.target_valid)
+        if not torch.isfinite(loss):
+            raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower the learning rate")
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
+        opt.step()
+        running += float(loss)
+        n_running += 1
+        result.step = step + 1
+        if progress is not None:
+            progress(step + 1, cfg.steps, float(loss))
+        if (step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps:
+            val = evaluate_nll(model, val_batches, device) if val_batches else math.nan
+            record = {
+                "step": step + 1, "train_nll": running / max(n_running, 1), "val_nll": val,
+                "lr": lr, "seconds": time.perf_counter() - t0,
+            }
+            running, n_running = 0.0, 0
+            result.history.append(record)
+            is_best = val < result.best_val_nll
+            if is_best:
+                result.best_val_nll, result.best_step = val, step + 1
+                result.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
+            result.optimizer_state = opt.state_dict()
+            logger.info("step %d train_nll %.4f val_nll %.4f", step + 1, record["train_nll"], val)
+            if on_validate is not None:
+                on_validate(record, is_best, result)
+    result.optimizer_state = opt.state_dict()
+    return result

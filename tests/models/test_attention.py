@@ -1,0 +1,121 @@
+import pytest
+import torch
+
+from geonp.models.attention import (
+    RBFNetworkBias,
+    dense_attention,
+    performer_attention,
+    scan_attention,
+)
+from geonp.models.attention.dka import deep_kernel_attention, naive_deep_kernel_attention
+from geonp.models.attention.performer import orthogonal_features
+
+B, H, NQ, NK, D = 2, 4, 45, 61, 8
+
+
+def _inputs(grid: bool, seed: int = 0):
+    g = torch.Generator().manual_seed(seed)
+    q, k, v = (torch.randn(B, H, n, D, generator=g, requires_grad=True) for n in (NQ, NK, NK))
+    q_pos = torch.rand(B, NQ, 2, generator=g) * 20
+    k_pos = torch.rand(B, NK, 2, generator=g) * 20
+    if grid:
+        q_pos, k_pos = q_pos.round(), k_pos.round()
+    key_valid = torch.rand(B, NK, generator=g) > 0.3
+    return q, k, v, q_pos, k_pos, key_valid
+
+
+def _grads(out, tensors):
+    weights = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+    return torch.autograd.grad((out * weights).sum(), tensors)
+
+
+@pytest.mark.parametrize("grid", [False, True])
+@pytest.mark.parametrize("chunks", [(7, 13), (16, 16), (1000, 1000), (1, 60)])
+@pytest.mark.parametrize("with_bias", [True, False])
+def test_scan_matches_dense_values_and_gradients(grid, chunks, with_bias):
+    q, k, v, q_pos, k_pos, key_valid = _inputs(grid)
+    bias = RBFNetworkBias(H, length_scale=3.0)
+    params = [q, k, v] + ([bias.a, bias.b, bias.c] if with_bias else [])
+    dense = dense_attention(q, k, v, key_valid=key_valid, bias=bias.tiles(q_pos, k_pos).full() if with_bias else None)
+    scan = scan_attention(
+        q, k, v, key_valid=key_valid, bias=bias.tiles(q_pos, k_pos) if with_bias else None,
+        q_chunk=chunks[0], k_chunk=chunks[1],
+    )
+    torch.testing.assert_close(scan, dense, rtol=1e-5, atol=1e-5)
+    for g_scan, g_dense in zip(_grads(scan, params), _grads(dense, params), strict=True):
+        torch.testing.assert_close(g_scan, g_dense, rtol=1e-4, atol=1e-5)
+
+
+def test_query_with_no_valid_key_is_finite_zero_with_finite_gradients():
+    q, k, v, q_pos, k_pos, key_valid = _inputs(grid=True)
+    key_valid[1] = False  # every query of batch 1 has no key
+    bias = RBFNetworkBias(H)
+    out = scan_attention(q, k, v, key_valid=key_valid, bias=bias.tiles(q_pos, k_pos), q_chunk=8, k_chunk=9)
+    assert torch.equal(out[1], torch.zeros_like(out[1]))
+    grads = _grads(out, [q, k, v, bias.a, bias.b, bias.c])
+    assert all(torch.isfinite(g).all() for g in grads)
+    assert torch.equal(grads[0][1], torch.zeros_like(grads[0][1]))
+    dense = dense_attention(q, k, v, key_valid=key_valid, bias=bias.tiles(q_pos, k_pos).full())
+    torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-5)
+
+
+def test_scan_large_logits_stay_exact():
+    q, k, v, q_pos, k_pos, key_valid = _inputs(grid=False)
+    q = (q.detach() * 30).requires_grad_()
+    dense = dense_attention(q, k, v, key_valid=key_valid)
+    scan = scan_attention(q, k, v, key_valid=key_valid, q_chunk=5, k_chunk=11)
+    torch.testing.assert_close(scan, dense, rtol=1e-5, atol=1e-5)
+    assert torch.isfinite(_grads(scan, [q])[0]).all()
+
+
+def test_grid_bias_path_equals_direct_path():
+    _, _, _, q_pos, k_pos, _ = _inputs(grid=True)
+    bias = RBFNetworkBias(H, length_scale=3.0)
+    fast = bias.tiles(q_pos, k_pos)
+    assert len(fast.tensors) == 1  # the table path was taken
+    bias.grid_fast_path = False
+    direct = bias.tiles(q_pos, k_pos)
+    assert len(direct.tensors) == 3
+    torch.testing.assert_close(fast.full(), direct.full(), rtol=1e-5, atol=1e-6)
+    torch.testing.assert_close(fast.tile(slice(3, 9), slice(40, 50)), direct.full()[:, :, 3:9, 40:50])
+
+
+def test_rbf_bias_formula():
+    bias = RBFNetworkBias(2, num_basis=3)
+    with torch.no_grad():
+        bias.a.copy_(torch.tensor([[1.0, -2.0, 0.5], [0.0, 1.0, 0.0]]))
+        bias.b.copy_(torch.tensor([[0.5, -1.0, 2.0], [1.0, 0.1, 1.0]]))
+        bias.c.copy_(torch.tensor([[0.0, 1.0, 3.0], [0.0, 2.0, 0.0]]))
+    q_pos = torch.tensor([[[0.0, 0.0]]])
+    k_pos = torch.tensor([[[3.0, 4.0]]])  # distance 5
+    got = bias.tiles(q_pos, k_pos).full()[0, :, 0, 0]
+    d = 5.0
+    expect0 = 1.0 * torch.exp(torch.tensor(-0.5 * d**2)) - 2.0 * torch.exp(torch.tensor(-1.0 * (d - 1) ** 2)) + 0.5 * torch.exp(torch.tensor(-2.0 * (d - 3) ** 2))
+    expect1 = torch.exp(torch.tensor(-0.1 * (d - 2) ** 2))
+    torch.testing.assert_close(got, torch.stack([expect0, expect1]))
+
+
+def test_dka_equals_naive_quadratic_evaluation():
+    g = torch.Generator().manual_seed(1)
+    phi_q, phi_k = torch.randn(B, H, NQ, 16, generator=g), torch.randn(B, H, NK, 16, generator=g)
+    psi_v = torch.randn(B, H, NK, D, generator=g)
+    key_valid = torch.rand(B, NK, generator=g) > 0.5
+    fast = deep_kernel_attention(phi_q, phi_k, psi_v, key_valid=key_valid)
+    naive = naive_deep_kernel_attention(phi_q, phi_k, psi_v, key_valid=key_valid)
+    torch.testing.assert_close(fast, naive, rtol=1e-5, atol=1e-5)
+    # explicit double loop over one query, eq. 9 written out
+    i, b, h = 3, 0, 2
+    valid = key_valid[b].nonzero().flatten()
+    expect = sum(float(phi_q[b, h, i] @ phi_k[b, h, j]) * psi_v[b, h, j] for j in valid) / len(valid)
+    torch.testing.assert_close(fast[b, h, i], expect, rtol=1e-5, atol=1e-5)
+
+
+def test_performer_linear_equals_explicit_and_approximates_softmax():
+    g = torch.Generator().manual_seed(2)
+    q, k, v = (torch.randn(1, 2, n, 8, generator=g) * 0.5 for n in (30, 40, 40))
+    features = orthogonal_features(4096, 8, generator=g)
+    fast = performer_attention(q, k, v, features)
+    explicit = performer_attention(q, k, v, features, exact_twin=True)
+    torch.testing.assert_close(fast, explicit, rtol=1e-4, atol=1e-5)
+    exact = dense_attention(q, k, v)
+    assert float((fast - exact).abs().max()) < 0.05
