@@ -1,0 +1,122 @@
+"""Training patches sampled from the user's rasters, with spatially separate splits.
+
+Each raster is split by columns into a training region, then (after it) a validation region and
+optionally a held-out test region. A patch lies wholly inside one region, so training and
+validation patches never share a pixel.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+from rasterio.windows import Window
+
+from geonp.errors import InputRasterError, NoValidPixelsError
+from geonp.io.masks import resolve_nodata
+from geonp.io.observed import read_observed
+from geonp.io.raster import open_raster, raster_info, select_bands
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Regions:
+    """Column ranges ``[start, stop)`` of the splits of one raster."""
+
+    train: tuple[int, int]
+    val: tuple[int, int]
+    test: tuple[int, int] | None
+
+
+def split_columns(width: int, *, val_fraction: float, test_fraction: float) -> Regions:
+    """Split ``width`` columns into train | val | test, in that order from the left."""
+    test_w = int(round(width * test_fraction))
+    val_w = int(round(width * val_fraction))
+    train_w = width - val_w - test_w
+    return Regions(
+        train=(0, train_w),
+        val=(train_w, train_w + val_w),
+        test=(train_w + val_w, width) if test_w else None,
+    )
+
+
+@dataclass
+class PatchPool:
+    """Patches ``[N, bands, p, p]`` (raw units, NaN where invalid) and their window offsets."""
+
+    values: np.ndarray
+    offsets: list[tuple[int, int, int]]  # (raster index, row, col)
+
+    def __len__(self) -> int:
+        return self.values.shape[0]
+
+
+def sample_patches(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    region: str,
+    patch_size: int,
+    count: int,
+    nodata: float | None,
+    bands: Sequence[int] | None,
+    val_fraction: float,
+    test_fraction: float,
+    min_valid_fraction: float,
+    rng: np.random.Generator,
+) -> PatchPool:
+    """Read ``count`` random patches from one region of the rasters.
+
+    Raises:
+        InputRasterError: rasters with different band counts, or too small for a patch.
+        NoValidPixelsError: not enough patches with ``min_valid_fraction`` valid pixels.
+    """
+    sources = [open_raster(p) for p in paths]
+    try:
+        infos = [raster_info(s) for s in sources]
+        band_lists = [select_bands(i, bands) for i in infos]
+        counts = {len(b) for b in band_lists}
+        if len(counts) > 1:
+            listing = ", ".join(f"{i.path}: {len(b)}" for i, b in zip(infos, band_lists, strict=True))
+            raise InputRasterError(
+                f"the training rasters have different band counts ({listing}); "
+                "train on rasters of one sensor, or pick common bands with --band"
+            )
+        out: list[np.ndarray] = []
+        offsets: list[tuple[int, int, int]] = []
+        attempts = 0
+        while len(out) < count and attempts < count * 20:
+            attempts += 1
+            i = int(rng.integers(len(sources)))
+            info = infos[i]
+            cols = getattr(split_columns(info.width, val_fraction=val_fraction, test_fraction=test_fraction), region)
+            if cols is None or cols[1] - cols[0] < patch_size or info.height < patch_size:
+                continue
+            r = int(rng.integers(0, info.height - patch_size + 1))
+            c = int(rng.integers(cols[0], cols[1] - patch_size + 1))
+            arr, valid = read_observed(
+                sources[i], Window(c, r, patch_size, patch_size), band_lists[i],
+                info=info, nodata=resolve_nodata(info, nodata),
+            )
+            ok = valid.all(0)
+            if ok.mean() < min_valid_fraction:
+                continue
+            arr[:, ~ok] = np.nan
+            out.append(arr.astype(np.float32))
+            offsets.append((i, r, c))
+        if len(out) < max(1, count // 4):
+            names = ", ".join(str(i.path) for i in infos)
+            raise NoValidPixelsError(
+                f"found only {len(out)} {patch_size}x{patch_size} {region} patches with at least "
+                f"{min_valid_fraction:.0%} valid pixels in {names}; check --nodata, use a smaller "
+                "--patch-size, or give rasters with more valid data"
+            )
+        if len(out) < count:
+            logger.warning("only %d of %d %s patches found", len(out), count, region)
+        return PatchPool(np.stack(out), offsets)
+    finally:
+        for s in sources:
+            s.close()

@@ -1,0 +1,367 @@
+"""Open input rasters, describe them, and read windows of them.
+
+geonp reads rasters window by window so that memory does not grow with the raster's size. Every
+read here returns float64 arrays shaped ``[bands, rows, cols]``; windows may hang over the
+raster's edge (tiles near the border carry a halo), and the part outside the raster comes back
+as NaN, which the rest of geonp treats as missing.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import rasterio
+import rasterio.errors
+from affine import Affine
+from rasterio.enums import MaskFlags
+from rasterio.io import DatasetReader
+from rasterio.windows import Window
+
+from geonp.errors import ConfigError, InputRasterError
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "RasterInfo",
+    "check_nodata_in_range",
+    "open_raster",
+    "raster_info",
+    "read_band_masks",
+    "read_window",
+    "select_bands",
+]
+
+
+def _one_line(err: BaseException) -> str:
+    """Collapse an exception's text, and GDAL's underlying error, to one line."""
+    parts = []
+    seen: set[int] = set()
+    current: BaseException | None = err
+    while current is not None and id(current) not in seen and len(parts) < 3:
+        seen.add(id(current))
+        text = " ".join(str(current).split())
+        if text and "See previous exception" not in text and not any(text in p for p in parts):
+            parts.append(text)
+        current = current.__cause__ or current.__context__
+    return ": ".join(parts) or type(err).__name__
+
+
+def _is_virtual(path: str) -> bool:
+    """Tell whether GDAL resolves ``path`` itself (``/vsi...`` paths, URLs)."""
+    return path.startswith("/vsi") or "://" in path
+
+
+def open_raster(path: str | os.PathLike[str]) -> DatasetReader:
+    """Open a raster read-only and check that its pixels can actually be read.
+
+    GDAL opens many damaged GeoTIFFs without complaint and only fails when a block is read,
+    which would be halfway through a long fill. So besides opening, this reads the first and the
+    last block of every band, so that a truncated file fails here with a clear message.
+
+    Args:
+        path: Path of the raster (any format GDAL reads; ``/vsi...`` paths are passed through).
+
+    Returns:
+        The open dataset. The caller closes it (use it as a context manager).
+
+    Raises:
+        InputRasterError: If the path does not exist, is a directory or an empty file, is not a
+            raster GDAL can read, or its pixels cannot be read (truncated or corrupt file).
+    """
+    name = os.fspath(path)
+    if not _is_virtual(name):
+        p = Path(name)
+        if not p.exists():
+            raise InputRasterError(f"Input raster {name} does not exist; check the path.")
+        if p.is_dir():
+            raise InputRasterError(
+                f"Input raster {name} is a directory, not a raster file; give the path of a "
+                "GeoTIFF (use `geonp batch` to process a directory)."
+            )
+        if p.stat().st_size == 0:
+            raise InputRasterError(
+                f"Input raster {name} is an empty file (0 bytes); re-download or re-create it."
+            )
+    try:
+        src = rasterio.open(name, "r")
+    except rasterio.errors.RasterioIOError as err:
+        text = _one_line(err)
+        if "not recognized as" in text or "not a supported file format" in text:
+            raise InputRasterError(
+                f"Input raster {name} is not a raster GDAL can read ({text}); give a GeoTIFF "
+                "or another GDAL raster format."
+            ) from err
+        raise InputRasterError(
+            f"Input raster {name} is truncated or corrupt: GDAL cannot open it ({text}); "
+            "re-download or re-create it."
+        ) from err
+    except rasterio.errors.RasterioError as err:
+        raise InputRasterError(
+            f"Input raster {name} cannot be opened ({_one_line(err)}); check that it is a "
+            "valid raster."
+        ) from err
+    try:
+        if src.count == 0 or src.width == 0 or src.height == 0:
+            raise InputRasterError(
+                f"Input raster {name} has no pixels ({src.count} bands, {src.width}x"
+                f"{src.height}); it may be a vector or container file. Give a raster file."
+            )
+        _probe_blocks(src)
+    except InputRasterError:
+        src.close()
+        raise
+    except (rasterio.errors.RasterioError, OSError, ValueError) as err:
+        src.close()
+        raise InputRasterError(
+            f"Input raster {name} is truncated or corrupt: reading its pixels failed "
+            f"({_one_line(err)}); re-download or re-create it."
+        ) from err
+    return src
+
+
+def _probe_blocks(src: DatasetReader) -> None:
+    """Read a corner of the first and of the last block of every band (raises if unreadable).
+
+    At most 256x256 pixels per corner come back, so a raster stored as one huge strip costs a
+    decode but no large array.
+    """
+    block_h, block_w = src.block_shapes[0]
+    block_h = max(1, min(block_h, src.height, _PROBE))
+    block_w = max(1, min(block_w, src.width, _PROBE))
+    first = Window(0, 0, block_w, block_h)
+    last = Window(src.width - block_w, src.height - block_h, block_w, block_h)
+    for window in (first, last):
+        src.read(window=window)
+
+
+_PROBE = 256
+
+
+@dataclass(frozen=True)
+class RasterInfo:
+    """What geonp needs to know about a raster, without its pixels.
+
+    Attributes:
+        path: The dataset's name as GDAL knows it.
+        width: Number of columns.
+        height: Number of rows.
+        count: Number of bands.
+        dtype: Numpy name of the data type shared by all bands (e.g. ``"uint16"``).
+        nodata: The nodata value tagged on the file, or None.
+        crs: The coordinate reference system as WKT, or None when the file has none.
+        transform: Affine transform from pixel (col, row) to CRS coordinates.
+        profile: The rasterio profile (driver, dtype, size, CRS, transform, creation options).
+        descriptions: Per-band descriptions (None where unset), one per band.
+        tags: Dataset tags of the default metadata domain.
+        band_tags: Per-band tags of the default metadata domain, one dict per band.
+        has_internal_mask: True when some band's validity comes from a GDAL mask band
+            (per-dataset mask) or an alpha band rather than from the nodata value.
+    """
+
+    path: str
+    width: int
+    height: int
+    count: int
+    dtype: str
+    nodata: float | None
+    crs: str | None
+    transform: Affine
+    profile: dict[str, Any]
+    descriptions: tuple[str | None, ...]
+    tags: dict[str, str]
+    band_tags: tuple[dict[str, str], ...]
+    has_internal_mask: bool
+
+
+def _has_internal_mask(flags: Sequence[MaskFlags]) -> bool:
+    return MaskFlags.per_dataset in flags or MaskFlags.alpha in flags
+
+
+def raster_info(src: DatasetReader) -> RasterInfo:
+    """Describe an open raster.
+
+    Args:
+        src: An open dataset (see :func:`open_raster`).
+
+    Returns:
+        The raster's grid, type, nodata, CRS and metadata.
+    """
+    return RasterInfo(
+        path=str(src.name),
+        width=int(src.width),
+        height=int(src.height),
+        count=int(src.count),
+        dtype=str(src.dtypes[0]),
+        nodata=None if src.nodata is None else float(src.nodata),
+        crs=src.crs.to_wkt() if src.crs else None,
+        transform=src.transform,
+        profile=dict(src.profile),
+        descriptions=tuple(src.descriptions),
+        tags=dict(src.tags()),
+        band_tags=tuple(dict(src.tags(b)) for b in range(1, src.count + 1)),
+        has_internal_mask=any(_has_internal_mask(f) for f in src.mask_flag_enums),
+    )
+
+
+def select_bands(info: RasterInfo, bands: Sequence[int] | None) -> list[int]:
+    """Turn the user's ``--band`` choice into a list of 1-based band indexes.
+
+    Args:
+        info: The raster the bands belong to.
+        bands: 1-based band indexes in the order wanted, or None for all bands.
+
+    Returns:
+        The 1-based band indexes.
+
+    Raises:
+        ConfigError: If a band is out of range, repeated, or the list is empty.
+    """
+    if bands is None:
+        return list(range(1, info.count + 1))
+    chosen = [int(b) for b in bands]
+    if not chosen:
+        raise ConfigError(
+            f"No band selected for {info.path}; pass --band 1..{info.count} or omit --band "
+            "to use all bands."
+        )
+    for b in chosen:
+        if b < 1 or b > info.count:
+            raise ConfigError(
+                f"--band {b} is out of range: {info.path} has {info.count} band"
+                f"{'s' if info.count != 1 else ''} (1..{info.count}); pick bands in that range."
+            )
+    dupes = sorted({b for b in chosen if chosen.count(b) > 1})
+    if dupes:
+        raise ConfigError(
+            f"--band {dupes[0]} is given more than once ({chosen}); give each band once."
+        )
+    return chosen
+
+
+def _window_ints(window: Window) -> tuple[int, int, int, int]:
+    """Return (row_off, col_off, height, width) of a window with integer offsets and size."""
+    vals = (window.row_off, window.col_off, window.height, window.width)
+    ints = tuple(int(round(v)) for v in vals)
+    if any(abs(v - i) > 1e-6 for v, i in zip(vals, ints)) or ints[2] < 0 or ints[3] < 0:
+        raise ValueError(f"window must have non-negative integer size and offsets, got {window}")
+    return ints  # type: ignore[return-value]
+
+
+_Clipped = tuple[tuple[int, int, int, int], "Window | None", tuple[slice, slice]]
+
+
+def _clip(src: DatasetReader, window: Window) -> _Clipped:
+    """Clip ``window`` to the raster.
+
+    Returns:
+        The integer window (row_off, col_off, height, width), the clipped window (None when
+        the window lies entirely outside the raster), and the slices of the clipped part
+        inside an array covering the full window.
+    """
+    row_off, col_off, height, width = _window_ints(window)
+    r0, c0 = max(row_off, 0), max(col_off, 0)
+    r1, c1 = min(row_off + height, src.height), min(col_off + width, src.width)
+    inner = (slice(r0 - row_off, r1 - row_off), slice(c0 - col_off, c1 - col_off))
+    if r1 <= r0 or c1 <= c0:
+        return (row_off, col_off, height, width), None, inner
+    return (row_off, col_off, height, width), Window(c0, r0, c1 - c0, r1 - r0), inner
+
+
+def read_window(src: DatasetReader, window: Window, bands: Sequence[int]) -> np.ndarray:
+    """Read a window of some bands as float64, padding what lies outside the raster with NaN.
+
+    Tiles near the raster's border carry a halo that hangs over the edge. Rather than GDAL's
+    boundless reads (which fill with nodata or zeros that could pass for data), the window is
+    clipped to the raster and the rest is NaN, so padding always counts as missing. Integer
+    pixels convert to float64 exactly.
+
+    Args:
+        src: An open dataset.
+        window: Window in pixel units with integer offsets and size; may extend beyond the
+            raster on any side.
+        bands: 1-based band indexes.
+
+    Returns:
+        Array of shape ``[len(bands), window.height, window.width]``, dtype float64, in the
+        band's units; NaN outside the raster.
+    """
+    (_, _, height, width), clipped, inner = _clip(src, window)
+    out = np.full((len(bands), height, width), np.nan, dtype=np.float64)
+    if clipped is not None and len(bands):
+        data = src.read([int(b) for b in bands], window=clipped)
+        out[:, inner[0], inner[1]] = data
+    return out
+
+
+def read_band_masks(src: DatasetReader, window: Window, bands: Sequence[int]) -> np.ndarray:
+    """Read the validity given by a GDAL internal mask band or alpha band.
+
+    Only a per-dataset mask (``.msk`` or internal TIFF mask) or an alpha band is consulted;
+    bands without one are all valid here, because their nodata value is handled by
+    :func:`geonp.io.masks.valid_mask` (which also sees NaN and Inf).
+
+    Args:
+        src: An open dataset.
+        window: Window in pixel units; may extend beyond the raster.
+        bands: 1-based band indexes.
+
+    Returns:
+        Boolean array ``[len(bands), window.height, window.width]``, True = valid; False
+        where the mask is zero and outside the raster.
+    """
+    (_, _, height, width), clipped, inner = _clip(src, window)
+    out = np.zeros((len(bands), height, width), dtype=bool)
+    if clipped is None:
+        return out
+    flags = src.mask_flag_enums
+    for i, band in enumerate(bands):
+        if _has_internal_mask(flags[int(band) - 1]):
+            out[i, inner[0], inner[1]] = src.read_masks(int(band), window=clipped) != 0
+        else:
+            out[i, inner[0], inner[1]] = True
+    return out
+
+
+def check_nodata_in_range(nodata: float, dtype: str) -> None:
+    """Check that a nodata value can be stored in a data type.
+
+    A nodata value the type cannot hold (``-1`` for uint8) would never match a pixel, so every
+    gap would silently count as data.
+
+    Args:
+        nodata: The nodata value.
+        dtype: Numpy name of the raster's data type.
+
+    Raises:
+        ConfigError: If the value is outside the type's range or not an integer for an integer
+            type.
+    """
+    kind = np.dtype(dtype)
+    value = float(nodata)
+    if np.issubdtype(kind, np.integer):
+        info = np.iinfo(kind)
+        if math.isnan(value) or math.isinf(value) or value != math.floor(value):
+            raise ConfigError(
+                f"nodata {nodata!r} cannot be stored in a {dtype} raster: it needs a whole "
+                f"number in {info.min}..{info.max}; pass a value in that range with --nodata."
+            )
+        if not info.min <= int(value) <= info.max:
+            raise ConfigError(
+                f"nodata {nodata!r} is out of range for a {dtype} raster (valid range "
+                f"{info.min}..{info.max}); pass a value in that range with --nodata."
+            )
+    elif np.issubdtype(kind, np.floating):
+        finfo = np.finfo(kind)
+        if math.isfinite(value) and abs(value) > float(finfo.max):
+            raise ConfigError(
+                f"nodata {nodata!r} is out of range for a {dtype} raster (valid range "
+                f"{float(finfo.min):.8g}..{float(finfo.max):.8g}, or nan); pass a value in "
+                "that range with --nodata."
+            )

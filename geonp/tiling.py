@@ -1,0 +1,127 @@
+"""Tiles over a raster and the choice of context pixels for each tile. Pure numpy.
+
+A tile is a *core* window whose gap pixels are predicted, grown by ``overlap`` pixels on each side
+(the *query* window): neighbouring tiles predict the overlap both, and their predictions are
+blended with weights that fall linearly to zero at the query window's edge, which removes seams.
+The context of a tile is the observed pixels nearest to its query window (nearest favoured, capped
+at ``max_context``), searched in a window that grows until enough are found, so a gap deep inside a
+large cloud still gets context (and, being far from it, a larger std).
+
+Training (:mod:`geonp.data.tasks`) and inference use :func:`nearest_context`, so a model is trained
+on the same kind of context it sees when it fills.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True, order=True)
+class Tile:
+    """One tile, in pixel offsets of the full raster (rows, then columns).
+
+    Attributes:
+        row: first row of the core.
+        col: first column of the core.
+        height: core rows.
+        width: core columns.
+        overlap: pixels the query window extends past the core on each side (clipped to the raster).
+    """
+
+    row: int
+    col: int
+    height: int
+    width: int
+    overlap: int = 0
+
+    def query_bounds(self, shape: tuple[int, int]) -> tuple[int, int, int, int]:
+        """``(r0, r1, c0, c1)`` of the query window, clipped to a raster of ``shape``."""
+        h, w = shape
+        o = self.overlap
+        return (max(0, self.row - o), min(h, self.row + self.height + o),
+                max(0, self.col - o), min(w, self.col + self.width + o))
+
+
+def make_tiles(height: int, width: int, *, tile_size: int, overlap: int = 0) -> list[Tile]:
+    """Cover a ``height × width`` raster with cores of at most ``tile_size`` pixels, row-major.
+
+    Args:
+        height: raster rows.
+        width: raster columns.
+        tile_size: core edge in pixels (>= 1).
+        overlap: query-window margin in pixels (>= 0).
+
+    Returns:
+        Tiles whose cores partition the raster, in sorted order.
+    """
+    if tile_size < 1 or overlap < 0:
+        raise ValueError(f"tile_size={tile_size} must be >= 1 and overlap={overlap} >= 0")
+    return [
+        Tile(r, c, min(tile_size, height - r), min(tile_size, width - c), overlap)
+        for r in range(0, height, tile_size)
+        for c in range(0, width, tile_size)
+    ]
+
+
+def blend_weights(tile: Tile, shape: tuple[int, int]) -> np.ndarray:
+    """Weights over the tile's query window: 1 on the core, falling linearly into the overlap.
+
+    Each pixel of the raster lies in exactly one core, where its weight is 1, so weights summed
+    over tiles are >= 1 everywhere and the blend is a proper weighted mean.
+    """
+    r0, r1, c0, c1 = tile.query_bounds(shape)
+    o = tile.overlap
+
+    def ramp(start: int, stop: int, core_start: int, core_stop: int) -> np.ndarray:
+        idx = np.arange(start, stop)
+        before = np.clip(core_start - idx, 0, None)
+        after = np.clip(idx - (core_stop - 1), 0, None)
+        return 1.0 - np.maximum(before, after) / (o + 1)
+
+    wr = ramp(r0, r1, tile.row, tile.row + tile.height)
+    wc = ramp(c0, c1, tile.col, tile.col + tile.width)
+    return np.outer(wr, wc)
+
+
+def _pixel_jitter(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """A fixed pseudo-random number in [0, 0.5) per absolute pixel, for tie-breaking.
+
+    It depends only on the pixel's position, so neighbouring tiles break ties the same way.
+    """
+    h = (rows.astype(np.uint64) * np.uint64(73856093)) ^ (cols.astype(np.uint64) * np.uint64(19349663))
+    h = (h * np.uint64(2654435761)) % np.uint64(1 << 32)
+    return h.astype(np.float64) / float(1 << 33)
+
+
+def nearest_context(
+    observed: np.ndarray,
+    query_bounds: tuple[int, int, int, int],
+    *,
+    max_context: int,
+    origin: tuple[int, int] = (0, 0),
+) -> tuple[np.ndarray, np.ndarray]:
+    """Pick up to ``max_context`` observed pixels nearest to a query window.
+
+    Args:
+        observed: bool ``[h, w]`` of a search window, True where a pixel may be context.
+        query_bounds: ``(r0, r1, c0, c1)`` of the query window in the *search window's* pixels.
+        max_context: cap on the number of context pixels.
+        origin: the search window's offset in the full raster (for tie-breaking only).
+
+    Returns:
+        ``(rows, cols)`` in the search window, sorted by distance to the query window, nearest
+        first; ties broken by a fixed per-pixel jitter.
+    """
+    rows, cols = np.nonzero(observed)
+    if rows.size <= max_context:
+        order = np.arange(rows.size)
+    else:
+        r0, r1, c0, c1 = query_bounds
+        dr = np.maximum(np.maximum(r0 - rows, rows - (r1 - 1)), 0)
+        dc = np.maximum(np.maximum(c0 - cols, cols - (c1 - 1)), 0)
+        dist = np.sqrt(dr * dr + dc * dc) + _pixel_jitter(rows + origin[0], cols + origin[1])
+        order = np.argpartition(dist, max_context - 1)[:max_context]
+        order = order[np.argsort(dist[order], kind="stable")]
+    return rows[order], cols[order]

@@ -1,0 +1,98 @@
+import pytest
+import torch
+
+from geonp.config import ModelConfig
+from geonp.models import build_model
+
+
+def _task(seed=0, nc=50, nt=31, dy=2, grid=True):
+    g = torch.Generator().manual_seed(seed)
+    xc = torch.randint(0, 30, (2, nc, 2), generator=g).float() if grid else torch.rand(2, nc, 2, generator=g) * 30
+    xt = torch.randint(0, 30, (2, nt, 2), generator=g).float() if grid else torch.rand(2, nt, 2, generator=g) * 30
+    yc = torch.randn(2, nc, dy, generator=g)
+    valid = torch.rand(2, nc, generator=g) > 0.2
+    return xc, yc, xt, valid
+
+
+def _model(**kw):
+    cfg = ModelConfig(**{"dim": 32, "depth": 2, "num_heads": 4, "ff_dim": 64, "dim_y": 2, **kw})
+    return build_model(cfg).eval()
+
+
+@pytest.mark.parametrize("grid", [True, False])
+def test_scan_model_is_translation_invariant(grid):
+    model = _model(attention="scan")
+    xc, yc, xt, valid = _task(grid=grid)
+    shift = torch.tensor([1234.0, -567.0]) if grid else torch.tensor([12.34, -5.67])
+    with torch.no_grad():
+        m1, s1 = model(xc, yc, xt, valid)
+        m2, s2 = model(xc + shift, yc, xt + shift, valid)
+    torch.testing.assert_close(m1, m2, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(s1, s2, rtol=1e-4, atol=1e-5)
+
+
+def test_dka_model_is_not_translation_invariant():
+    # the invariance test above can fail: DKA co-embeds coordinates (seed 002 §3.4)
+    model = _model(attention="dka")
+    xc, yc, xt, valid = _task()
+    shift = torch.tensor([40.0, -25.0])
+    with torch.no_grad():
+        m1, _ = model(xc, yc, xt, valid)
+        m2, _ = model(xc + shift, yc, xt + shift, valid)
+    assert float((m1 - m2).abs().max()) > 1e-3
+
+
+@pytest.mark.parametrize("attention", ["scan", "dense", "dka", "performer"])
+def test_context_permutation_invariance(attention):
+    model = _model(attention=attention)
+    xc, yc, xt, valid = _task()
+    perm = torch.randperm(xc.shape[1])
+    with torch.no_grad():
+        m1, s1 = model(xc, yc, xt, valid)
+        m2, s2 = model(xc[:, perm], yc[:, perm], xt, valid[:, perm])
+    torch.testing.assert_close(m1, m2, rtol=1e-4, atol=1e-5)
+    torch.testing.assert_close(s1, s2, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("arch,attention", [("tnpkr", "scan"), ("tnpkr", "dka"), ("tnpd", "scan")])
+def test_query_chunking_changes_nothing(arch, attention):
+    model = _model(arch=arch, attention=attention)
+    xc, yc, xt, valid = _task()
+    with torch.no_grad():
+        whole = model(xc, yc, xt, valid)
+        for chunk in (1, 7, 30):
+            parts = model(xc, yc, xt, valid, query_chunk=chunk)
+            torch.testing.assert_close(parts[0], whole[0], rtol=1e-5, atol=1e-6)
+            torch.testing.assert_close(parts[1], whole[1], rtol=1e-5, atol=1e-6)
+
+
+def test_scan_model_equals_dense_model_with_same_weights():
+    scan = _model(attention="scan")
+    dense = _model(attention="dense")
+    dense.load_state_dict(scan.state_dict())
+    for block in scan.blocks:
+        block.attn.q_chunk, block.attn.k_chunk = 9, 14
+    xc, yc, xt, valid = _task()
+    m1, s1 = scan(xc, yc, xt, valid)
+    m2, s2 = dense(xc, yc, xt, valid)
+    torch.testing.assert_close(m1, m2, rtol=1e-4, atol=1e-5)
+    g1 = torch.autograd.grad((m1 + s1).sum(), list(scan.parameters()))
+    g2 = torch.autograd.grad((m2 + s2).sum(), list(dense.parameters()))
+    for a, b in zip(g1, g2, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-5)
+
+
+def test_std_respects_sigma_min_and_shapes():
+    model = _model(sigma_min=0.2)
+    xc, yc, xt, valid = _task()
+    with torch.no_grad():
+        mean, std = model(xc, yc, xt, valid)
+    assert mean.shape == (2, 31, 2) and std.shape == (2, 31, 2)
+    assert float(std.min()) >= 0.2
+
+
+def test_bad_shapes_give_a_clear_error():
+    model = _model()
+    xc, yc, xt, valid = _task()
+    with pytest.raises(ValueError, match=r"expected xc \[B, Nc, 2\].*got xc \(2, 50, 2\), yc \(2, 50, 3\)"):
+        model(xc, torch.zeros(2, 50, 3), xt, valid)
