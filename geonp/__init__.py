@@ -17,7 +17,7 @@ _LAZY = {
     "fill_raster": "geonp.inference",
     "load_model": "geonp.models.registry",
     "list_models": "geonp.models.registry",
-    "train": "geonp.train.raster",
+    "train": "geonp.training.raster",
     "evaluate": "geonp.evaluate",
     "fill_many": "geonp.jobs",
 }

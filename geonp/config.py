@@ -88,7 +88,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TrainConfig:
-    """Optimisation settings of :func:`geonp.train.loop.fit`.
+    """Optimisation settings of :func:`geonp.training.loop.fit`.
 
     Attributes:
         steps: optimiser steps.

@@ -16,18 +16,38 @@ from geonp.data.batch import Batch
 from geonp.tiling import nearest_context
 
 
+# Floor of the context std used to standardise a task, in globally normalised units: a tile of
+# near-constant context (open water) must not blow its small noise up to unit variance.
+STD_FLOOR = 0.05
+
+
 @dataclass
 class Task:
-    """One task in numpy (coordinates in pixels, values normalised).
+    """One task in numpy (coordinates in pixels, values standardised by the context).
+
+    Values are first normalised per band (:class:`~geonp.normalize.Normalizer`), then shifted and
+    scaled by the mean and std of the task's own context (``shift``, ``scale``), so the model sees
+    every task at the same scale whatever the sensor, band or landscape. Predictions go back with
+    ``mean * scale + shift`` and ``std * scale``.
 
     Attributes:
         xc: ``[Nc, 2]``; yc: ``[Nc, dy]``; xt: ``[Nt, 2]``; yt: ``[Nt, dy]`` or None.
+        shift: ``[dy]`` context mean; scale: ``[dy]`` context std (floored).
     """
 
     xc: np.ndarray
     yc: np.ndarray
     xt: np.ndarray
     yt: np.ndarray | None
+    shift: np.ndarray | None = None
+    scale: np.ndarray | None = None
+
+
+def standardize(yc: np.ndarray, yt: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+    """Standardise context (and target) values ``[N, dy]`` by the context mean and floored std."""
+    shift = yc.mean(0)
+    scale = np.maximum(yc.std(0), STD_FLOOR)
+    return (yc - shift) / scale, None if yt is None else (yt - shift) / scale, shift, scale
 
 
 def patch_task(
@@ -64,11 +84,14 @@ def patch_task(
     if tr.size > max_targets:
         pick = rng.choice(tr.size, size=max_targets, replace=False)
         tr, tc = tr[pick], tc[pick]
+    yc, yt, shift, scale = standardize(values[:, cr, cc].T, values[:, tr, tc].T)
     return Task(
         xc=np.stack([cr, cc], -1).astype(np.float32),
-        yc=values[:, cr, cc].T.astype(np.float32),
+        yc=yc.astype(np.float32),
         xt=np.stack([tr, tc], -1).astype(np.float32),
-        yt=values[:, tr, tc].T.astype(np.float32),
+        yt=yt.astype(np.float32),
+        shift=shift,
+        scale=scale,
     )
 
 

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from geonp.models.attention import ATTENTIONS, DeepKernelAttention, PerformerAttention
-from geonp.models.attention.bias import BIASES
+from geonp.models.attention.bias import BIASES, shared_distances
 from geonp.models.blocks import KRBlock
 from geonp.models.heads import GaussianHead
 from geonp.models.layers import MLP
@@ -150,10 +150,11 @@ class TNPKR(nn.Module):
             ``(mean, std)``, each ``[B, Nt, dy]``.
         """
         _check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
-        state = self.encode_context(xc, yc, context_valid)
-        if query_chunk is None or query_chunk >= xt.shape[1]:
-            return self.decode(state, xt)
-        parts = [self.decode(state, xt[:, i : i + query_chunk]) for i in range(0, xt.shape[1], query_chunk)]
+        with shared_distances():
+            state = self.encode_context(xc, yc, context_valid)
+            if query_chunk is None or query_chunk >= xt.shape[1]:
+                return self.decode(state, xt)
+            parts = [self.decode(state, xt[:, i : i + query_chunk]) for i in range(0, xt.shape[1], query_chunk)]
         return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
 
 

@@ -15,8 +15,10 @@ Scattered (off-grid) coordinates use the direct path.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import torch
@@ -25,6 +27,33 @@ from torch import nn
 # Largest squared-distance table the grid path builds (entries per head); beyond it the direct
 # path is used. 4M entries x 4 heads x 4 bytes = 64 MB.
 _MAX_TABLE = 4_000_000
+
+
+# Squared pixel distances of a tile are the same in every layer; a model's forward pass opens a
+# cache so that each (positions, tile) pair is computed once rather than once per layer.
+_SQ_CACHE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("geonp_sq_cache", default=None)
+
+
+@contextlib.contextmanager
+def shared_distances() -> Iterator[None]:
+    """Within this context, grid squared distances are computed once per tile and reused."""
+    token = _SQ_CACHE.set({})
+    try:
+        yield
+    finally:
+        _SQ_CACHE.reset(token)
+
+
+def _grid_sq(qi: torch.Tensor, ki: torch.Tensor, qs: slice, ks: slice) -> torch.Tensor:
+    cache = _SQ_CACHE.get()
+    key = (qi.data_ptr(), ki.data_ptr(), tuple(qi.shape), tuple(ki.shape), qs.start, qs.stop, ks.start, ks.stop)
+    if cache is not None and key in cache:
+        return cache[key]
+    diff = qi[:, qs, None, :] - ki[:, None, ks, :]  # [B, Qc, Kc, P] int32
+    sq = (diff * diff).sum(-1, dtype=torch.int32)  # [B, Qc, Kc]
+    if cache is not None:
+        cache[key] = sq
+    return sq
 
 
 @dataclass
@@ -101,11 +130,10 @@ class RBFNetworkBias(nn.Module):
             if max_sq is not None and max_sq < _MAX_TABLE:
                 dist = torch.arange(max_sq + 1, device=q_pos.device, dtype=q_pos.dtype).sqrt()
                 table = self.evaluate(params, dist)  # [H, T]
-                qi, ki = q_pos.round().long(), k_pos.round().long()
+                qi, ki = _as_int(q_pos), _as_int(k_pos)
 
                 def gather(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
-                    diff = qi[:, qs, None, :] - ki[:, None, ks, :]  # [B, Qc, Kc, P]
-                    sq = (diff * diff).sum(-1)  # [B, Qc, Kc]
+                    sq = _grid_sq(qi, ki, qs, ks)  # [B, Qc, Kc]
                     return tensors[0][:, sq].permute(1, 0, 2, 3)  # [B, H, Qc, Kc]
 
                 return BiasTiles((table,), gather)
@@ -117,6 +145,17 @@ class RBFNetworkBias(nn.Module):
             return self.evaluate(tensors, dist).permute(1, 0, 2, 3)  # [B, H, Qc, Kc]
 
         return BiasTiles(params, direct)
+
+
+def _as_int(pos: torch.Tensor) -> torch.Tensor:
+    """Integer coordinates as int32, cached per tensor so the cache keys above stay stable."""
+    cache = _SQ_CACHE.get()
+    if cache is None:
+        return pos.round().to(torch.int32)
+    key = ("int", pos.data_ptr(), tuple(pos.shape))
+    if key not in cache:
+        cache[key] = pos.round().to(torch.int32)
+    return cache[key]
 
 
 def _max_sq_dist(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:

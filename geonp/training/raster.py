@@ -32,8 +32,8 @@ from geonp.data.tasks import Task, collate, patch_task
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.models import build_model
 from geonp.normalize import Normalizer
-from geonp.train.checkpoint import load_checkpoint, load_training_state, save_model, save_training_state
-from geonp.train.loop import FitResult, fit
+from geonp.training.checkpoint import load_checkpoint, load_training_state, save_model, save_training_state
+from geonp.training.loop import FitResult, fit
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +52,9 @@ class TaskShape:
     """
 
     patch_size: int = 64
-    core_size: int = 32
-    max_context: int = 512
-    max_targets: int = 256
+    core_size: int = 48
+    max_context: int = 256
+    max_targets: int = 128
 
 
 def _raster_task(pool: PatchPool, norm: Normalizer, shape: TaskShape, rng: np.random.Generator,
@@ -205,6 +205,7 @@ def train(
     if not inputs:
         raise ConfigError("no training rasters given")
     out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     rng = np.random.default_rng(tcfg.seed)
     common = dict(patch_size=task_shape.patch_size, nodata=nodata, bands=bands,
@@ -281,7 +282,8 @@ def train(
 
         result = fit(module, sample, val_batches, phase_cfg, start_step=max(start, begin),
                      optimizer_state=opt_state, best_val_nll=result.best_val_nll,
-                     on_validate=save_best, progress=progress)
+                     on_validate=save_best,
+                     progress=None if progress is None else lambda s, n, v: progress(s, total_steps, v))
         opt_state, start = result.optimizer_state, end
     if not (out / "model.safetensors").exists():
         raise InputRasterError("training produced no model; the validation NLL was never finite")

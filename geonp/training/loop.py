@@ -15,7 +15,7 @@ from torch import nn
 from geonp.config import TrainConfig
 from geonp.data.batch import Batch
 from geonp.models.heads import gaussian_nll
-from geonp.train.optim import cosine_lr, make_optimizer
+from geonp.training.optim import cosine_lr, make_optimizer
 
 logger = logging.getLogger(__name__)
 

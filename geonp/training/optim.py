@@ -1,4 +1,4 @@
-"""Optimisers and the learning-rate schedule used by :func:`geonp.train.loop.fit`."""
+"""Optimisers and the learning-rate schedule used by :func:`geonp.training.loop.fit`."""
 
 from __future__ import annotations
 

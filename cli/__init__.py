@@ -1,0 +1,1 @@
+"""geonp command-line interface (installed as the ``geonp_cli`` package)."""

@@ -1,0 +1,65 @@
+"""Built-in models and ``load_model(name_or_path)``.
+
+Built-in models live in ``geonp/pretrained/<name>/`` inside the package.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+from pathlib import Path
+from typing import Any
+
+from geonp.errors import CheckpointError
+
+PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"
+
+
+def builtin_models() -> dict[str, Path]:
+    """Names and directories of the models shipped inside the package."""
+    if not PRETRAINED.is_dir():
+        return {}
+    return {p.name: p for p in sorted(PRETRAINED.iterdir()) if (p / "config.json").is_file()}
+
+
+def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
+    """A built-in name or a model directory, as a path.
+
+    Raises:
+        CheckpointError: neither a built-in name nor an existing path.
+    """
+    text = str(name_or_path)
+    models = builtin_models()
+    if text in models:
+        return models[text]
+    path = Path(text)
+    if path.exists():
+        return path
+    raise CheckpointError(
+        f"unknown model {text!r}: not a built-in model ({', '.join(models) or 'none installed'}) "
+        "and no such directory; see `geonp models`"
+    )
+
+
+def load_model(name_or_path: str | os.PathLike[str] = "default", *, device: str = "cpu") -> Any:
+    """Load a built-in model by name, or a model directory, as a ``LoadedModel``."""
+    from geonp.training.checkpoint import load_checkpoint
+
+    return load_checkpoint(resolve_model_path(name_or_path), device=device)
+
+
+@functools.lru_cache(maxsize=4)
+def cached_model(path: str, device: str) -> Any:
+    """Load a model once per process (Dask workers reuse it across tiles and files)."""
+    return load_model(path, device=device)
+
+
+def list_models() -> list[dict[str, Any]]:
+    """The built-in models' cards."""
+    import json
+
+    cards = []
+    for name, path in builtin_models().items():
+        meta = json.loads((path / "config.json").read_text())
+        cards.append({"name": name, "path": str(path), **(meta.get("card") or {}), "model": meta.get("model")})
+    return cards

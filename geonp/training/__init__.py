@@ -1,0 +1,1 @@
+"""Training: the fit loop, checkpoints, raster training."""
