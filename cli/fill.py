@@ -30,6 +30,7 @@ from geonp_cli.options import band_option, device_option, model_option, nodata_o
 @click.option("--cog", is_flag=True, help="Write Cloud Optimized GeoTIFFs.")
 @overwrite_option
 @click.option("--quicklook", type=click.Path(dir_okay=False), help="Write a PNG: input, prediction, std.")
+@click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler address (tcp://host:8786): spread the blocks over its workers.")
 @click.option("--dry-run", is_flag=True, help="Print tiles, context sizes, memory and time estimates; write nothing.")
 @click.pass_context
 def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **opts: object) -> None:

@@ -212,6 +212,7 @@ def fill_raster(
     overwrite: bool = False,
     quicklook: str | os.PathLike[str] | None = None,
     dry_run: bool = False,
+    scheduler: str | None = None,
     progress: Callable[[int, int], None] | None = None,
 ) -> FillReport:
     """Fill every gap of a raster file; write the filled raster and a std raster beside it.
@@ -236,6 +237,8 @@ def fill_raster(
         overwrite: replace existing outputs.
         quicklook: write a PNG with input, prediction and std side by side.
         dry_run: only plan: tiles, context sizes, memory and time estimates.
+        scheduler: address of a Dask distributed scheduler; blocks are spread over its workers
+            (each loads the model once). The model must then be a name or a directory.
         progress: ``(tiles_done, tiles_total)`` callback.
 
     Returns:
@@ -295,29 +298,27 @@ def fill_raster(
             report.plan = _plan(info, band_list, blocks, opts, gap_pixels, gap_tiles, block_size)
             report.seconds = time.perf_counter() - t0
             return report
-        dev = _resolve_device(device)
-        module = loaded.module.to(dev).eval()
         if getattr(loaded.config, "dim_y", 1) != 1:
             raise InputRasterError(f"model {loaded.name} predicts {loaded.config.dim_y} bands jointly; "
                                    "geonp fill needs a per-band model (dim_y=1)")
+        _resolve_device(device)
         norm = _normalizer_for(loaded, len(band_list),
                                lambda: _sample_for_stats(src, info, band_list, nodata_v, gaps_from))
-        std_scale = (loaded.calibration or {}).get("std_scale")
         dtype = info.dtype
-        profile = output_profile(src.profile, count=len(band_list), dtype=dtype, nodata=info.nodata if nodata is None else nodata,
+        profile = output_profile(src.profile, count=len(band_list), dtype=dtype,
+                                 nodata=info.nodata if nodata is None else nodata,
                                  creation_options=co, cog=cog)
         std_profile = output_profile(src.profile, count=len(band_list), dtype="float32", nodata=float("nan"),
                                      creation_options=co, cog=cog)
-        halo = search_radius + overlap + tile_size
-        done = [0]
-
-        def tick(n: int) -> None:
-            done[0] += n
-            if progress is not None:
-                progress(min(done[0], max(gap_tiles, 1)), max(gap_tiles, 1))
-
+        job = BlockJob(
+            input=str(input), bands=tuple(band_list), nodata=nodata_v, mask=None if mask is None else str(mask),
+            model=_model_key(model, loaded), device=device, opts=opts, max_distance=max_distance,
+            norm=norm.to_dict(), std_scale=(loaded.calibration or {}).get("std_scale"), dtype=dtype,
+            out_nodata=profile.get("nodata"),
+        )
         tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__,
                 "GEONP_MODEL_PATH": str(loaded.path) if loaded.path else ""}
+        done = [0]
         with AtomicRasterWriter(out_path, profile, overwrite=overwrite, cog=cog, creation_options=co) as dst, \
                 AtomicRasterWriter(std_path, std_profile, overwrite=overwrite, cog=cog, creation_options=co) as dstd:
             copy_metadata(src, dst, bands=band_list)
@@ -327,31 +328,15 @@ def fill_raster(
                 desc = src.descriptions[b - 1]
                 dstd.set_band_description(i, f"std of {desc}" if desc else f"std of band {b}")
             filled = 0
-            for r0, r1, c0, c1 in blocks:
-                win = Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo)
-                raw, ok = read_observed(src, win, band_list, info=info, nodata=nodata_v)
-                gap = gaps_from(win)
-                if gap is not None:
-                    ok &= ~gap[None]
-                region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
-                mean, std = fill_block(module, raw, ok, region, origin=(r0 - halo, c0 - halo), norm=norm,
-                                       opts=opts, device=dev, max_distance=max_distance,
-                                       std_scale=std_scale, progress=tick)
-                core_raw = src.read(band_list, window=Window(c0, r0, c1 - c0, r1 - r0))
-                core_ok = ok[:, region[0]:region[1], region[2]:region[3]]
-                has_pred = np.isfinite(mean) & ~core_ok
-                filled += int(has_pred.sum())
-                out = core_raw.copy()
-                out[has_pred] = _cast(mean[has_pred], dtype)
-                unfilled = ~core_ok & ~has_pred
-                if unfilled.any() and profile.get("nodata") is not None:
-                    out[unfilled] = _cast(np.asarray(profile["nodata"], dtype=np.float64), dtype)
-                elif unfilled.any() and np.issubdtype(np.dtype(dtype), np.floating):
-                    out[unfilled] = np.nan
-                std_out = np.where(core_ok, 0.0, np.where(has_pred, std, np.nan)).astype(np.float32)
+            for result in _run_blocks(job, blocks, scheduler):
+                (r0, r1, c0, c1), out, std_out, n_filled, n_tiles = result
                 wwin = Window(c0, r0, c1 - c0, r1 - r0)
                 dst.write(out, window=wwin)
                 dstd.write(std_out, window=wwin)
+                filled += n_filled
+                done[0] += n_tiles
+                if progress is not None:
+                    progress(min(done[0], max(gap_tiles, 1)), max(gap_tiles, 1))
             dst.update_tags(GEONP_FILLED_PIXELS=str(filled), GEONP_GAP_PIXELS=str(gap_pixels))
         report.filled_pixels = filled
         report.seconds = time.perf_counter() - t0
@@ -360,6 +345,102 @@ def fill_raster(
 
         write_quicklook(quicklook, input, out_path, std_path, bands=band_list, nodata=nodata_v, mask=mask)
     return report
+
+
+# Models handed in as objects (not paths) for in-process runs, by key.
+_LOCAL_MODELS: dict[str, Any] = {}
+
+
+def _model_key(model: Any, loaded: Any) -> str:
+    if isinstance(model, str | os.PathLike):
+        return str(loaded.path) if loaded.path is not None else str(model)
+    key = f"object:{id(loaded)}"
+    _LOCAL_MODELS[key] = loaded
+    return key
+
+
+@dataclass(frozen=True)
+class BlockJob:
+    """Everything a worker needs to fill one block of a raster (picklable; no open handles)."""
+
+    input: str
+    bands: tuple[int, ...]
+    nodata: float | None
+    mask: str | None
+    model: str
+    device: str
+    opts: TileOptions
+    max_distance: float | None
+    norm: dict[str, Any]
+    std_scale: Sequence[float] | None
+    dtype: str
+    out_nodata: float | None
+
+
+def run_block(job: BlockJob, block: tuple[int, int, int, int]) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray, int, int]:
+    """Fill one block ``(r0, r1, c0, c1)``; returns it with its output and std arrays.
+
+    Runs in this process or on a Dask worker: it opens the raster itself and loads the model once
+    per process (:func:`geonp.models.registry.cached_model`).
+    """
+    from geonp.models.registry import cached_model
+
+    loaded = _LOCAL_MODELS.get(job.model) or cached_model(job.model, "cpu")
+    dev = _resolve_device(job.device)
+    module = loaded.module.to(dev).eval()
+    r0, r1, c0, c1 = block
+    opts = job.opts
+    halo = opts.search_radius + opts.overlap + opts.tile_size
+    tiles = [0]
+    with open_raster(job.input) as src:
+        info = raster_info(src)
+        win = Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo)
+        raw, ok = read_observed(src, win, job.bands, info=info, nodata=job.nodata)
+        if job.mask is not None:
+            ok &= ~read_mask_file(job.mask, like=info, window=win)[None]
+        region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
+        mean, std = fill_block(module, raw, ok, region, origin=(r0 - halo, c0 - halo),
+                               norm=Normalizer.from_dict(job.norm), opts=opts, device=dev,
+                               max_distance=job.max_distance, std_scale=job.std_scale,
+                               progress=lambda n: tiles.__setitem__(0, tiles[0] + n))
+        core_raw = src.read(list(job.bands), window=Window(c0, r0, c1 - c0, r1 - r0))
+    core_ok = ok[:, region[0]:region[1], region[2]:region[3]]
+    has_pred = np.isfinite(mean) & ~core_ok
+    out = core_raw.copy()
+    out[has_pred] = _cast(mean[has_pred], job.dtype)
+    unfilled = ~core_ok & ~has_pred
+    if unfilled.any() and job.out_nodata is not None:
+        out[unfilled] = _cast(np.asarray(job.out_nodata, dtype=np.float64), job.dtype)
+    elif unfilled.any() and np.issubdtype(np.dtype(job.dtype), np.floating):
+        out[unfilled] = np.nan
+    std_out = np.where(core_ok, 0.0, np.where(has_pred, std, np.nan)).astype(np.float32)
+    return block, out, std_out, int(has_pred.sum()), tiles[0]
+
+
+def _run_blocks(job: BlockJob, blocks: list[tuple[int, int, int, int]], scheduler: str | None) -> Any:
+    """Yield block results, computed here or on a Dask cluster (in completion order)."""
+    if scheduler is None:
+        for block in blocks:
+            yield run_block(job, block)
+        return
+    if job.model.startswith("object:"):
+        raise ConfigError("--scheduler needs the model as a name or directory, not an in-memory object")
+    try:
+        from distributed import Client, as_completed
+    except ImportError as err:  # pragma: no cover - distributed is a core dependency
+        from geonp.errors import MissingDependencyError
+
+        raise MissingDependencyError("dask.distributed is not installed; pip install 'dask[distributed]'") from err
+    try:
+        client = Client(scheduler, timeout="10s")
+    except OSError as err:
+        raise ConfigError(f"cannot reach the Dask scheduler at {scheduler} ({err}); check the address") from err
+    try:
+        futures = client.map(run_block, [job] * len(blocks), blocks, pure=False)
+        for future in as_completed(futures):
+            yield future.result()
+    finally:
+        client.close()
 
 
 def _plan(info: RasterInfo, bands: list[int], blocks: list[tuple[int, int, int, int]], opts: TileOptions,
