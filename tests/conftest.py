@@ -9,3 +9,53 @@ def _seed_torch():
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
     torch.set_num_threads(2)
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory):
+    """A small untrained TNP-KR model directory (mechanics tests do not need a trained model)."""
+    import torch
+
+    from geonp.config import ModelConfig
+    from geonp.models import build_model
+    from geonp.training.checkpoint import save_model
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)
+    return save_model(tmp_path_factory.mktemp("models") / "tiny", build_model(cfg), cfg, card={"name": "tiny"})
+
+
+def write_raster(path, arr, *, nodata=None, dtype=None, crs="EPSG:32621", descriptions=None, tags=None):
+    """Write ``arr [bands, h, w]`` as a GeoTIFF with a UTM grid."""
+    import numpy as np
+    import rasterio
+    from rasterio.transform import from_origin
+
+    arr = np.asarray(arr)
+    if arr.ndim == 2:
+        arr = arr[None]
+    profile = dict(driver="GTiff", width=arr.shape[2], height=arr.shape[1], count=arr.shape[0],
+                   dtype=dtype or arr.dtype, crs=crs, transform=from_origin(500000, 7000000, 30, 30),
+                   nodata=nodata)
+    with rasterio.open(path, "w", **profile) as dst:
+        dst.write(arr.astype(profile["dtype"]))
+        if descriptions:
+            for i, d in enumerate(descriptions, 1):
+                dst.set_band_description(i, d)
+        if tags:
+            dst.update_tags(**tags)
+    return path
+
+
+def smooth_field(shape, seed=0, scale=1000.0, offset=5000.0):
+    """A smooth positive field ``[h, w]`` (sum of sinusoids), like a reflectance band."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    h, w = shape
+    r, c = np.mgrid[0:h, 0:w]
+    field = np.zeros(shape)
+    for _ in range(4):
+        fr, fc, ph = rng.uniform(0.02, 0.12), rng.uniform(0.02, 0.12), rng.uniform(0, 6.28)
+        field += np.sin(fr * r + fc * c + ph)
+    return offset + scale * field
