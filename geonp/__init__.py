@@ -18,7 +18,7 @@ _LAZY = {
     "load_model": "geonp.models.registry",
     "list_models": "geonp.models.registry",
     "train": "geonp.training.raster",
-    "evaluate": "geonp.evaluate",
+    "evaluate": "geonp.evaluation",
     "fill_many": "geonp.jobs",
 }
 

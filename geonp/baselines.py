@@ -25,7 +25,13 @@ from geonp.errors import ConfigError, MissingDependencyError
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["VARIOGRAM_MODELS", "BaselinePrediction", "fillnodata_baseline", "kriging_baseline"]
+__all__ = [
+    "VARIOGRAM_MODELS",
+    "BaselinePrediction",
+    "fillnodata_baseline",
+    "kriging_baseline",
+    "require_pykrige",
+]
 
 #: PyKrige variogram models accepted by :func:`kriging_baseline`.
 VARIOGRAM_MODELS = ("linear", "power", "gaussian", "spherical", "exponential", "hole-effect")
@@ -105,7 +111,12 @@ def fillnodata_baseline(values: np.ndarray, valid: np.ndarray) -> BaselinePredic
     return BaselinePrediction(mean=mean, std=None, unfilled=unfilled)
 
 
-def _import_pykrige() -> Any:
+def require_pykrige() -> Any:
+    """Return PyKrige's ``OrdinaryKriging`` class.
+
+    Raises:
+        MissingDependencyError: PyKrige is not installed (it is the optional ``krige`` extra).
+    """
     try:
         from pykrige.ok import OrdinaryKriging
     except ImportError as err:
@@ -172,7 +183,7 @@ def kriging_baseline(
         MissingDependencyError: PyKrige is not installed.
         ConfigError: bad window, max_points or variogram.
     """
-    ordinary_kriging = _import_pykrige()
+    ordinary_kriging = require_pykrige()
     from scipy.spatial import cKDTree
 
     if variogram not in VARIOGRAM_MODELS:

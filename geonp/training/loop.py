@@ -112,11 +112,11 @@ def fit(
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        running += float(loss)
+        running += float(loss.detach())
         n_running += 1
         result.step = step + 1
         if progress is not None:
-            progress(step + 1, cfg.steps, float(loss))
+            progress(step + 1, cfg.steps, float(loss.detach()))
         if (step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps:
             val = evaluate_nll(model, val_batches, device) if val_batches else math.nan
             record = {

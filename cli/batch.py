@@ -1,0 +1,93 @@
+"""``geonp batch``: fill every raster of a directory, in parallel on a Dask cluster."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import click
+
+from geonp_cli.options import band_option, device_option, model_option, nodata_option, overwrite_option
+
+
+@click.command(short_help="Fill every raster of a directory in parallel (Dask).")
+@click.argument("input_dir", type=click.Path(file_okay=False))
+@click.argument("output_dir", type=click.Path(file_okay=False))
+@click.option("--pattern", default="*.tif", show_default=True, help="Glob pattern of the input files.")
+@click.option("-r", "--recursive", is_flag=True, help="Match --pattern in subdirectories too.")
+@model_option
+@nodata_option
+@band_option
+@device_option
+@click.option("--tile-size", type=click.IntRange(min=4), default=None, help="Tile core edge (pixels) [default: as geonp fill].")
+@click.option("--overlap", type=click.IntRange(min=0), default=None, help="Tile blend margin (pixels) [default: as geonp fill].")
+@click.option("--max-context", type=click.IntRange(min=1), default=None,
+              help="Observed pixels per tile, nearest first [default: as geonp fill].")
+@click.option("--search-radius", type=click.IntRange(min=1), default=None,
+              help="How far (pixels) a tile looks for context [default: as geonp fill].")
+@click.option("--max-distance", type=float, default=None, metavar="PIXELS",
+              help="Leave gaps farther than this from observed pixels as nodata.")
+@click.option("--block-size", type=click.IntRange(min=16), default=None,
+              help="Pixels per read/write block; memory grows with its square [default: as geonp fill].")
+@click.option("--co", "creation_options", multiple=True, metavar="KEY=VALUE", help="GTiff creation option (repeatable).")
+@click.option("--cog", is_flag=True, help="Write Cloud Optimized GeoTIFFs.")
+@overwrite_option
+@click.option("--skip-existing/--no-skip-existing", default=True, show_default=True,
+              help="Skip files a previous run completed; --no-skip-existing fills them again.")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Worker processes of the local cluster [default: CPU count / --threads-per-worker].")
+@click.option("--threads-per-worker", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Files each local worker fills at once.")
+@click.option("--scheduler", metavar="ADDRESS",
+              help="Use an existing Dask cluster (tcp://host:8786) instead of a local one.")
+@click.option("--dashboard-address", default=":8787", show_default=True, metavar="[HOST]:PORT",
+              help="Dashboard of the local cluster (':0' for any free port).")
+@click.pass_context
+def batch(ctx: click.Context, input_dir: str, output_dir: str, bands: tuple[int, ...], **opts: Any) -> None:
+    """Fill every raster of INPUT_DIR matching --pattern; write them under OUTPUT_DIR.
+
+    Outputs keep the inputs' relative paths, each with its <stem>_std.tif. Files run in
+    parallel on a local Dask cluster, or on an existing one with --scheduler. A file that
+    fails does not stop the others: the run ends with a summary table, writes the manifest
+    OUTPUT_DIR/geonp_batch.json, and exits with 1 if any file failed. Run the same command
+    again to resume: completed files are skipped.
+
+    \b
+    Examples:
+      geonp batch scenes/ filled/ --model my_model
+      geonp batch archive/ filled/ --pattern "*_SR.tif" -r --workers 8 --co COMPRESS=ZSTD
+      geonp batch scenes/ filled/ --scheduler tcp://10.0.0.5:8786
+    """
+    import geonp
+
+    quiet, verbose = ctx.obj.get("quiet", False), ctx.obj.get("verbose", 0)
+    # Dask's own INFO lines (cluster start and stop) only with -v; workers inherit the setting.
+    os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "info" if verbose else "warning")
+    fill_options = {k: v for k, v in opts.items() if v is not None}
+    if bands:
+        fill_options["bands"] = bands
+    bar = None
+
+    def progress(done: int, total: int) -> None:
+        nonlocal bar
+        if quiet:
+            return
+        if bar is None:
+            from tqdm import tqdm
+
+            bar = tqdm(total=total, desc="files", unit="file", dynamic_ncols=True)
+        bar.update(done - bar.n)
+
+    def on_cluster(link: str | None) -> None:
+        if not quiet:
+            click.echo(f"Dask dashboard: {link or 'none (install bokeh to get one)'}", err=True)
+
+    try:
+        report = geonp.fill_many(input_dir, output_dir, progress=progress, on_cluster=on_cluster, **fill_options)
+    finally:
+        if bar is not None:
+            bar.close()
+    if not quiet or not report.ok:
+        click.echo(report.table(failed_only=quiet))
+    if not report.ok:
+        ctx.exit(1)

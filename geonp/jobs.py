@@ -1,0 +1,568 @@
+"""``fill_many``: fill every raster of a directory on a Dask cluster (backs ``geonp batch``).
+
+Each file is one Dask task that calls :func:`geonp.inference.fill_raster`, which writes its outputs
+atomically, so a failed or killed task leaves no partial output. Workers load the model once per
+process (:func:`geonp.models.registry.cached_model`) and reuse it for every file they get.
+
+A JSON manifest, ``geonp_batch.json`` in the output directory, records every file's status, the
+input's size and modification time and a key of the fill options. A rerun skips a file only when
+the manifest says it is done for the same input and options *and* both outputs open; anything
+else is filled again. The manifest also records which outputs the batch wrote itself: those may
+be replaced on a rerun, while files it did not write are never replaced without ``overwrite``.
+
+Inputs and outputs must be on a file system that every worker sees under the same paths.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import inspect
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any, Literal
+
+from geonp._version import __version__
+from geonp.errors import ConfigError, GeonpError, OutputError
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["MANIFEST_NAME", "FileRecord", "JobReport", "fill_many"]
+
+#: File name of the manifest written in the output directory.
+MANIFEST_NAME = "geonp_batch.json"
+_MANIFEST_FORMAT = "geonp-batch-manifest"
+_MANIFEST_VERSION = 1
+#: ``fill_raster`` keywords that ``fill_many`` passes through (the rest are per file or its own).
+FILL_OPTIONS = (
+    "model", "nodata", "bands", "device", "tile_size", "overlap", "max_context", "search_radius",
+    "max_distance", "block_size", "creation_options", "cog", "overwrite",
+)
+#: Options that do not change the outputs, left out of the resume key.
+_NOT_IN_KEY = ("device", "overwrite")
+_GEOTIFF_SUFFIXES = (".tif", ".tiff")
+_PARTIAL_TAG = ".geonp-partial-"
+
+Status = Literal["done", "skipped", "failed"]
+
+
+@dataclass
+class FileRecord:
+    """What happened to one input file.
+
+    Attributes:
+        name: the input's path relative to the input directory (POSIX separators).
+        input: the input path.
+        output: the filled raster path.
+        uncertainty: the std raster path.
+        status: ``done``, ``skipped`` (complete from an earlier run) or ``failed``.
+        reason: one-line reason of a failure (empty otherwise).
+        seconds: wall time of the fill (0 when skipped).
+        filled_pixels: gap pixels that received a prediction.
+        gap_pixels: missing pixels over all bands.
+        tiles: tiles with gaps.
+    """
+
+    name: str
+    input: Path
+    output: Path
+    uncertainty: Path
+    status: Status
+    reason: str = ""
+    seconds: float = 0.0
+    filled_pixels: int = 0
+    gap_pixels: int = 0
+    tiles: int = 0
+
+    def to_dict(self) -> dict[str, Any]:
+        """The record as JSON-ready values."""
+        out = asdict(self)
+        out.update(input=str(self.input), output=str(self.output), uncertainty=str(self.uncertainty))
+        return out
+
+
+@dataclass
+class JobReport:
+    """What a :func:`fill_many` run did.
+
+    Attributes:
+        input_dir: the input directory.
+        output_dir: the output directory.
+        manifest: path of the JSON manifest.
+        records: one record per matched input file, sorted by name.
+        scheduler: the Dask scheduler address used.
+        dashboard_link: the Dask dashboard URL (None when no dashboard is served).
+        workers: Dask workers available for the run.
+        seconds: wall time of the run.
+    """
+
+    input_dir: Path
+    output_dir: Path
+    manifest: Path
+    records: list[FileRecord] = field(default_factory=list)
+    scheduler: str | None = None
+    dashboard_link: str | None = None
+    workers: int = 0
+    seconds: float = 0.0
+
+    def _with(self, status: Status) -> list[FileRecord]:
+        return [r for r in self.records if r.status == status]
+
+    @property
+    def done(self) -> list[FileRecord]:
+        """Files filled by this run."""
+        return self._with("done")
+
+    @property
+    def skipped(self) -> list[FileRecord]:
+        """Files complete from an earlier run."""
+        return self._with("skipped")
+
+    @property
+    def failed(self) -> list[FileRecord]:
+        """Files that could not be filled."""
+        return self._with("failed")
+
+    @property
+    def ok(self) -> bool:
+        """True when no file failed."""
+        return not self.failed
+
+    @property
+    def counts(self) -> dict[str, int]:
+        """Files per status."""
+        return {s: len(self._with(s)) for s in ("done", "skipped", "failed")}
+
+    @property
+    def tiles(self) -> int:
+        """Tiles filled by this run."""
+        return sum(r.tiles for r in self.done)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The report as JSON-ready values."""
+        return {
+            "input_dir": str(self.input_dir), "output_dir": str(self.output_dir),
+            "manifest": str(self.manifest), "scheduler": self.scheduler,
+            "dashboard_link": self.dashboard_link, "workers": self.workers,
+            "seconds": round(self.seconds, 3), "ok": self.ok, "counts": self.counts,
+            "files": [r.to_dict() for r in self.records],
+        }
+
+    def table(self, *, failed_only: bool = False) -> str:
+        """A plain-text summary: one row per file (or per failed file), then the totals."""
+        rows = self.failed if failed_only else self.records
+        width = max([len("file")] + [len(r.name) for r in rows])
+        lines = [f"{'status':<8} {'file':<{width}} {'seconds':>8} {'filled px':>10}  reason"] if rows else []
+        for r in rows:
+            secs = f"{r.seconds:.1f}" if r.status == "done" else ""
+            filled = str(r.filled_pixels) if r.status == "done" else ""
+            lines.append(f"{r.status:<8} {r.name:<{width}} {secs:>8} {filled:>10}  {r.reason}".rstrip())
+        c = self.counts
+        lines.append(f"{len(self.records)} file(s): {c['done']} done, {c['skipped']} skipped, "
+                     f"{c['failed']} failed in {self.seconds:.1f} s; manifest {self.manifest}")
+        return "\n".join(lines)
+
+
+@dataclass(frozen=True)
+class _FileTask:
+    """Everything a worker needs to fill one file (picklable)."""
+
+    name: str
+    input: str
+    output: str
+    uncertainty: str
+    model: str
+    overwrite: bool
+    options: tuple[tuple[str, Any], ...]
+
+
+def _one_line(text: str) -> str:
+    return " ".join(text.split())
+
+
+def _fill_one(task: _FileTask) -> dict[str, Any]:
+    """Fill one file on a worker; never raises (a failure comes back as its one-line reason)."""
+    t0 = time.perf_counter()
+    try:
+        from geonp.inference import fill_raster
+        from geonp.models.registry import cached_model
+
+        Path(task.output).parent.mkdir(parents=True, exist_ok=True)
+        report = fill_raster(task.input, task.output, uncertainty=task.uncertainty,
+                             model=cached_model(task.model, "cpu"), overwrite=task.overwrite,
+                             **dict(task.options))
+        return {"status": "done", "seconds": time.perf_counter() - t0,
+                "filled_pixels": report.filled_pixels, "gap_pixels": report.gap_pixels,
+                "tiles": report.tiles}
+    except GeonpError as err:
+        reason = _one_line(str(err)) or type(err).__name__
+    except Exception as err:  # noqa: BLE001 - one bad file must not stop the batch
+        reason = _one_line(f"{type(err).__name__}: {err}")
+    return {"status": "failed", "reason": reason, "seconds": time.perf_counter() - t0}
+
+
+def output_paths(output_dir: Path, name: str) -> tuple[Path, Path]:
+    """The filled and std paths of input ``name`` (relative to the input directory).
+
+    GeoTIFF inputs keep their file name; other formats get a ``.tif`` suffix, since geonp writes
+    GeoTIFFs. The std raster is ``<stem>_std.tif`` beside the filled one.
+    """
+    rel = Path(name)
+    if rel.suffix.lower() not in _GEOTIFF_SUFFIXES:
+        rel = rel.with_suffix(".tif")
+    out = output_dir / rel
+    return out, out.with_name(f"{out.stem}_std{out.suffix}")
+
+
+def find_inputs(input_dir: Path, pattern: str, *, recursive: bool, exclude: Path | None = None) -> list[Path]:
+    """Files of ``input_dir`` matching ``pattern``, sorted; hidden files and ``exclude`` left out."""
+    found = input_dir.rglob(pattern) if recursive else input_dir.glob(pattern)
+    skip = exclude.resolve() if exclude is not None else None
+    out = []
+    for path in found:
+        rel = path.relative_to(input_dir)
+        if any(part.startswith(".") for part in rel.parts) or not path.is_file():
+            continue
+        if skip is not None and path.resolve().is_relative_to(skip):
+            continue
+        out.append(path)
+    return sorted(out)
+
+
+def _check_dirs(input_dir: str | os.PathLike[str], output_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
+    in_dir = Path(input_dir).expanduser().absolute()
+    out_dir = Path(output_dir).expanduser().absolute()
+    if not in_dir.exists():
+        raise ConfigError(f"INPUT_DIR {in_dir} does not exist; give the directory that holds the rasters.")
+    if not in_dir.is_dir():
+        raise ConfigError(f"INPUT_DIR {in_dir} is a file, not a directory; use `geonp fill` for one raster.")
+    if out_dir.exists() and not out_dir.is_dir():
+        raise OutputError(f"OUTPUT_DIR {out_dir} is a file; give a directory.")
+    if out_dir.resolve() == in_dir.resolve():
+        raise ConfigError(f"OUTPUT_DIR {out_dir} is INPUT_DIR; give another directory (geonp never "
+                          "modifies its input).")
+    if not out_dir.exists() and not out_dir.parent.is_dir():
+        raise OutputError(f"The parent of OUTPUT_DIR {out_dir} does not exist; create it first "
+                          f"(mkdir -p {out_dir.parent}).")
+    return in_dir, out_dir
+
+
+def _fill_options(fill_options: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
+    """Check the fill options; returns the model path, the options to pass, all effective values."""
+    from geonp.inference import fill_raster
+    from geonp.io.output import parse_creation_options
+    from geonp.models.registry import load_model, resolve_model_path
+
+    unknown = sorted(set(fill_options) - set(FILL_OPTIONS))
+    if unknown:
+        raise ConfigError(f"fill_many got unknown option(s) {', '.join(unknown)}; valid fill options: "
+                          f"{', '.join(FILL_OPTIONS)}.")
+    model = fill_options.get("model", "default")
+    if not isinstance(model, str | os.PathLike):
+        raise ConfigError("fill_many needs the model as a built-in name or a model directory, not a "
+                          "loaded model object (each Dask worker loads it once).")
+    model_path = str(resolve_model_path(model).resolve())
+    load_model(model_path)  # a corrupt model fails here, once, not once per file
+    passed = {k: v for k, v in fill_options.items() if k not in ("model", "overwrite")}
+    if "creation_options" in passed:
+        co = passed["creation_options"]
+        passed["creation_options"] = dict(co) if isinstance(co, Mapping) else parse_creation_options(co)
+    if passed.get("bands") is not None:
+        passed["bands"] = tuple(passed["bands"])
+    defaults = {name: p.default for name, p in inspect.signature(fill_raster).parameters.items()
+                if name in FILL_OPTIONS}
+    effective = {**defaults, **passed, "model": model_path}
+    return model_path, passed, effective
+
+
+def _options_key(effective: Mapping[str, Any]) -> str:
+    keyed = {k: v for k, v in sorted(effective.items()) if k not in _NOT_IN_KEY}
+    return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def _fingerprint(path: Path) -> dict[str, int]:
+    st = path.stat()
+    return {"input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns}
+
+
+def _complete(output: Path, uncertainty: Path) -> bool:
+    """Both outputs exist and open, on the same grid (atomic writes make them whole)."""
+    from geonp.io.raster import open_raster
+
+    try:
+        with open_raster(output) as a, open_raster(uncertainty) as b:
+            return (a.width, a.height, a.count) == (b.width, b.height, b.count)
+    except GeonpError:
+        return False
+
+
+def _remove_partials(path: Path) -> None:
+    """Delete temporary files a killed run left for ``path`` (``.<name>.geonp-partial-*``)."""
+    if not path.parent.is_dir():
+        return
+    for tmp in path.parent.glob(f".{path.name}{_PARTIAL_TAG}*"):
+        try:
+            tmp.unlink()
+            logger.info("removed %s, left by an interrupted run", tmp)
+        except OSError as err:
+            logger.warning("could not remove %s: %s", tmp, err)
+
+
+def _load_manifest(path: Path) -> dict[str, dict[str, Any]]:
+    """The file entries of an earlier run's manifest, by name (empty if none or unreadable)."""
+    if not path.exists():
+        return {}
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if data.get("format") != _MANIFEST_FORMAT:
+            raise ValueError(f"format is {data.get('format')!r}")
+        return {e["name"]: e for e in data["files"]}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
+        logger.warning("ignoring unreadable manifest %s (%s); every file is filled again", path, err)
+        return {}
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+@contextmanager
+def _client(scheduler: str | None, workers: int | None, threads_per_worker: int,
+            dashboard_address: str | None) -> Iterator[tuple[Any, str | None, str]]:
+    """A Dask client on the given scheduler, or on a local cluster started (and closed) here."""
+    from dask.system import CPU_COUNT
+    from distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        try:
+            client = Client(scheduler, timeout="10s")
+        except (OSError, TimeoutError) as err:
+            raise ConfigError(f"cannot reach the Dask scheduler at {scheduler} ({_one_line(str(err))}); "
+                              "check the address (tcp://host:8786) and that the scheduler runs") from err
+        try:
+            yield client, client.dashboard_link, scheduler
+        finally:
+            client.close()
+        return
+    if threads_per_worker < 1 or (workers is not None and workers < 1):
+        raise ConfigError(f"workers={workers} and threads_per_worker={threads_per_worker} must be >= 1")
+    n = workers or max(1, CPU_COUNT // threads_per_worker)  # CPU_COUNT honours affinity and cgroups
+    cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=True,
+                           dashboard_address=dashboard_address)
+    try:
+        client = Client(cluster)
+        try:
+            served = dashboard_address is not None and importlib.util.find_spec("bokeh") is not None
+            if dashboard_address is not None and not served:
+                logger.info("no Dask dashboard: install bokeh to get one")
+            yield client, client.dashboard_link if served else None, cluster.scheduler_address
+        finally:
+            client.close()
+    finally:
+        cluster.close()
+
+
+class _Manifest:
+    """The batch's JSON manifest: file entries by name, rewritten atomically as files finish."""
+
+    def __init__(self, path: Path, meta: dict[str, Any]) -> None:
+        self.path = path
+        self.meta = meta
+        self.entries = _load_manifest(path)  # files of earlier runs not matched now are kept
+
+    def put(self, rec: FileRecord, **extra: Any) -> None:
+        """Record a file's outcome (a skipped file keeps its earlier entry)."""
+        if rec.status == "skipped" and rec.name in self.entries:
+            self.entries[rec.name]["status"] = "skipped"
+        else:
+            self.entries[rec.name] = {**self.entries.get(rec.name, {}), **rec.to_dict(), **extra}
+
+    def write(self, report: JobReport, *, final: bool) -> None:
+        """Write the manifest; a failure is only a warning until the final write."""
+        from geonp.io.output import atomic_write_text
+
+        data = {**self.meta, **report.to_dict(), "updated": _now(),
+                "files": [self.entries[n] for n in sorted(self.entries)]}
+        try:
+            atomic_write_text(self.path, json.dumps(data, indent=1, default=str) + "\n")
+        except (OutputError, OSError) as err:
+            if final:
+                raise
+            logger.warning("could not update %s: %s", self.path, err)
+
+
+def _plan(report: JobReport, inputs: list[Path], manifest: _Manifest, *, key: str, skip_existing: bool,
+          overwrite: bool, model_path: str, passed: dict[str, Any]) -> dict[str, _FileTask]:
+    """Decide for every input: skip it, fail it now (output clash or foreign output), or fill it."""
+    tasks: dict[str, _FileTask] = {}
+    claimed = {p.resolve(): p.relative_to(report.input_dir).as_posix() for p in inputs}
+    for path in inputs:
+        name = path.relative_to(report.input_dir).as_posix()
+        out, std = output_paths(report.output_dir, name)
+        rec = FileRecord(name, path, out, std, "failed")
+        report.records.append(rec)
+        clash = [claimed[p.resolve()] for p in (out, std) if p.resolve() in claimed]
+        if clash:
+            rec.reason = f"its output would overwrite {clash[0]} (an input or another file's output); rename one"
+            manifest.put(rec)
+            continue
+        claimed.update({out.resolve(): name, std.resolve(): name})
+        fp = _fingerprint(path)
+        prev = manifest.entries.get(name, {})
+        fresh = (prev.get("status") in ("done", "skipped") and prev.get("options_key") == key
+                 and all(prev.get(k) == v for k, v in fp.items()))
+        if skip_existing and fresh and _complete(out, std):
+            rec.status = "skipped"
+            rec.filled_pixels, rec.gap_pixels, rec.tiles = (int(prev.get(k, 0)) for k in
+                                                            ("filled_pixels", "gap_pixels", "tiles"))
+            manifest.put(rec)
+            continue
+        exists = out.exists() or std.exists()
+        if exists and not (overwrite or prev.get("owned")):
+            rec.reason = (f"{out if out.exists() else std} already exists and was not written by this "
+                          "batch; pass --overwrite to replace it")
+            manifest.put(rec)
+            continue
+        # "running" until the task reports back: a killed run leaves it so, and the next run
+        # fills the file again, replacing what it may have written (owned).
+        rec.reason = "interrupted before it finished"
+        manifest.put(rec, status="running", owned=True, options_key=key, **fp)
+        tasks[name] = _FileTask(name, str(path), str(out), str(std), model_path, exists,
+                                tuple(sorted(passed.items())))
+    return tasks
+
+
+def _apply(rec: FileRecord, result: Mapping[str, Any]) -> None:
+    rec.status, rec.reason = result["status"], result.get("reason", "")
+    rec.seconds = float(result.get("seconds", 0.0))
+    rec.filled_pixels, rec.gap_pixels, rec.tiles = (int(result.get(k, 0)) for k in
+                                                    ("filled_pixels", "gap_pixels", "tiles"))
+    if rec.status == "failed":
+        logger.info("%s failed: %s", rec.name, rec.reason)
+
+
+def fill_many(
+    input_dir: str | os.PathLike[str],
+    output_dir: str | os.PathLike[str],
+    *,
+    pattern: str = "*.tif",
+    recursive: bool = False,
+    skip_existing: bool = True,
+    scheduler: str | None = None,
+    workers: int | None = None,
+    threads_per_worker: int = 1,
+    dashboard_address: str | None = ":8787",
+    progress: Callable[[int, int], None] | None = None,
+    on_cluster: Callable[[str | None], None] | None = None,
+    **fill_options: Any,
+) -> JobReport:
+    """Fill every raster of a directory in parallel on a Dask cluster.
+
+    Outputs mirror the inputs' relative paths under ``output_dir``: ``a/b.tif`` gives
+    ``output_dir/a/b.tif`` and ``output_dir/a/b_std.tif``. A file that fails is reported and the
+    others go on. The manifest ``geonp_batch.json`` in ``output_dir`` is rewritten (atomically)
+    as files finish, so a killed run can be resumed by running it again.
+
+    Args:
+        input_dir: directory holding the rasters.
+        output_dir: where the outputs go; created if missing (its parent must exist).
+        pattern: glob pattern of the input files, relative to ``input_dir``.
+        recursive: match ``pattern`` in subdirectories too.
+        skip_existing: skip files that the manifest lists as done for the same input and options
+            and whose outputs both open. False fills them again (replacing the batch's own outputs).
+        scheduler: address of an existing Dask scheduler (``tcp://host:8786``); None starts a local
+            cluster for the run and closes it at the end.
+        workers: local cluster worker processes (default: CPU count // ``threads_per_worker``).
+        threads_per_worker: files filled at once by each local worker.
+        dashboard_address: local cluster dashboard address (None: no dashboard).
+        progress: ``(files_finished, files_total)`` callback; skipped files count as finished.
+        on_cluster: called with the dashboard link (or None) once the cluster is up.
+        **fill_options: options of :func:`geonp.inference.fill_raster`: ``model`` (a name or a
+            directory), ``nodata``, ``bands``, ``device``, ``tile_size``, ``overlap``,
+            ``max_context``, ``search_radius``, ``max_distance``, ``block_size``,
+            ``creation_options``, ``cog``, ``overwrite`` (replace outputs this batch did not write).
+
+    Returns:
+        A :class:`JobReport`; ``report.ok`` is False when any file failed.
+
+    Raises:
+        ConfigError: the input directory is missing, no file matches, an option is invalid, or
+            the scheduler cannot be reached.
+        OutputError: the output directory cannot be created, or the manifest cannot be written.
+        CheckpointError: the model is missing or corrupt.
+    """
+    t0 = time.perf_counter()
+    in_dir, out_dir = _check_dirs(input_dir, output_dir)
+    inputs = find_inputs(in_dir, pattern, recursive=recursive, exclude=out_dir)
+    if not inputs:
+        where = "in or under" if recursive else "in"
+        hint = "check --pattern" if recursive else "check --pattern, or add --recursive for subdirectories"
+        raise ConfigError(f"no file {where} {in_dir} matches {pattern!r}; {hint}.")
+    model_path, passed, effective = _fill_options(fill_options)
+    try:
+        out_dir.mkdir(exist_ok=True)
+    except OSError as err:
+        raise OutputError(f"cannot create OUTPUT_DIR {out_dir} ({err}); check its permissions.") from err
+    key = _options_key(effective)
+    report = JobReport(in_dir, out_dir, out_dir / MANIFEST_NAME)
+    manifest = _Manifest(report.manifest, {
+        "format": _MANIFEST_FORMAT, "version": _MANIFEST_VERSION, "geonp_version": __version__,
+        "started": _now(), "pattern": pattern, "recursive": recursive,
+        "options": {k: v for k, v in effective.items() if k != "overwrite"}})
+    tasks = _plan(report, inputs, manifest, key=key, skip_existing=skip_existing,
+                  overwrite=bool(fill_options.get("overwrite", False)), model_path=model_path, passed=passed)
+    total, finished = len(report.records), len(report.records) - len(tasks)
+    _remove_partials(report.manifest)
+    manifest.write(report, final=False)
+    if progress is not None and not tasks:
+        progress(finished, total)
+    try:
+        if tasks:
+            for task in tasks.values():
+                _remove_partials(Path(task.output))
+                _remove_partials(Path(task.uncertainty))
+            with _client(scheduler, workers, threads_per_worker, dashboard_address) as (client, link, address):
+                from distributed import as_completed
+
+                report.scheduler, report.dashboard_link = address, link
+                report.workers = len(client.nthreads())
+                logger.info("Dask scheduler %s with %d worker(s); dashboard: %s", address, report.workers,
+                            link or "none")
+                if on_cluster is not None:
+                    on_cluster(link)
+                if progress is not None:
+                    progress(finished, total)
+                if report.workers == 0:
+                    logger.warning("the Dask cluster at %s has no workers; the files wait until one joins",
+                                   address)
+                run_id = uuid.uuid4().hex[:8]
+                names = list(tasks)
+                futures = client.map(_fill_one, [tasks[n] for n in names], pure=False,
+                                     key=[f"geonp-fill-{run_id}-{i}" for i in range(len(names))])
+                by_key = {f.key: n for f, n in zip(futures, names, strict=True)}
+                records = {r.name: r for r in report.records}
+                for future in as_completed(futures):
+                    rec = records[by_key[future.key]]
+                    try:
+                        result = future.result()
+                    except Exception as err:  # noqa: BLE001 - a lost worker fails only its file
+                        result = {"status": "failed", "reason": _one_line(f"{type(err).__name__}: {err}")}
+                    _apply(rec, result)
+                    manifest.put(rec)
+                    finished += 1
+                    report.seconds = time.perf_counter() - t0
+                    manifest.write(report, final=False)
+                    if progress is not None:
+                        progress(finished, total)
+    finally:
+        report.seconds = time.perf_counter() - t0
+        manifest.write(report, final=True)
+    return report

@@ -1,0 +1,206 @@
+"""``geonp batch`` (and ``geonp fill --scheduler``) end to end, on real Dask clusters."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+from affine import Affine
+from click.testing import CliRunner
+
+import geonp
+from geonp_cli.main import cli
+
+distributed = pytest.importorskip("distributed")
+
+TRANSFORM = Affine(30.0, 0.0, 300000.0, 0.0, -30.0, 5000020.0)
+
+
+def write_scene(path: Path, seed: int, *, size: int = 48, bands: int = 1) -> Path:
+    """A smooth float32 field with ~20 % NaN gaps (a block and scattered pixels)."""
+    rng = np.random.default_rng(seed)
+    yy, xx = np.mgrid[0:size, 0:size]
+    arr = np.stack([np.sin(xx / 7 + b + seed) + np.cos(yy / 9) + 0.1 * rng.normal(size=(size, size))
+                    for b in range(bands)]).astype("float32")
+    gap = rng.random((size, size)) < 0.1
+    gap[10:20, 12:30] = True
+    arr[:, gap] = np.nan
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with rasterio.open(path, "w", driver="GTiff", width=size, height=size, count=bands, dtype="float32",
+                       crs="EPSG:32621", transform=TRANSFORM, nodata=float("nan")) as dst:
+        dst.write(arr)
+    return path
+
+
+def read(path: Path) -> np.ndarray:
+    with rasterio.open(path) as src:
+        return src.read()
+
+
+@pytest.fixture(scope="module")
+def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    import torch
+
+    from geonp.config import ModelConfig
+    from geonp.models import build_model
+    from geonp.training.checkpoint import save_model
+
+    torch.manual_seed(0)
+    cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)
+    path = tmp_path_factory.mktemp("model") / "tiny"
+    save_model(path, build_model(cfg), cfg, card={"name": "tiny"})
+    return path
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
+                                  dashboard_address=None) as lc:
+        yield lc
+
+
+@pytest.fixture(autouse=True)
+def _quiet_dask(monkeypatch: pytest.MonkeyPatch) -> None:
+    # the command sets this for itself and its workers; keep it out of the test process
+    monkeypatch.setenv("DASK_LOGGING__DISTRIBUTED", "warning")
+
+
+def test_batch_summary_manifest_exit_code_and_rerun(tmp_path, tiny_model, cluster):
+    src, out = tmp_path / "in", tmp_path / "out"
+    for i in range(3):
+        write_scene(src / f"s{i}.tif", i)
+    bad = write_scene(src / "truncated.tif", 9)
+    bad.write_bytes(bad.read_bytes()[:3000])
+    (src / "readme.tif").write_text("not a raster")
+    args = ["batch", str(src), str(out), "--model", str(tiny_model), "--device", "cpu"]
+
+    # a local cluster of its own (the default)
+    res = CliRunner().invoke(cli, args + ["--workers", "2", "--dashboard-address", ":0"])
+    assert res.exit_code == 1, res.output
+    assert "Dask dashboard:" in res.stderr
+    table = res.stdout
+    assert "5 file(s): 3 done, 0 skipped, 2 failed" in table
+    lines = {line.split()[1]: line for line in table.splitlines()[1:-1]}
+    assert lines["truncated.tif"].startswith("failed") and "truncated or corrupt" in lines["truncated.tif"]
+    assert lines["readme.tif"].startswith("failed") and "not a raster" in lines["readme.tif"]
+    assert all(lines[f"s{i}.tif"].startswith("done") for i in range(3))
+    assert "Traceback" not in res.output
+    manifest = json.loads((out / "geonp_batch.json").read_text())
+    assert {f["name"]: f["status"] for f in manifest["files"]} == {
+        "s0.tif": "done", "s1.tif": "done", "s2.tif": "done", "truncated.tif": "failed", "readme.tif": "failed"}
+    for i in range(3):
+        filled, std = read(out / f"s{i}.tif"), read(out / f"s{i}_std.tif")
+        gaps = np.isnan(read(src / f"s{i}.tif"))
+        assert np.isfinite(filled).all() and (std[gaps] > 0).all() and (std[~gaps] == 0).all()
+
+    # rerun on an existing cluster: the done files are skipped, the bad ones fail again
+    res = CliRunner().invoke(cli, ["-q"] + args + ["--scheduler", cluster.scheduler_address])
+    assert res.exit_code == 1
+    assert "0 done, 3 skipped, 2 failed" in res.stdout and "s0.tif" not in res.stdout  # -q: failures only
+    bad.unlink()
+    (src / "readme.tif").unlink()
+    res = CliRunner().invoke(cli, ["-q"] + args + ["--scheduler", cluster.scheduler_address])
+    assert res.exit_code == 0 and res.stdout == ""
+    assert json.loads((out / "geonp_batch.json").read_text())["counts"] == {"done": 0, "skipped": 3, "failed": 0}
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--pattern", "*.png"], "add --recursive"),
+        (["--co", "COMPRES=ZSTD"], "Unknown creation option"),
+        (["--model", "no-such-model"], "unknown model"),
+        (["--scheduler", "tcp://127.0.0.1:1", "--workers", "0"], "Invalid value for '--workers'"),
+    ],
+)
+def test_batch_errors_are_one_line(tmp_path, tiny_model, extra, message):
+    write_scene(tmp_path / "in" / "a.tif", 1)
+    args = ["batch", str(tmp_path / "in"), str(tmp_path / "out"), "--model", str(tiny_model)]
+    res = CliRunner().invoke(cli, args + extra)
+    assert res.exit_code != 0 and message in res.output
+    assert "Traceback" not in res.output
+    res = CliRunner().invoke(cli, ["batch", str(tmp_path / "missing"), str(tmp_path / "out")])
+    assert res.exit_code == 1 and "INPUT_DIR" in res.output and "does not exist" in res.output
+
+
+def test_batch_help_has_examples():
+    res = CliRunner().invoke(cli, ["batch", "--help"])
+    assert res.exit_code == 0
+    for text in ("Example", "--scheduler", "--no-skip-existing", "--threads-per-worker", "--recursive"):
+        assert text in res.output
+
+
+def done_in_manifest(out: Path) -> bool:
+    try:
+        files = json.loads((out / "geonp_batch.json").read_text())["files"]
+    except (OSError, ValueError):
+        return False
+    return any(f["status"] == "done" for f in files)
+
+
+def test_killed_run_resumes_to_the_same_outputs(tmp_path, tiny_model, cluster):
+    src, out, clean = tmp_path / "in", tmp_path / "out", tmp_path / "clean"
+    names = [f"small{i}.tif" for i in range(4)] + ["zbig0.tif", "zbig1.tif"]
+    for i, name in enumerate(names):
+        write_scene(src / name, i, size=256 if name.startswith("zbig") else 48)
+    geonp.fill_many(src, clean, model=str(tiny_model), device="cpu", scheduler=cluster.scheduler_address)
+
+    cmd = [sys.executable, "-c", "from geonp_cli.main import cli; cli()", "-q", "batch", str(src), str(out),
+           "--model", str(tiny_model), "--device", "cpu", "--workers", "2"]
+    env = {**os.environ, "DASK_LOGGING__DISTRIBUTED": "warning"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    import psutil
+
+    children: list[psutil.Process] = []
+    try:
+        deadline = time.monotonic() + 120
+        while proc.poll() is None and time.monotonic() < deadline and not done_in_manifest(out):
+            time.sleep(0.02)
+        assert proc.poll() is None, "the batch ended before it could be killed"
+        children = psutil.Process(proc.pid).children(recursive=True)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        _, alive = psutil.wait_procs(children, timeout=20)
+        assert not alive, "Dask workers outlived the killed batch"
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        for child in children:
+            if child.is_running():
+                child.kill()
+    complete = [n for n in names if (out / n).exists() and (out / n.replace(".tif", "_std.tif")).exists()]
+    assert 0 < len(complete) < len(names), complete
+
+    res = CliRunner().invoke(cli, ["batch", str(src), str(out), "--model", str(tiny_model), "--device", "cpu",
+                                   "--scheduler", cluster.scheduler_address])
+    assert res.exit_code == 0, res.output
+    report = json.loads((out / "geonp_batch.json").read_text())
+    status = {f["name"]: f["status"] for f in report["files"]}
+    assert "skipped" in status.values() and all(status[n] in ("skipped", "done") for n in complete)
+    assert all(status[n] == "done" for n in names if n not in complete)
+    for name in names:
+        for part in (name, name.replace(".tif", "_std.tif")):
+            np.testing.assert_array_equal(read(out / part), read(clean / part))
+    assert sorted(p.name for p in out.iterdir()) == sorted(p.name for p in clean.iterdir())
+
+
+def test_fill_scheduler_cli_equals_one_process(tmp_path, tiny_model, cluster):
+    scene = write_scene(tmp_path / "scene.tif", 7, size=64, bands=2)
+    opts = ["--model", str(tiny_model), "--device", "cpu", "--tile-size", "16", "--overlap", "4",
+            "--block-size", "32", "--search-radius", "24"]
+    res = CliRunner().invoke(cli, ["-q", "fill", str(scene), str(tmp_path / "spread.tif"),
+                                   "--scheduler", cluster.scheduler_address] + opts)
+    assert res.exit_code == 0, res.output
+    res = CliRunner().invoke(cli, ["-q", "fill", str(scene), str(tmp_path / "local.tif")] + opts)
+    assert res.exit_code == 0, res.output
+    for a, b in (("spread.tif", "local.tif"), ("spread_std.tif", "local_std.tif")):
+        np.testing.assert_array_equal(read(tmp_path / a), read(tmp_path / b))
+    assert np.isfinite(read(tmp_path / "spread.tif")).all()

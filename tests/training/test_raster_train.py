@@ -1,0 +1,102 @@
+import json
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from geonp.config import ModelConfig, TrainConfig
+from geonp.data.datasets import sample_patches, split_columns
+from geonp.errors import InputRasterError, NoValidPixelsError
+from geonp.training.checkpoint import load_checkpoint
+from geonp.training.raster import TaskShape, train
+from geonp_cli.main import cli
+from tests.conftest import smooth_field, write_raster
+
+SMALL = dict(
+    model=ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32),
+    batch_size=8,
+    task_shape=TaskShape(patch_size=24, core_size=12, max_context=48, max_targets=32),
+    val_tasks=16,
+    pool_size=60,
+    nodata=0,
+)
+
+
+@pytest.fixture(scope="module")
+def raster(tmp_path_factory):
+    d = tmp_path_factory.mktemp("train")
+    arr = np.stack([smooth_field((96, 160), seed=s) for s in (1, 2)]).astype("uint16")
+    arr[:, :10, :10] = 0  # some nodata
+    return write_raster(d / "scene.tif", arr)
+
+
+def test_short_training_lowers_validation_nll(raster, tmp_path):
+    report = train([raster], tmp_path / "m", training=TrainConfig(steps=40, val_every=10, lr=3e-3, warmup_steps=5), **SMALL)
+    nll = [r["val_nll"] for r in report.history]
+    assert len(nll) == 4
+    assert min(nll[1:]) < nll[0] - 0.05, nll
+    assert report.best_val_nll == pytest.approx(min(nll))
+    loaded = load_checkpoint(tmp_path / "m")
+    assert loaded.card["best_step"] == report.best_step
+    assert len(loaded.normalizer["mean"]) == 2
+    assert loaded.config.coord_unit == "pixel"
+
+
+def test_resume_continues_from_the_saved_step(raster, tmp_path):
+    train([raster], tmp_path / "m", training=TrainConfig(steps=10, val_every=5, warmup_steps=2), **SMALL)
+    state = json.loads((tmp_path / "m" / "train_state" / "state.json").read_text())
+    assert state["progress"]["step"] == 10
+    report = train([raster], tmp_path / "m", training=TrainConfig(steps=20, val_every=5, warmup_steps=2),
+                   resume=True, metrics=tmp_path / "metrics.jsonl", **SMALL)
+    steps = [r["step"] for r in report.history]
+    assert steps == [5, 10, 15, 20]  # history kept, training went on from 10
+    lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
+    assert [x["step"] for x in lines] == [15, 20]
+
+
+def test_training_and_validation_patches_do_not_overlap(raster):
+    regions = split_columns(160, val_fraction=0.2, test_fraction=0.1)
+    assert regions.train == (0, 112) and regions.val == (112, 144) and regions.test == (144, 160)
+    common = dict(patch_size=24, nodata=0, bands=None, val_fraction=0.2, test_fraction=0.1, min_valid_fraction=0.5)
+    tr = sample_patches([raster], region="train", count=50, rng=np.random.default_rng(0), **common)
+    va = sample_patches([raster], region="val", count=20, rng=np.random.default_rng(1), **common)
+    assert max(c + 24 for _, _, c in tr.offsets) <= 112
+    assert min(c for _, _, c in va.offsets) >= 112 and max(c + 24 for _, _, c in va.offsets) <= 144
+
+
+def test_model_directory_reloads_to_identical_outputs(raster, tmp_path):
+    train([raster], tmp_path / "m", training=TrainConfig(steps=4, val_every=2, warmup_steps=1), **SMALL)
+    a, b = load_checkpoint(tmp_path / "m"), load_checkpoint(tmp_path / "m")
+    xc, yc, xt = torch.rand(1, 30, 2) * 20, torch.randn(1, 30, 1), torch.rand(1, 7, 2) * 20
+    with torch.no_grad():
+        assert torch.equal(a.module(xc, yc, xt)[0], b.module(xc, yc, xt)[0])
+
+
+def test_bad_training_inputs(tmp_path, raster):
+    empty = write_raster(tmp_path / "empty.tif", np.zeros((2, 96, 160), "uint16"))
+    with pytest.raises(NoValidPixelsError, match="patches with at least 50% valid pixels"):
+        train([empty], tmp_path / "m", training=TrainConfig(steps=2), **SMALL)
+    one_band = write_raster(tmp_path / "one.tif", smooth_field((96, 160)).astype("uint16")[None])
+    with pytest.raises(InputRasterError, match="different band counts"):
+        train([raster, one_band], tmp_path / "m", training=TrainConfig(steps=2), **SMALL)
+    bad = tmp_path / "bad.tif"
+    bad.write_text("not a raster")
+    res = CliRunner().invoke(cli, ["train", str(bad), "--output", str(tmp_path / "m2"), "--steps", "2"])
+    assert res.exit_code == 1 and "bad.tif" in res.output and "Traceback" not in res.output
+
+
+def test_cli_train_with_config_file(raster, tmp_path):
+    cfg = tmp_path / "cfg.yaml"
+    cfg.write_text("model:\n  dim: 16\n  depth: 1\n  num_heads: 2\n  ff_dim: 32\n"
+                   "training:\n  steps: 4\n  val_every: 2\n  warmup_steps: 1\n"
+                   "data:\n  patch_size: 24\n  core_size: 12\n  max_context: 48\n  max_targets: 16\n"
+                   "  batch_size: 4\n  val_tasks: 16\n  pool_size: 30\n  nodata: 0\n")
+    res = CliRunner().invoke(cli, ["-q", "train", str(raster), "--output", str(tmp_path / "m"), "--config", str(cfg),
+                                   "--metrics", str(tmp_path / "m.csv")])
+    assert res.exit_code == 0, res.output
+    assert "Trained 4 steps" in res.output
+    assert (tmp_path / "m.csv").read_text().splitlines()[0] == "step,train_nll,val_nll,lr,seconds"
+    cfg.write_text("model:\n  colour: red\n")
+    res = CliRunner().invoke(cli, ["train", str(raster), "--output", str(tmp_path / "m3"), "--config", str(cfg)])
+    assert res.exit_code == 1 and "unknown model option(s) ['colour']" in res.output
