@@ -46,6 +46,7 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
     """
     import geonp
 
+    _check_quicklook(input, output, opts)
     quiet = ctx.obj.get("quiet", False)
     bar = None
 
@@ -69,8 +70,32 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
         for key, value in report.plan.items():
             click.echo(f"  {key}: {value}")
         return
+    if report.gap_pixels == 0:
+        click.echo(f"{input} has no missing pixel: copied it unchanged to {report.output}; "
+                   f"std (all 0) in {report.uncertainty}")
+        return
     msg = (f"Filled {report.filled_pixels} of {report.gap_pixels} gap pixels in {report.seconds:.1f} s "
            f"with model {report.model}: {report.output}, std in {report.uncertainty}")
     if report.unfilled_pixels:
         msg += f"; {report.unfilled_pixels} left as nodata (beyond --max-distance or any context)"
     click.echo(msg)
+
+
+def _check_quicklook(input: str, output: str, opts: dict[str, object]) -> None:
+    """Refuse a --quicklook path that would overwrite an input or an output, before any work."""
+    quicklook = opts.get("quicklook")
+    if quicklook is None or opts.get("dry_run"):
+        return
+    from pathlib import Path
+
+    from geonp.errors import OutputError
+    from geonp.inference import default_uncertainty_path
+    from geonp.io.output import check_output_path
+
+    std = opts.get("uncertainty") or default_uncertainty_path(output)
+    others = [p for p in (input, opts.get("mask")) if p is not None]
+    ql = check_output_path(str(quicklook), inputs=others, overwrite=bool(opts.get("overwrite")),
+                           role="--quicklook")
+    for name, path in (("OUTPUT", output), ("--uncertainty", std)):
+        if ql == Path(str(path)).expanduser().absolute():
+            raise OutputError(f"--quicklook {quicklook} is the same path as {name}; give another path.")

@@ -7,8 +7,10 @@ Heavy modules (torch, rasterio) are imported inside the commands, so ``geonp --h
 from __future__ import annotations
 
 import logging
+import os
 import sys
 import traceback
+import warnings
 from typing import Any
 
 import click
@@ -16,21 +18,81 @@ import click
 from geonp._version import __version__
 from geonp.errors import GeonpError
 
+#: Warnings rasterio issues for rasters without georeferencing; geonp logs its own one-liner.
+_NOISY_WARNINGS = (r"Dataset has no geotransform", r"The given matrix is equal to Affine\.identity")
+
+
+def _quiet_gdal(verbose: int) -> None:
+    """Without -v, keep GDAL's own warnings off the terminal: errors reach the user as geonp's
+    one-line messages (which quote GDAL's text), and -v shows everything."""
+    if verbose:
+        if os.environ.get("CPL_LOG") == os.devnull and _SET_CPL_LOG:
+            del os.environ["CPL_LOG"]
+            _SET_CPL_LOG.clear()
+        logging.getLogger("rasterio").setLevel(logging.NOTSET)
+        return
+    if "CPL_LOG" not in os.environ:  # GDAL's default handler prints "Warning 1: ..." to stderr
+        os.environ["CPL_LOG"] = os.devnull
+        _SET_CPL_LOG.append(True)
+    logging.getLogger("rasterio").setLevel(logging.ERROR)
+    for pattern in _NOISY_WARNINGS:
+        warnings.filterwarnings("ignore", message=pattern)
+
+
+_SET_CPL_LOG: list[bool] = []
+
+
+def _one_line(err: BaseException) -> str:
+    return " ".join(str(err).split()) or type(err).__name__
+
+
+def _verbose(ctx: click.Context) -> bool:
+    return bool(ctx.obj and ctx.obj.get("verbose"))  # set by cli(), inside invoke
+
 
 class GeonpGroup(click.Group):
-    """A click group that turns geonp errors into one-line messages and exit code 1."""
+    """A click group that turns errors into one-line messages and exit code 1.
+
+    geonp errors print their message; a system error (``OSError``: permissions, a full disk)
+    prints what the system said; anything else is a bug, printed as one line that asks for a
+    report. ``-v`` adds the traceback in every case.
+    """
 
     def invoke(self, ctx: click.Context) -> Any:
-        """Run the command; print a geonp error as one line (with a traceback under ``-v``)."""
+        """Run the command; print an error as one line (with a traceback under ``-v``)."""
         try:
             return super().invoke(ctx)
+        except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
+            raise
         except GeonpError as err:
-            if ctx.obj and ctx.obj.get("verbose"):
+            if _verbose(ctx):
                 traceback.print_exc()
-            raise click.ClickException(str(err)) from None
+            raise click.ClickException(_one_line(err)) from None
         except KeyboardInterrupt:
             click.echo("Interrupted; no partial output was left.", err=True)
             sys.exit(130)
+        except MemoryError:
+            if _verbose(ctx):
+                traceback.print_exc()
+            raise click.ClickException(
+                "out of memory; use a smaller --block-size (or --tile-size/--max-context), or a "
+                "machine with more memory"
+            ) from None
+        except OSError as err:
+            if _verbose(ctx):
+                traceback.print_exc()
+            raise click.ClickException(_one_line(err)) from None
+        except Exception as err:  # noqa: BLE001 - the last line of defence against tracebacks
+            if _verbose(ctx):
+                traceback.print_exc()
+            if type(err).__module__.startswith("rasterio"):
+                raise click.ClickException(
+                    f"GDAL error ({type(err).__name__}): {_one_line(err)}; run again with -v for details"
+                ) from None
+            raise click.ClickException(
+                f"unexpected {type(err).__name__}: {_one_line(err)}. This is a bug in geonp; run "
+                "again with -v and report the traceback"
+            ) from None
 
 
 @click.group(cls=GeonpGroup, context_settings={"help_option_names": ["-h", "--help"]})
@@ -49,6 +111,7 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     """
     level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    _quiet_gdal(verbose)
     ctx.ensure_object(dict)
     ctx.obj.update(verbose=verbose, quiet=quiet)
 

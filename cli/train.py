@@ -17,7 +17,7 @@ from geonp_cli.options import band_option, device_option, expand_rasters, nodata
 @click.option("-o", "--output", required=True, type=click.Path(file_okay=False), help="Model directory to write.")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
               help="YAML file with `model:`, `training:` and `data:` sections; options given on the command line win.")
-@click.option("--arch", type=click.Choice(["tnpkr", "tnpd"]), default=None, help="Model family [tnpkr].")
+@click.option("--arch", type=click.Choice(["tnpkr", "tnpd", "cmanp"]), default=None, help="Model family [tnpkr].")
 @click.option("--attention", type=click.Choice(["scan", "dka", "performer", "dense"]), default=None, help="TNP-KR attention [scan].")
 @click.option("--dim", type=click.IntRange(min=8), default=None, help="Model width [64].")
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Number of blocks [6].")

@@ -9,7 +9,7 @@ from geonp.errors import ConfigError
 
 T = TypeVar("T")
 
-ARCHS = ("tnpkr", "tnpd")
+ARCHS = ("tnpkr", "tnpd", "cmanp")
 ATTENTION_NAMES = ("scan", "dense", "dka", "performer")
 
 
@@ -31,7 +31,8 @@ class ModelConfig:
     """Architecture of a model; stored in every model file so it can be rebuilt without code.
 
     Attributes:
-        arch: ``"tnpkr"`` (default), ``"tnpd"`` (seed 001 baseline).
+        arch: ``"tnpkr"`` (default), ``"tnpd"`` (seed 001 baseline), ``"cmanp"`` (seed 003,
+            constant memory in the context; embeds coordinates divided by ``4 * bias_length_scale``).
         attention: TNP-KR attention: ``"scan"``, ``"dense"``, ``"dka"``, ``"performer"``.
         dim_y: value channels modelled jointly (1 = each band on its own, any band count).
         dim_x: coordinate dimension.
@@ -41,14 +42,16 @@ class ModelConfig:
         ff_dim: feed-forward width.
         bias: kernel bias (``"rbf"``) or None.
         num_basis: basis functions of the RBF bias.
-        bias_length_scale: typical distance in coordinate units (bias initialisation).
+        bias_length_scale: typical distance in coordinate units (bias initialisation; CMANP's
+            coordinate scale).
         embed_coords: put coordinates into tokens (not translation invariant).
         sigma_min: lower bound of the std in normalised units.
         dropout: residual dropout.
         coord_unit: what one coordinate unit is (``"pixel"`` for raster models).
+        num_latents: CMANP latents per set (``|L_0| = |L_B|``).
     """
 
-    arch: Literal["tnpkr", "tnpd"] = "tnpkr"
+    arch: Literal["tnpkr", "tnpd", "cmanp"] = "tnpkr"
     attention: Literal["scan", "dense", "dka", "performer"] = "scan"
     dim_y: int = 1
     dim_x: int = 2
@@ -63,16 +66,18 @@ class ModelConfig:
     sigma_min: float = 0.01
     dropout: float = 0.0
     coord_unit: str = "pixel"
+    num_latents: int = 64
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
             raise ConfigError(f"arch={self.arch!r} is not one of {list(ARCHS)}")
         if self.attention not in ATTENTION_NAMES:
             raise ConfigError(f"attention={self.attention!r} is not one of {list(ATTENTION_NAMES)}")
-        if self.dim % self.num_heads:
-            raise ConfigError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
+        for name in ("dim_y", "dim_x", "dim", "depth", "num_heads", "ff_dim", "num_basis", "num_latents"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive integer")
+        if self.dim % self.num_heads:
+            raise ConfigError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
         if not 0.0 <= self.sigma_min < 1.0:
             raise ConfigError(f"sigma_min={self.sigma_min} must be in [0, 1)")
 

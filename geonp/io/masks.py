@@ -113,7 +113,7 @@ def read_mask_file(
             other than 0, 1 and 255.
     """
     name = os.fspath(path)
-    with open_raster(name) as src:
+    with open_raster(name, role="Mask") as src:
         _check_same_grid(src, like, name)
         values = read_window(src, window, [1])[0]
         mask_nodata = src.nodata

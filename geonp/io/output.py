@@ -2,16 +2,23 @@
 
 geonp never modifies its input and never leaves a half-written output: every file is written
 to a hidden temporary file in the output's directory and moved onto its final name only when
-it is complete (``os.replace`` is atomic within one file system). A killed run leaves at most a
-``.<name>.geonp-partial-*`` file, never a truncated OUTPUT.
+it is complete (``os.replace`` is atomic within one file system), after it has been read back in
+full (GDAL can report success for a file a full disk truncated). A filled raster and its std
+raster are written as one transaction: both appear, or neither. A killed run leaves at most a
+``.<name>.geonp-partial-<host>-<pid>-*`` file, never a truncated OUTPUT, and the next run that
+writes the same output removes it.
 """
 
 from __future__ import annotations
 
 import errno
+import glob
+import hashlib
 import logging
 import os
 import secrets
+import socket
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
@@ -23,6 +30,7 @@ import rasterio.errors
 import rasterio.shutil
 from rasterio.enums import ColorInterp
 from rasterio.io import DatasetReader, DatasetWriter
+from rasterio.windows import Window
 
 from geonp.errors import ConfigError, OutputError
 from geonp.io.raster import check_nodata_in_range
@@ -38,6 +46,8 @@ __all__ = [
     "finalize_cog",
     "output_profile",
     "parse_creation_options",
+    "remove_stale_partials",
+    "verify_raster_file",
 ]
 
 #: GTiff creation options accepted with ``--co`` (GDAL's GTiff driver documentation).
@@ -91,6 +101,7 @@ def check_output_path(
     *,
     inputs: Sequence[str | os.PathLike[str]],
     overwrite: bool,
+    role: str = "OUTPUT",
 ) -> Path:
     """Check that an output can be written without harming anything.
 
@@ -98,6 +109,7 @@ def check_output_path(
         output: Path of the file to write.
         inputs: Paths this run reads; the output must be none of them.
         overwrite: Whether an existing output may be replaced.
+        role: What the output is, as error messages name it (``"OUTPUT"``, ``"--quicklook"``).
 
     Returns:
         The absolute output path.
@@ -110,12 +122,12 @@ def check_output_path(
     for inp in inputs:
         if _same_file(out, Path(os.fspath(inp)).expanduser()):
             raise OutputError(
-                f"OUTPUT {out} is the input {inp}; write to another path (geonp never "
+                f"{role} {out} is the input {inp}; write to another path (geonp never "
                 "modifies its input)."
             )
     if out.is_dir():
         raise OutputError(
-            f"OUTPUT {out} is a directory; give a file path such as {out / 'filled.tif'}."
+            f"{role} {out} is a directory; give a file path such as {out / 'filled.tif'}."
         )
     parent = out.parent.resolve() if str(out.parent) else Path.cwd()
     if not parent.exists():
@@ -372,8 +384,59 @@ def _disk_full_message(path: str | os.PathLike[str]) -> str:
     )
 
 
+def _host_tag() -> str:
+    """Six hex digits naming this machine (partial files on shared disks name their writer)."""
+    return hashlib.sha1(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:6]
+
+
 def _partial_path(final: Path, suffix: str) -> Path:
-    return final.with_name(f".{final.name}{_PARTIAL_TAG}{secrets.token_hex(6)}{suffix}")
+    """``.<name>.geonp-partial-<host>-<pid>-<random><suffix>`` beside ``final``."""
+    owner = f"{_host_tag()}-{os.getpid()}"
+    return final.with_name(f".{final.name}{_PARTIAL_TAG}{owner}-{secrets.token_hex(6)}{suffix}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    except OSError:
+        return True
+    return True
+
+
+def remove_stale_partials(final: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files that killed runs left for ``final``.
+
+    Only files written by a process of this machine that no longer runs are removed, so a
+    run that is writing the same output right now (or one on another machine sharing the
+    disk) keeps its file.
+
+    Args:
+        final: The output path whose ``.<name>.geonp-partial-*`` files to look for.
+
+    Returns:
+        The paths removed.
+    """
+    path = Path(os.fspath(final)).expanduser().absolute()
+    if not path.parent.is_dir():
+        return []
+    removed = []
+    host = _host_tag()
+    for tmp in path.parent.glob(f".{glob.escape(path.name)}{_PARTIAL_TAG}*"):
+        rest = tmp.name[len(f".{path.name}{_PARTIAL_TAG}"):]
+        parts = rest.split("-")
+        if len(parts) < 3 or parts[0] != host or not parts[1].isdigit():
+            continue
+        if _pid_alive(int(parts[1])):
+            continue
+        _unlink_quietly(tmp)
+        if not tmp.exists():
+            logger.info("removed %s, left by an interrupted run", tmp)
+            removed.append(tmp)
+    return removed
 
 
 def _fsync_path(path: Path) -> None:
@@ -401,6 +464,75 @@ def _unlink_quietly(path: Path) -> None:
         logger.warning("could not remove temporary file %s: %s", path, err)
 
 
+#: Bytes read at a time when a finished file is read back.
+_VERIFY_CHUNK_BYTES = 32 * 2**20
+
+
+def verify_raster_file(path: str | os.PathLike[str], profile: Mapping[str, Any]) -> None:
+    """Read a just-written raster back, all of it, strip by strip.
+
+    GDAL does not always report a failed write: on a full disk libtiff prints a message and
+    ``close()`` returns normally, leaving a truncated file. Reading every block back (memory
+    bounded by ``_VERIFY_CHUNK_BYTES``) catches that before the file gets its final name.
+
+    Args:
+        path: The finished file.
+        profile: The profile it was written with (size, band count and type are checked).
+
+    Raises:
+        OutputError: If the file cannot be opened or read, or does not have the written shape.
+    """
+    name = os.fspath(path)
+    try:
+        with rasterio.open(name) as src:
+            want = (int(profile["width"]), int(profile["height"]), int(profile["count"]))
+            got = (src.width, src.height, src.count)
+            if got != want:
+                raise ValueError(f"it has {got[0]}x{got[1]} px and {got[2]} band(s), not "
+                                 f"{want[0]}x{want[1]} and {want[2]}")
+            block_h = max(1, src.block_shapes[0][0])
+            row_bytes = src.width * src.count * np.dtype(src.dtypes[0]).itemsize
+            rows = max(block_h, (_VERIFY_CHUNK_BYTES // max(row_bytes, 1)) // block_h * block_h)
+            for r0 in range(0, src.height, rows):
+                src.read(window=Window(0, r0, src.width, min(rows, src.height - r0)))
+    except (rasterio.errors.RasterioError, OSError, ValueError) as err:
+        raise _verify_failed(path, err) from err
+
+
+def _free_bytes(directory: Path) -> int | None:
+    try:
+        st = os.statvfs(directory)
+    except (OSError, AttributeError):
+        return None
+    return st.f_bavail * st.f_frsize
+
+
+def _verify_failed(path: str | os.PathLike[str], err: BaseException) -> OutputError:
+    """The error for a written file that does not read back (most often a full disk)."""
+    return _write_failed(path, err, what="the file could not be read back")
+
+
+def _is_gdal_error(err: BaseException) -> bool:
+    """Tell whether an exception is rasterio's or GDAL's own (``RasterioIOError``, ``CPLE_*``)."""
+    return type(err).__module__.startswith("rasterio")
+
+
+def _write_failed(path: str | os.PathLike[str], err: BaseException, *, what: str = "") -> OutputError:
+    """One-line error for a failed write; a full disk (or nearly full) is named as such.
+
+    GDAL often reports a full disk only indirectly ("IO error writing tag data", or a file
+    that will not open afterwards), so little free space left counts as a full disk too.
+    """
+    free = _free_bytes(Path(os.fspath(path)).parent)
+    if _is_disk_full(err) or (free is not None and free < 4 * 2**20):
+        return OutputError(_disk_full_message(path))
+    text = " ".join(str(err).split()) or type(err).__name__
+    return OutputError(
+        f"Writing {os.fspath(path)} failed: {what + ' ' if what else ''}({text}); check the disk "
+        "and the path, and run again. No file was written."
+    )
+
+
 def _commit(tmp: Path, final: Path, *, overwrite: bool) -> None:
     """Move a finished temporary file onto its final name."""
     if overwrite:
@@ -422,20 +554,40 @@ def _commit(tmp: Path, final: Path, *, overwrite: bool) -> None:
     tmp.unlink()
 
 
-class AtomicRasterWriter:
-    """Write a raster to a temporary file and move it onto its final path when complete.
+#: The AtomicRasterWriters open in each thread, outermost first (nested writers commit together).
+_OPEN_WRITERS = threading.local()
 
-    On entering, a hidden file ``.<name>.geonp-partial-<random>.tif`` is created in the
-    output's directory and its rasterio writer is returned. On a clean exit the writer is
-    closed, converted to COG if asked, flushed to disk and moved onto the final path. On any
-    exception, KeyboardInterrupt included, the temporary file is deleted and the exception
-    propagates; a full disk becomes :class:`~geonp.errors.OutputError`. Either way no partial
-    output remains. A ``.aux.xml`` sidecar GDAL writes for metadata the TIFF cannot hold is
-    moved along with the raster.
+
+def _open_writers() -> list[AtomicRasterWriter]:
+    stack = getattr(_OPEN_WRITERS, "stack", None)
+    if stack is None:
+        stack = _OPEN_WRITERS.stack = []
+    return stack
+
+
+class AtomicRasterWriter:
+    r"""Write a raster to a temporary file and move it onto its final path when complete.
+
+    On entering, a hidden file ``.<name>.geonp-partial-<host>-<pid>-<random>.tif`` is created
+    in the output's directory and its rasterio writer is returned (temporary files that killed
+    runs of this machine left for the same output are deleted first). On a clean exit the
+    writer is closed, converted to COG if asked, read back in full (GDAL can silently truncate
+    a file on a full disk), flushed to disk and moved onto the final path. On any exception,
+    KeyboardInterrupt included, the temporary file is deleted and the exception propagates; a
+    full disk becomes :class:`~geonp.errors.OutputError`. Either way no partial output
+    remains. A ``.aux.xml`` sidecar GDAL writes for metadata the TIFF cannot hold is moved
+    along with the raster.
+
+    Writers nested in one thread form one transaction: an inner writer that finishes while an
+    outer one is still open keeps its finished temporary file until the outer one finishes,
+    then both are moved into place (inner ones first); if the outer one fails, neither
+    appears. So a filled raster and its std raster appear together or not at all.
 
     Example:
-        >>> with AtomicRasterWriter("filled.tif", profile, overwrite=False) as dst:
+        >>> with AtomicRasterWriter("filled.tif", profile, overwrite=False) as dst, \
+        ...         AtomicRasterWriter("filled_std.tif", std_profile, overwrite=False) as dstd:
         ...     dst.write(data)
+        ...     dstd.write(std)
     """
 
     def __init__(
@@ -465,6 +617,8 @@ class AtomicRasterWriter:
         self.temp_path: Path | None = None
         self._dst: DatasetWriter | None = None
         self._extra_temps: list[Path] = []
+        self._ready: Path | None = None
+        self._pending: list[AtomicRasterWriter] = []
 
     def __enter__(self) -> DatasetWriter:
         """Create the temporary file and return its open writer."""
@@ -474,6 +628,7 @@ class AtomicRasterWriter:
             raise OutputError(
                 f"Output directory {self.path.parent} does not exist; create it first."
             )
+        remove_stale_partials(self.path)
         self.temp_path = _partial_path(self.path, ".tif")
         try:
             self._dst = rasterio.open(self.temp_path, "w", **self.profile)
@@ -482,6 +637,7 @@ class AtomicRasterWriter:
             if _is_disk_full(err):
                 raise OutputError(_disk_full_message(self.path)) from err
             raise
+        _open_writers().append(self)
         return self._dst
 
     def __exit__(
@@ -490,7 +646,11 @@ class AtomicRasterWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        """Commit the file on success; delete it on failure."""
+        """Commit the file (with the nested writers' files) on success; delete them on failure."""
+        stack = _open_writers()
+        if self in stack:
+            stack.remove(self)
+        outer = stack[-1] if stack else None
         dst, self._dst = self._dst, None
         if exc is not None:
             if dst is not None:
@@ -501,19 +661,26 @@ class AtomicRasterWriter:
             self._cleanup()
             if _is_disk_full(exc):
                 raise OutputError(_disk_full_message(self.path)) from exc
+            if _is_gdal_error(exc) and self.temp_path is not None and self.temp_path.name in str(exc):
+                raise _write_failed(self.path, exc) from exc  # GDAL failed writing this file
             return False
         try:
             if dst is not None:
                 dst.close()
-            self._finish()
+            self._prepare()
+            if outer is not None:
+                outer._pending.append(self)  # committed (or deleted) with the outer writer
+                return False
+            self._commit_all()
         except BaseException as err:
             self._cleanup()
-            if _is_disk_full(err):
-                raise OutputError(_disk_full_message(self.path)) from err
-            raise
+            if isinstance(err, OutputError) or not isinstance(err, Exception):
+                raise
+            raise _write_failed(self.path, err) from err
         return False
 
-    def _finish(self) -> None:
+    def _prepare(self) -> None:
+        """Close-time work short of the rename: COG conversion, read-back check, fsync."""
         assert self.temp_path is not None, "AtomicRasterWriter used outside a with block"
         ready = self.temp_path
         if self.cog:
@@ -523,18 +690,53 @@ class AtomicRasterWriter:
             _unlink_quietly(self.temp_path)
             _unlink_quietly(_aux_path(self.temp_path))
             ready = cog_path
+        verify_raster_file(ready, self.profile)
         _fsync_path(ready)
-        _commit(ready, self.path, overwrite=self.overwrite)
-        aux = _aux_path(ready)
+        self._ready = ready
+
+    def _writers(self) -> list[AtomicRasterWriter]:
+        """This writer's nested writers (depth first), then itself: the commit order."""
+        out: list[AtomicRasterWriter] = []
+        for inner in self._pending:
+            out.extend(inner._writers())
+        out.append(self)
+        return out
+
+    def _commit_all(self) -> None:
+        writers = self._writers()
+        if len(writers) > 1:
+            for w in writers:  # no-clobber check before moving anything
+                if not w.overwrite and w.path.exists():
+                    raise OutputError(f"{w.path} already exists (it appeared while geonp was "
+                                      "writing); pass --overwrite to replace it.")
+        done: list[AtomicRasterWriter] = []
+        try:
+            for w in writers:
+                w._move_into_place()
+                done.append(w)
+        except BaseException:
+            for w in done:  # best effort: take back the new files that did not replace any
+                if not w.overwrite:
+                    _unlink_quietly(w.path)
+            raise
+        for parent in {w.path.parent for w in writers}:
+            _fsync_dir(parent)
+
+    def _move_into_place(self) -> None:
+        assert self._ready is not None, "AtomicRasterWriter committed before it was prepared"
+        _commit(self._ready, self.path, overwrite=self.overwrite)
+        aux = _aux_path(self._ready)
         final_aux = _aux_path(self.path)
         if aux.exists():
             os.replace(aux, final_aux)
         elif final_aux.exists():
             # Left by the file just replaced: it would now describe the wrong raster.
             _unlink_quietly(final_aux)
-        _fsync_dir(self.path.parent)
 
     def _cleanup(self) -> None:
+        for inner in self._pending:
+            inner._cleanup()
+        self._pending = []
         for path in [self.temp_path, *self._extra_temps]:
             if path is not None:
                 _unlink_quietly(path)
@@ -597,9 +799,12 @@ _SKIPPED_COLORINTERP = frozenset({ColorInterp.alpha, ColorInterp.palette})
 def copy_metadata(src: DatasetReader, dst: DatasetWriter, *, bands: Sequence[int]) -> None:
     """Copy descriptive metadata from the input to an output of the selected bands.
 
-    Copies dataset tags, and per band: description, tags (except ``STATISTICS_*``, which the
-    fill makes stale), scale, offset, unit and colour interpretation (except alpha and
-    palette). Output band ``i`` (1-based) receives the metadata of source band ``bands[i-1]``.
+    Copies dataset tags, ground control points and RPCs (a raster georeferenced by GCPs has
+    no CRS or transform of its own), and per band: description, tags (except
+    ``STATISTICS_*``, which the fill makes stale), scale, offset, unit and colour
+    interpretation (except alpha and palette). Output band ``i`` (1-based) receives the
+    metadata of source band ``bands[i-1]``. A source without any georeferencing is logged as
+    a warning: geonp fills it in pixel units, and the output has none either.
 
     Args:
         src: The open input.
@@ -607,6 +812,16 @@ def copy_metadata(src: DatasetReader, dst: DatasetWriter, *, bands: Sequence[int
         bands: 1-based source band indexes, in output order.
     """
     dst.update_tags(**src.tags())
+    gcps, gcp_crs = src.gcps
+    if gcps:
+        dst.gcps = (gcps, gcp_crs)
+    if src.rpcs is not None:
+        dst.rpcs = src.rpcs
+    if src.crs is None and not gcps and src.rpcs is None:
+        logger.warning(
+            "%s has no CRS; it is filled in pixel units and the output has no CRS either "
+            "(assign one with gdal_edit.py -a_srs EPSG:<code>)", src.name
+        )
     for out_band, band in enumerate(bands, start=1):
         description = src.descriptions[band - 1]
         if description:

@@ -58,36 +58,51 @@ def _is_virtual(path: str) -> bool:
     return path.startswith("/vsi") or "://" in path
 
 
-def open_raster(path: str | os.PathLike[str]) -> DatasetReader:
+#: File name endings that promise a GeoTIFF, and the GDAL drivers that keep that promise.
+_TIFF_SUFFIXES = (".tif", ".tiff")
+_TIFF_DRIVERS = frozenset({"GTiff", "COG", "LIBERTIFF"})
+
+
+def open_raster(path: str | os.PathLike[str], *, role: str = "Input raster") -> DatasetReader:
     """Open a raster read-only and check that its pixels can actually be read.
 
     GDAL opens many damaged GeoTIFFs without complaint and only fails when a block is read,
     which would be halfway through a long fill. So besides opening, this reads the first and the
     last block of every band, so that a truncated file fails here with a clear message.
 
+    A file named ``.tif``/``.tiff`` must really be a GeoTIFF: a JPEG or PNG renamed to ``.tif``
+    is refused, since it is almost always a mistake (and such files carry no georeferencing).
+
     Args:
         path: Path of the raster (any format GDAL reads; ``/vsi...`` paths are passed through).
+        role: What the file is, as error messages name it (``"Input raster"``, ``"Mask"``).
 
     Returns:
         The open dataset. The caller closes it (use it as a context manager).
 
     Raises:
-        InputRasterError: If the path does not exist, is a directory or an empty file, is not a
-            raster GDAL can read, or its pixels cannot be read (truncated or corrupt file).
+        InputRasterError: If the path does not exist, is a directory, an empty or unreadable
+            file, is not a raster GDAL can read, is named ``.tif`` but holds another format, or
+            its pixels cannot be read (truncated or corrupt file).
     """
     name = os.fspath(path)
     if not _is_virtual(name):
         p = Path(name)
         if not p.exists():
-            raise InputRasterError(f"Input raster {name} does not exist; check the path.")
+            raise InputRasterError(f"{role} {name} does not exist; check the path.")
         if p.is_dir():
             raise InputRasterError(
-                f"Input raster {name} is a directory, not a raster file; give the path of a "
+                f"{role} {name} is a directory, not a raster file; give the path of a "
                 "GeoTIFF (use `geonp batch` to process a directory)."
             )
         if p.stat().st_size == 0:
             raise InputRasterError(
-                f"Input raster {name} is an empty file (0 bytes); re-download or re-create it."
+                f"{role} {name} is an empty file (0 bytes); re-download or re-create it."
+            )
+        if not os.access(p, os.R_OK):
+            raise InputRasterError(
+                f"{role} {name} is not readable (permission denied); fix its permissions "
+                f"(chmod u+r {name})."
             )
     try:
         src = rasterio.open(name, "r")
@@ -95,23 +110,30 @@ def open_raster(path: str | os.PathLike[str]) -> DatasetReader:
         text = _one_line(err)
         if "not recognized as" in text or "not a supported file format" in text:
             raise InputRasterError(
-                f"Input raster {name} is not a raster GDAL can read ({text}); give a GeoTIFF "
+                f"{role} {name} is not a raster GDAL can read ({text}); give a GeoTIFF "
                 "or another GDAL raster format."
             ) from err
         raise InputRasterError(
-            f"Input raster {name} is truncated or corrupt: GDAL cannot open it ({text}); "
+            f"{role} {name} is truncated or corrupt: GDAL cannot open it ({text}); "
             "re-download or re-create it."
         ) from err
-    except rasterio.errors.RasterioError as err:
+    except (rasterio.errors.RasterioError, OSError, ValueError) as err:
         raise InputRasterError(
-            f"Input raster {name} cannot be opened ({_one_line(err)}); check that it is a "
+            f"{role} {name} cannot be opened ({_one_line(err)}); check that it is a "
             "valid raster."
         ) from err
     try:
         if src.count == 0 or src.width == 0 or src.height == 0:
             raise InputRasterError(
-                f"Input raster {name} has no pixels ({src.count} bands, {src.width}x"
+                f"{role} {name} has no pixels ({src.count} bands, {src.width}x"
                 f"{src.height}); it may be a vector or container file. Give a raster file."
+            )
+        suffix = Path(name).suffix.lower()
+        if suffix in _TIFF_SUFFIXES and src.driver not in _TIFF_DRIVERS:
+            raise InputRasterError(
+                f"{role} {name} is named {suffix} but is not a GeoTIFF: GDAL reads it as "
+                f"{_driver_name(src.driver)} (driver {src.driver}), so it was probably renamed; "
+                f"convert it with `gdal_translate -of GTiff {name} converted.tif`."
             )
         _probe_blocks(src)
     except InputRasterError:
@@ -120,10 +142,17 @@ def open_raster(path: str | os.PathLike[str]) -> DatasetReader:
     except (rasterio.errors.RasterioError, OSError, ValueError) as err:
         src.close()
         raise InputRasterError(
-            f"Input raster {name} is truncated or corrupt: reading its pixels failed "
+            f"{role} {name} is truncated or corrupt: reading its pixels failed "
             f"({_one_line(err)}); re-download or re-create it."
         ) from err
     return src
+
+
+def _driver_name(driver: str) -> str:
+    """A reader-friendly name of a GDAL driver's format (``"a JPEG image"``)."""
+    names = {"JPEG": "a JPEG image", "PNG": "a PNG image", "GIF": "a GIF image",
+             "BMP": "a BMP image", "WEBP": "a WebP image", "JP2OpenJPEG": "a JPEG 2000 image"}
+    return names.get(driver, f"a {driver} file")
 
 
 def _probe_blocks(src: DatasetReader) -> None:
@@ -295,9 +324,22 @@ def read_window(src: DatasetReader, window: Window, bands: Sequence[int]) -> np.
     (_, _, height, width), clipped, inner = _clip(src, window)
     out = np.full((len(bands), height, width), np.nan, dtype=np.float64)
     if clipped is not None and len(bands):
-        data = src.read([int(b) for b in bands], window=clipped)
+        try:
+            data = src.read([int(b) for b in bands], window=clipped)
+        except (rasterio.errors.RasterioError, OSError) as err:
+            raise _read_failed(src, clipped, err) from err
         out[:, inner[0], inner[1]] = data
     return out
+
+
+def _read_failed(src: DatasetReader, window: Window, err: BaseException) -> InputRasterError:
+    """The error for pixels that cannot be read (a damaged block inside the file)."""
+    return InputRasterError(
+        f"Raster {src.name} is truncated or corrupt: reading rows {int(window.row_off)}.."
+        f"{int(window.row_off + window.height) - 1}, columns {int(window.col_off)}.."
+        f"{int(window.col_off + window.width) - 1} failed ({_one_line(err)}); re-download or "
+        "re-create it."
+    )
 
 
 def read_band_masks(src: DatasetReader, window: Window, bands: Sequence[int]) -> np.ndarray:
@@ -323,7 +365,11 @@ def read_band_masks(src: DatasetReader, window: Window, bands: Sequence[int]) ->
     flags = src.mask_flag_enums
     for i, band in enumerate(bands):
         if _has_internal_mask(flags[int(band) - 1]):
-            out[i, inner[0], inner[1]] = src.read_masks(int(band), window=clipped) != 0
+            try:
+                masks = src.read_masks(int(band), window=clipped)
+            except (rasterio.errors.RasterioError, OSError) as err:
+                raise _read_failed(src, clipped, err) from err
+            out[i, inner[0], inner[1]] = masks != 0
         else:
             out[i, inner[0], inner[1]] = True
     return out

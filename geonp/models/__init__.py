@@ -5,6 +5,7 @@ from __future__ import annotations
 from torch import nn
 
 from geonp.config import ModelConfig
+from geonp.models.cmanp import CMANP
 from geonp.models.tnpd import TNPD
 from geonp.models.tnpkr import TNPKR
 
@@ -17,10 +18,12 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     )
     if cfg.arch == "tnpd":
         return TNPD(**common)
+    if cfg.arch == "cmanp":
+        return CMANP(**common, num_latents=cfg.num_latents, pos_scale=cfg.bias_length_scale * 4)
     return TNPKR(
         **common, attention=cfg.attention, bias=cfg.bias, num_basis=cfg.num_basis,
         bias_length_scale=cfg.bias_length_scale, embed_coords=cfg.embed_coords,
     )
 
 
-__all__ = ["TNPD", "TNPKR", "build_model"]
+__all__ = ["CMANP", "TNPD", "TNPKR", "build_model"]

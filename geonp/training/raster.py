@@ -204,6 +204,8 @@ def train(
                           "at least 10% of the columns for training")
     if not inputs:
         raise ConfigError("no training rasters given")
+    if task_shape.core_size > task_shape.patch_size:
+        task_shape = TaskShape(**{**task_shape.__dict__, "core_size": task_shape.patch_size})
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
@@ -235,7 +237,7 @@ def train(
 
     card: dict[str, Any] = {
         "name": name or out.name,
-        "description": f"TNP-KR ({mcfg.attention}) trained by geonp train on {len(inputs)} raster(s)",
+        "description": f"{_arch_name(mcfg)} trained by geonp train on {len(inputs)} raster(s)",
         "geonp_version": __version__,
         "command": command,
         "training_data": [str(Path(p).name) for p in inputs],
@@ -290,6 +292,10 @@ def train(
     loaded = load_checkpoint(out)
     return TrainReport(out, total_steps, float(loaded.card.get("best_val_nll", math.nan)),
                        int(loaded.card.get("best_step", -1)), time.perf_counter() - t0, history)
+
+
+def _arch_name(cfg: ModelConfig) -> str:
+    return {"tnpkr": f"TNP-KR ({cfg.attention})", "tnpd": "TNP-D", "cmanp": "CMANP"}.get(cfg.arch, cfg.arch)
 
 
 def _width(path: str | os.PathLike[str]) -> int:

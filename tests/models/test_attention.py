@@ -32,18 +32,20 @@ def _grads(out, tensors):
 @pytest.mark.parametrize("grid", [False, True])
 @pytest.mark.parametrize("chunks", [(7, 13), (16, 16), (1000, 1000), (1, 60)])
 @pytest.mark.parametrize("with_bias", [True, False])
-def test_scan_matches_dense_values_and_gradients(grid, chunks, with_bias):
+@pytest.mark.parametrize("mask_in_bias", [False, True])
+def test_scan_matches_dense_values_and_gradients(grid, chunks, with_bias, mask_in_bias):
     q, k, v, q_pos, k_pos, key_valid = _inputs(grid)
     bias = RBFNetworkBias(H, length_scale=3.0)
     params = [q, k, v] + ([bias.a, bias.b, bias.c] if with_bias else [])
     dense = dense_attention(q, k, v, key_valid=key_valid, bias=bias.tiles(q_pos, k_pos).full() if with_bias else None)
-    scan = scan_attention(
-        q, k, v, key_valid=key_valid, bias=bias.tiles(q_pos, k_pos) if with_bias else None,
-        q_chunk=chunks[0], k_chunk=chunks[1],
-    )
+    tiles = bias.tiles(q_pos, k_pos, key_valid if mask_in_bias else None) if with_bias else None
+    scan = scan_attention(q, k, v, key_valid=key_valid, bias=tiles, q_chunk=chunks[0], k_chunk=chunks[1])
     torch.testing.assert_close(scan, dense, rtol=1e-5, atol=1e-5)
     for g_scan, g_dense in zip(_grads(scan, params), _grads(dense, params), strict=True):
         torch.testing.assert_close(g_scan, g_dense, rtol=1e-4, atol=1e-5)
+    with torch.no_grad():  # the inference paths (fused single block, or online softmax)
+        again = scan_attention(q, k, v, key_valid=key_valid, bias=tiles, q_chunk=chunks[0], k_chunk=chunks[1])
+    torch.testing.assert_close(again, dense.detach(), rtol=1e-5, atol=1e-5)
 
 
 def test_query_with_no_valid_key_is_finite_zero_with_finite_gradients():
@@ -57,6 +59,11 @@ def test_query_with_no_valid_key_is_finite_zero_with_finite_gradients():
     assert torch.equal(grads[0][1], torch.zeros_like(grads[0][1]))
     dense = dense_attention(q, k, v, key_valid=key_valid, bias=bias.tiles(q_pos, k_pos).full())
     torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-5)
+    with torch.no_grad():
+        for tiles in (bias.tiles(q_pos, k_pos), bias.tiles(q_pos, k_pos, key_valid)):
+            fused = scan_attention(q, k, v, key_valid=key_valid, bias=tiles, k_chunk=1000)
+            assert torch.isfinite(fused).all() and torch.equal(fused[1], torch.zeros_like(fused[1]))
+            torch.testing.assert_close(fused, dense.detach(), rtol=1e-5, atol=1e-5)
 
 
 def test_scan_large_logits_stay_exact():

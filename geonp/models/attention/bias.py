@@ -44,13 +44,20 @@ def shared_distances() -> Iterator[None]:
         _SQ_CACHE.reset(token)
 
 
-def _grid_sq(qi: torch.Tensor, ki: torch.Tensor, qs: slice, ks: slice) -> torch.Tensor:
+def _grid_sq(
+    qi: torch.Tensor, ki: torch.Tensor, key_valid: torch.Tensor | None, sentinel: int, qs: slice, ks: slice
+) -> torch.Tensor:
+    """Squared distances ``[B, Qc, Kc]`` (int32); invalid keys point at the ``sentinel`` entry."""
     cache = _SQ_CACHE.get()
-    key = (qi.data_ptr(), ki.data_ptr(), tuple(qi.shape), tuple(ki.shape), qs.start, qs.stop, ks.start, ks.stop)
+    kv_ptr = None if key_valid is None else key_valid.data_ptr()
+    key = (qi.data_ptr(), ki.data_ptr(), kv_ptr, sentinel, tuple(qi.shape), tuple(ki.shape),
+           qs.start, qs.stop, ks.start, ks.stop)
     if cache is not None and key in cache:
         return cache[key]
     diff = qi[:, qs, None, :] - ki[:, None, ks, :]  # [B, Qc, Kc, P] int32
     sq = (diff * diff).sum(-1, dtype=torch.int32)  # [B, Qc, Kc]
+    if key_valid is not None:
+        sq = sq.masked_fill(~key_valid[:, None, ks], sentinel)
     if cache is not None:
         cache[key] = sq
     return sq
@@ -63,10 +70,13 @@ class BiasTiles:
     Attributes:
         tensors: tensors the tiles depend on that may need gradients (parameters or a table).
         fn: ``fn(tensors, q_slice, k_slice) -> [B, H, Qc, Kc]``.
+        masks_keys: the tiles are already -inf at invalid keys (the grid path folds the key mask
+            into its index, which saves a pass over every tile in every layer).
     """
 
     tensors: tuple[torch.Tensor, ...]
     fn: Callable[[tuple[torch.Tensor, ...], slice, slice], torch.Tensor]
+    masks_keys: bool = False  # True when tiles already hold -inf at invalid keys
 
     def tile(self, q_slice: slice, k_slice: slice) -> torch.Tensor:
         """Evaluate one tile ``[B, H, Qc, Kc]``."""
@@ -122,21 +132,30 @@ class RBFNetworkBias(nn.Module):
             out = out + ai * torch.exp(-bi.abs() * (dist - ci) ** 2)
         return out
 
-    def tiles(self, q_pos: torch.Tensor, k_pos: torch.Tensor) -> BiasTiles:
-        """Return the bias between ``q_pos [B, Nq, P]`` and ``k_pos [B, Nk, P]`` as tiles."""
+    def tiles(
+        self, q_pos: torch.Tensor, k_pos: torch.Tensor, key_valid: torch.Tensor | None = None
+    ) -> BiasTiles:
+        """Return the bias between ``q_pos [B, Nq, P]`` and ``k_pos [B, Nk, P]`` as tiles.
+
+        With ``key_valid [B, Nk]`` the grid path also puts -inf at invalid keys
+        (``masks_keys=True``); the direct path leaves masking to the kernel.
+        """
         params = (self.a, self.b, self.c)
         if self.grid_fast_path:
             max_sq = _max_sq_dist(q_pos, k_pos)
             if max_sq is not None and max_sq < _MAX_TABLE:
                 dist = torch.arange(max_sq + 1, device=q_pos.device, dtype=q_pos.dtype).sqrt()
                 table = self.evaluate(params, dist)  # [H, T]
+                if key_valid is not None:  # entry T: -inf, where invalid keys point
+                    table = torch.cat([table, table.new_full((table.shape[0], 1), float("-inf"))], 1)
+                sentinel = max_sq + 1
                 qi, ki = _as_int(q_pos), _as_int(k_pos)
 
                 def gather(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
-                    sq = _grid_sq(qi, ki, qs, ks)  # [B, Qc, Kc]
+                    sq = _grid_sq(qi, ki, key_valid, sentinel, qs, ks)  # [B, Qc, Kc]
                     return tensors[0][:, sq].permute(1, 0, 2, 3)  # [B, H, Qc, Kc]
 
-                return BiasTiles((table,), gather)
+                return BiasTiles((table,), gather, masks_keys=key_valid is not None)
 
         def direct(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
             # clamp before sqrt: d/dx sqrt(x) is infinite at 0 (a query on top of a key)

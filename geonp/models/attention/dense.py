@@ -71,7 +71,7 @@ class BiasedSoftmaxAttention(nn.Module):
     ) -> torch.Tensor:
         """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]``."""
         q, k, v = self.proj.qkv(x_q, x_kv)
-        tiles = self.bias.tiles(q_pos, k_pos) if self.bias is not None else None
+        tiles = self.bias.tiles(q_pos, k_pos, key_valid) if self.bias is not None else None
         return self.proj.merge(self.attend(q, k, v, tiles, key_valid))
 
     def attend(

@@ -1,0 +1,5 @@
+"""``python -m geonp_cli``: the same as the ``geonp`` command."""
+
+from geonp_cli.main import cli
+
+cli(prog_name="geonp")

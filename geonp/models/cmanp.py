@@ -1,0 +1,338 @@
+"""CMANP (seed 003 §3): Constant Memory Attentive Neural Processes.
+
+Three levels, bottom up:
+
+- :func:`cross_attention_update`, the kernel: seed 003's ``UPDATE`` (§3.1.1). It folds a block of
+  new keys and values into the cross-attention output of a *fixed* set of queries. It keeps only
+  the per-query log normaliser ``log c`` and the normalised output ``CA``, never revisiting old
+  keys: constant memory in the number of context points (§3.1.2).
+- :class:`CMAB`, the Constant Memory Attention Block (§3.2). Phase 1: the block's own learned
+  latents ``L_B`` cross-attend to the context through the update, then self-attend. Phase 2: the
+  incoming latents ``L_I`` cross-attend to ``L_B'``, then self-attend.
+- :class:`CMANP`, the model (§3.3): ``L_i = CMAB(L_{i-1}, D_C)`` from learned ``L_0``; queries
+  decode by ``X^i = CrossAttention(X^{i-1}, L_i)``, then a Gaussian head.
+
+CMANP embeds coordinates, so it is not translation invariant: context tokens embed
+``[x / pos_scale, y]`` and query tokens ``[x / pos_scale]``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+from geonp.models.attention.dense import dense_attention
+from geonp.models.heads import GaussianHead
+from geonp.models.layers import MLP, MultiHeadProjection
+from geonp.models.tnpkr import _check_shapes
+
+
+@dataclass(frozen=True)
+class CrossAttentionState:
+    """Cross-attention of fixed queries over the keys folded in so far (seed 003 §3.1.1).
+
+    Both tensors are float32 whatever the input dtype, so a chunked fold matches a one-shot
+    softmax under autocast.
+
+    Attributes:
+        log_c: ``[B, H, Nq]`` log of the softmax normaliser ``c_j = Σ_i exp(s_ij)``; ``-inf``
+            while a query has seen no valid key.
+        ca: ``[B, H, Nq, Dv]`` the normalised output ``Σ_i exp(s_ij) v_i / c_j``; zero while a
+            query has seen no valid key.
+    """
+
+    log_c: torch.Tensor
+    ca: torch.Tensor
+
+    @classmethod
+    def empty(cls, batch: int, heads: int, queries: int, dim_v: int, *, device: torch.device) -> CrossAttentionState:
+        """The state before any key: ``log c = -inf``, ``CA = 0``."""
+        log_c = torch.full((batch, heads, queries), float("-inf"), device=device)
+        return cls(log_c, torch.zeros((batch, heads, queries, dim_v), device=device))
+
+
+def cross_attention_update(
+    state: CrossAttentionState,
+    q: torch.Tensor,
+    k_new: torch.Tensor,
+    v_new: torch.Tensor,
+    key_valid_new: torch.Tensor | None = None,
+) -> CrossAttentionState:
+    """Fold a block of new keys into a cross-attention state (seed 003 ``UPDATE``, log-space form).
+
+    With ``s_i = q·k_i/√D`` over the new keys and ``t_j = log Σ_new exp(s_i − log c_j)``::
+
+        log c'_j = log c_j + softplus(t_j)
+        CA'_j    = exp(log c_j − log c'_j)·CA_j + Σ_new exp(s_i − log c'_j)·v_i
+
+    Folding every block in turn into :meth:`CrossAttentionState.empty` gives exactly
+    ``softmax(q·kᵀ/√D) v`` over all keys (what :func:`~geonp.models.attention.dense_attention`
+    computes), in memory ``O(Nq · block)``. Every exponent is ``≤ 0``, so nothing overflows.
+
+    Args:
+        state: the state after the previous blocks.
+        q: the fixed queries ``[B, H, Nq, D]`` (the same tensor for every block).
+        k_new: new keys ``[B, H, Nk, D]``.
+        v_new: new values ``[B, H, Nk, Dv]``.
+        key_valid_new: ``[B, Nk]``, True where a new key counts; a fully masked block leaves the
+            state unchanged (bit for bit).
+
+    Returns:
+        The new state; the input state is not modified.
+    """
+    s = (q.float() * q.shape[-1] ** -0.5) @ k_new.float().transpose(-1, -2)  # [B, H, Nq, Nk]
+    if key_valid_new is None:
+        keep = torch.ones_like(s[:1, :1, :1], dtype=torch.bool)  # [1, 1, 1, Nk]
+    else:
+        keep = key_valid_new[:, None, None, :]  # [B, 1, 1, Nk]
+    # Masked logits become the most negative finite float, not -inf: logsumexp over a fully
+    # masked row then stays finite and its gradient is not NaN; the where()s below discard it.
+    s = torch.where(keep, s, torch.finfo(s.dtype).min)
+    has_new = keep.any(-1)  # [B, 1, 1]
+    lse_new = torch.where(has_new, torch.logsumexp(s, -1), 0.0)  # [B, H, Nq], log Σ_new exp(s_i)
+    has_old = torch.isfinite(state.log_c)  # [B, H, Nq]
+    log_c_old = torch.where(has_old, state.log_c, 0.0)
+    t = lse_new - log_c_old  # [B, H, Nq]: log Σ_new exp(s_i − log c_j)
+    log_c = torch.where(
+        has_old & has_new, log_c_old + F.softplus(t),
+        torch.where(has_old, log_c_old, torch.where(has_new, lse_new, float("-inf"))),
+    )  # [B, H, Nq]
+    log_c_safe = torch.where(torch.isfinite(log_c), log_c, 0.0)
+    scale_old = torch.where(has_old, torch.exp(log_c_old - log_c_safe), 0.0)  # c_j / c'_j ≤ 1
+    p = torch.where(keep, torch.exp(s - log_c_safe[..., None]), 0.0)  # [B, H, Nq, Nk], ≤ 1
+    ca = scale_old[..., None] * state.ca + p @ v_new.float()  # [B, H, Nq, Dv]
+    return CrossAttentionState(log_c, ca)
+
+
+class _AttentionLayer(nn.Module):
+    """Pre-norm residual multi-head attention (no mask, no bias) followed by a feed-forward.
+
+    A cross-attention layer (``cross=True``) normalises its keys with a LayerNorm of their own.
+    """
+
+    def __init__(self, dim: int, num_heads: int, ff_dim: int, dropout: float, *, cross: bool) -> None:
+        super().__init__()
+        self.proj = MultiHeadProjection(dim, num_heads)
+        self.norm_q, self.norm_ff = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.norm_kv = nn.LayerNorm(dim) if cross else None
+        self.ff = MLP([dim, ff_dim, dim])
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, kv: torch.Tensor | None = None) -> torch.Tensor:
+        """``x [B, Nq, E]`` attends to ``kv [B, Nk, E]`` (cross) or to itself (``kv`` None)."""
+        qn = self.norm_q(x)
+        kvn = self.norm_kv(kv) if self.norm_kv is not None and kv is not None else qn
+        q, k, v = self.proj.qkv(qn, kvn)  # [B, H, Nq, D], [B, H, Nk, D] x2
+        x = x + self.drop(self.proj.merge(dense_attention(q, k, v)))
+        return x + self.drop(self.ff(self.norm_ff(x)))
+
+
+class CMAB(nn.Module):
+    """Constant Memory Attention Block (seed 003 §3.2): ``SA(CA(L_I, SA(CA(L_B, D_C))))``.
+
+    The context enters only through phase 1's cross-attention from the block's fixed learned
+    latents ``L_B``, kept as a :class:`CrossAttentionState`: :meth:`absorb` folds in context
+    tokens block by block, and :meth:`forward` finishes both phases from the state alone, at a cost
+    independent of the number of context points.
+
+    Args:
+        dim: model width ``E``.
+        num_heads: heads ``H``.
+        num_latents: ``|L_B|``.
+        ff_dim: feed-forward width.
+        dropout: residual dropout.
+    """
+
+    def __init__(self, dim: int, num_heads: int, num_latents: int, *, ff_dim: int, dropout: float = 0.0) -> None:
+        super().__init__()
+        self.latents = nn.Parameter(torch.randn(num_latents, dim) * 0.02)  # L_B
+        self.proj = MultiHeadProjection(dim, num_heads)  # phase 1 cross-attention
+        self.norm_latents, self.norm_context, self.norm_ff = nn.LayerNorm(dim), nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.ff = MLP([dim, ff_dim, dim])
+        self.drop = nn.Dropout(dropout)
+        self.self_b = _AttentionLayer(dim, num_heads, ff_dim, dropout, cross=False)  # SA on L_B
+        self.cross_i = _AttentionLayer(dim, num_heads, ff_dim, dropout, cross=True)  # CA(L_I, L_B')
+        self.self_i = _AttentionLayer(dim, num_heads, ff_dim, dropout, cross=False)  # SA on L_I
+
+    def empty_state(self, batch: int, device: torch.device) -> CrossAttentionState:
+        """Phase 1 state before any context."""
+        dim = self.latents.shape[1]
+        h = self.proj.num_heads
+        return CrossAttentionState.empty(batch, h, self.latents.shape[0], dim // h, device=device)
+
+    def _queries(self, batch: int) -> torch.Tensor:
+        q = self.proj.split(self.proj.to_q(self.norm_latents(self.latents))[None])  # [1, H, L, D]
+        return q.expand(batch, -1, -1, -1)  # [B, H, L, D]
+
+    def absorb(
+        self, state: CrossAttentionState, tokens: torch.Tensor, valid: torch.Tensor | None
+    ) -> CrossAttentionState:
+        """Fold context tokens ``[B, Nk, E]`` (``valid [B, Nk]``) into the phase 1 state."""
+        kn = self.norm_context(tokens)
+        k, v = self.proj.split(self.proj.to_k(kn)), self.proj.split(self.proj.to_v(kn))  # [B, H, Nk, D]
+        return cross_attention_update(state, self._queries(tokens.shape[0]), k, v, valid)
+
+    def forward(self, latents_in: torch.Tensor, state: CrossAttentionState) -> torch.Tensor:
+        """``L_I [B, L, E]`` and the phase 1 state -> ``L_I' [B, L, E]``."""
+        ca = state.ca.to(latents_in.dtype)  # [B, H, L_B, D]
+        lb = self.latents[None] + self.drop(self.proj.merge(ca))  # [B, L_B, E]
+        lb = self.self_b(lb + self.drop(self.ff(self.norm_ff(lb))))  # L_B' = SA(CA(L_B, D_C))
+        return self.self_i(self.cross_i(latents_in, lb))  # L_I' = SA(CA(L_I, L_B'))
+
+
+@dataclass(frozen=True)
+class CMANPState:
+    """An encoded context: one phase 1 state per CMAB; constant size in the context count.
+
+    Attributes:
+        blocks: per CMAB, its :class:`CrossAttentionState`.
+    """
+
+    blocks: tuple[CrossAttentionState, ...]
+
+
+class CMANP(nn.Module):
+    """Constant Memory Attentive Neural Process with the call signature of ``TNPKR``.
+
+    Args:
+        dim_y: value channels.
+        dim_x: coordinate dimension.
+        dim: model width.
+        depth: number of CMABs (and of query decoding layers).
+        num_heads: attention heads.
+        ff_dim: feed-forward width.
+        num_latents: latents per set (``|L_0| = |L_B|``).
+        pos_scale: coordinates are divided by this before embedding (coordinate units).
+        sigma_min: lower bound of the predicted std.
+        dropout: residual dropout.
+        context_chunk: context points folded in per update step (memory ``O(context_chunk · L)``).
+    """
+
+    def __init__(
+        self,
+        *,
+        dim_y: int = 1,
+        dim_x: int = 2,
+        dim: int = 64,
+        depth: int = 4,
+        num_heads: int = 4,
+        ff_dim: int = 256,
+        num_latents: int = 64,
+        pos_scale: float = 16.0,
+        sigma_min: float = 0.01,
+        dropout: float = 0.0,
+        context_chunk: int = 1024,
+    ) -> None:
+        super().__init__()
+        self.dim_y, self.dim_x = dim_y, dim_x
+        self.pos_scale = float(pos_scale)
+        self.context_chunk = context_chunk
+        self.latents = nn.Parameter(torch.randn(num_latents, dim) * 0.02)  # L_0
+        self.embed_context = MLP([dim_x + dim_y, 2 * dim, dim])
+        self.embed_query = MLP([dim_x, 2 * dim, dim])
+        self.blocks = nn.ModuleList(
+            CMAB(dim, num_heads, num_latents, ff_dim=ff_dim, dropout=dropout) for _ in range(depth)
+        )
+        self.decoder = nn.ModuleList(
+            _AttentionLayer(dim, num_heads, ff_dim, dropout, cross=True) for _ in range(depth)
+        )
+        self.head = GaussianHead(dim, dim_y, hidden=2 * dim, sigma_min=sigma_min)
+
+    def empty_state(self, batch: int, device: torch.device) -> CMANPState:
+        """The state of an empty context."""
+        return CMANPState(tuple(b.empty_state(batch, device) for b in self.blocks))
+
+    def update(
+        self,
+        state: CMANPState,
+        xc_new: torch.Tensor,
+        yc_new: torch.Tensor,
+        valid_new: torch.Tensor | None = None,
+        *,
+        context_chunk: int | None = None,
+    ) -> CMANPState:
+        """Absorb new context points without revisiting the old ones (seed 003 updating phase).
+
+        Args:
+            state: the state so far (not modified).
+            xc_new: ``[B, Nu, P]`` new context coordinates.
+            yc_new: ``[B, Nu, dy]`` new context values.
+            valid_new: ``[B, Nu]`` True for real points.
+            context_chunk: points per fold (default ``self.context_chunk``).
+
+        Returns:
+            The state of the old and new context together; cost ``O(Nu · L)``, memory
+            ``O(context_chunk · L)``.
+        """
+        chunk = context_chunk or self.context_chunk
+        if chunk < 1:
+            raise ValueError(f"context_chunk must be positive, got {chunk}")
+        blocks = list(state.blocks)
+        for i in range(0, xc_new.shape[1], chunk):
+            x, y = xc_new[:, i : i + chunk], yc_new[:, i : i + chunk]
+            valid = None if valid_new is None else valid_new[:, i : i + chunk]
+            tokens = self.embed_context(torch.cat([x / self.pos_scale, y], -1))  # [B, Nk, E]
+            blocks = [blk.absorb(st, tokens, valid) for blk, st in zip(self.blocks, blocks, strict=True)]
+        return CMANPState(tuple(blocks))
+
+    def encode_context(
+        self,
+        xc: torch.Tensor,
+        yc: torch.Tensor,
+        context_valid: torch.Tensor | None = None,
+        *,
+        context_chunk: int | None = None,
+    ) -> CMANPState:
+        """Conditioning phase: fold ``xc [B, Nc, P], yc [B, Nc, dy]`` into a fresh state."""
+        state = self.empty_state(xc.shape[0], xc.device)
+        return self.update(state, xc, yc, context_valid, context_chunk=context_chunk)
+
+    def latents_of(self, state: CMANPState) -> list[torch.Tensor]:
+        """Each CMAB's output latents ``L_i [B, L, E]``, ``i = 1..depth``."""
+        batch = state.blocks[0].ca.shape[0] if state.blocks else 1
+        lat = self.latents[None].expand(batch, -1, -1)  # L_0 [B, L, E]
+        out = []
+        for block, st in zip(self.blocks, state.blocks, strict=True):
+            lat = block(lat, st)
+            out.append(lat)
+        return out
+
+    def decode(self, latents: list[torch.Tensor], xt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Querying phase: ``xt [B, Nt, P]`` -> ``(mean, std) [B, Nt, dy]``."""
+        qs = self.embed_query(xt / self.pos_scale)  # [B, Nt, E]
+        for layer, lat in zip(self.decoder, latents, strict=True):
+            qs = layer(qs, lat)  # X^i = CA(X^{i-1}, L_i)
+        return self.head(qs)
+
+    def forward(
+        self,
+        xc: torch.Tensor,
+        yc: torch.Tensor,
+        xt: torch.Tensor,
+        context_valid: torch.Tensor | None = None,
+        *,
+        query_chunk: int | None = None,
+        context_chunk: int | None = None,
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Predictive mean and std at ``xt``.
+
+        Args:
+            xc: context coordinates ``[B, Nc, P]``.
+            yc: context values ``[B, Nc, dy]``.
+            xt: target coordinates ``[B, Nt, P]``.
+            context_valid: ``[B, Nc]`` True for real context points (False = padding).
+            query_chunk: decode targets this many at a time (same result, less memory).
+            context_chunk: context points per fold (default ``self.context_chunk``; same result).
+
+        Returns:
+            ``(mean, std)``, each ``[B, Nt, dy]``.
+        """
+        _check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
+        latents = self.latents_of(self.encode_context(xc, yc, context_valid, context_chunk=context_chunk))
+        if query_chunk is None or query_chunk >= xt.shape[1]:
+            return self.decode(latents, xt)
+        parts = [self.decode(latents, xt[:, i : i + query_chunk]) for i in range(0, xt.shape[1], query_chunk)]
+        return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)

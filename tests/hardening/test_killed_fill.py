@@ -1,0 +1,118 @@
+"""A ``geonp fill`` killed with SIGKILL leaves no file at OUTPUT or its std path; a rerun completes.
+
+(``geonp batch`` has the same test in tests/test_cli_batch.py.)
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+
+from geonp.data.gaps import cloud_mask
+from tests.conftest import smooth_field, write_raster
+from tests.hardening._helpers import checksums, invoke, listing
+
+SIZE = 192  # about 2 s of filling with the tiny model on one core, plus ~3 s of imports
+OPTS = ["--block-size", "64", "--device", "cpu"]
+
+
+def _read(path: Path) -> np.ndarray:
+    with rasterio.open(path) as src:
+        return src.read()
+
+
+def _partials(directory: Path) -> list[Path]:
+    return sorted(directory.glob(".*geonp-partial*"))
+
+
+def _run_and_kill(cmd: list[str], out_dir: Path, *, delay: float, after_partial: bool) -> bool:
+    """Start ``cmd``, SIGKILL it ``delay`` s after start (or after its partial file appears).
+
+    Returns whether the process was still running when killed.
+    """
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        if after_partial:
+            deadline = time.monotonic() + 60
+            while proc.poll() is None and not _partials(out_dir) and time.monotonic() < deadline:
+                time.sleep(0.005)
+        time.sleep(delay)
+        alive = proc.poll() is None
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    return alive
+
+
+def test_killed_fill_leaves_no_output_and_rerun_completes(tmp_path, tiny_model):
+    arr = smooth_field((SIZE, SIZE)).astype("float32")
+    arr[cloud_mask((SIZE, SIZE), coverage=0.3, rng=1)] = -9999
+    src = write_raster(tmp_path / "scene.tif", arr, nodata=-9999)
+    digest = checksums([src])
+    ref_dir, out_dir = tmp_path / "ref", tmp_path / "out"
+    ref_dir.mkdir()
+    out_dir.mkdir()
+
+    res = invoke(["-q", "fill", src, ref_dir / "filled.tif", "--model", tiny_model, *OPTS])
+    assert res.exit_code == 0, res.output
+
+    out, std = out_dir / "filled.tif", out_dir / "filled_std.tif"
+    cmd = [sys.executable, "-c", "from geonp_cli.main import cli; cli()", "-q", "fill", str(src), str(out),
+           "--model", str(tiny_model), *OPTS]
+    rng = random.Random(20240611)
+    # one kill at a random time from the start, three at random times while the outputs are written
+    plans = [(rng.uniform(0.5, 4.0), False)] + [(rng.uniform(0.0, 1.5), True) for _ in range(3)]
+    killed_while_writing = 0
+    for delay, after_partial in plans:
+        alive = _run_and_kill(cmd, out_dir, delay=delay, after_partial=after_partial)
+        if out.exists() or std.exists():
+            # the run had committed before the kill landed: then both files are whole
+            np.testing.assert_array_equal(_read(out), _read(ref_dir / "filled.tif"))
+            np.testing.assert_array_equal(_read(std), _read(ref_dir / "filled_std.tif"))
+            out.unlink()
+            std.unlink()
+            continue
+        killed_while_writing += bool(alive and after_partial)
+        assert {p.name for p in out_dir.iterdir()} <= {p.name for p in _partials(out_dir)}
+    assert killed_while_writing >= 2, "the kills came too late to test anything; raise SIZE"
+
+    # the rerun removes what the killed runs left, and gives what an uninterrupted run gives
+    res = invoke(["-q", "fill", src, out, "--model", tiny_model, *OPTS])
+    assert res.exit_code == 0, res.output
+    assert listing(out_dir) == ["filled.tif", "filled_std.tif"]
+    np.testing.assert_array_equal(_read(out), _read(ref_dir / "filled.tif"))
+    np.testing.assert_array_equal(_read(std), _read(ref_dir / "filled_std.tif"))
+    assert checksums([src]) == digest
+
+
+def test_stale_partials_of_live_processes_are_kept(tmp_path):
+    """Only files of dead writers are removed: a run writing the same output keeps its file."""
+    from geonp.io.output import _host_tag, remove_stale_partials
+
+    final = tmp_path / "out.tif"
+    host = _host_tag()
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    mine = tmp_path / f".out.tif.geonp-partial-{host}-{os.getpid()}-aaaaaaaaaaaa.tif"
+    gone = tmp_path / f".out.tif.geonp-partial-{host}-{dead.pid}-bbbbbbbbbbbb.tif"
+    other_host = tmp_path / f".out.tif.geonp-partial-ffffff-{dead.pid}-cccccccccccc.tif"
+    other_name = tmp_path / f".other.tif.geonp-partial-{host}-{dead.pid}-dddddddddddd.tif"
+    for p in (mine, gone, other_host, other_name):
+        p.write_bytes(b"partial")
+    if host == "ffffff":  # pragma: no cover - one machine in 16 million
+        pytest.skip("this host's tag collides with the test's foreign tag")
+    assert remove_stale_partials(final) == [gone]
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (mine, other_host, other_name))
