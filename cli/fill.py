@@ -16,10 +16,11 @@ from geonp_cli.options import band_option, device_option, model_option, nodata_o
 @nodata_option
 @band_option
 @device_option
-@click.option("--tile-size", type=click.IntRange(min=4), default=32, show_default=True, help="Tile core edge (pixels).")
+@click.option("--tile-size", type=click.IntRange(min=4), default=None,
+              help="Tile core edge (pixels) [default: the model's training core size, 48 for the default model].")
 @click.option("--overlap", type=click.IntRange(min=0), default=8, show_default=True, help="Tile blend margin (pixels).")
-@click.option("--max-context", type=click.IntRange(min=1), default=384, show_default=True,
-              help="Observed pixels per tile, nearest first.")
+@click.option("--max-context", type=click.IntRange(min=1), default=None,
+              help="Observed pixels per tile, nearest first [default: as the model was trained, 256 for the default model].")
 @click.option("--search-radius", type=click.IntRange(min=1), default=512, show_default=True,
               help="How far (pixels) a tile looks for context.")
 @click.option("--max-distance", type=float, default=None, metavar="PIXELS",
@@ -97,5 +98,6 @@ def _check_quicklook(input: str, output: str, opts: dict[str, object]) -> None:
     ql = check_output_path(str(quicklook), inputs=others, overwrite=bool(opts.get("overwrite")),
                            role="--quicklook")
     for name, path in (("OUTPUT", output), ("--uncertainty", std)):
-        if ql == Path(str(path)).expanduser().absolute():
+        full = Path(str(path)).expanduser().absolute()
+        if ql == full.parent.resolve() / full.name:
             raise OutputError(f"--quicklook {quicklook} is the same path as {name}; give another path.")

@@ -23,8 +23,10 @@ _NOISY_WARNINGS = (r"Dataset has no geotransform", r"The given matrix is equal t
 
 
 def _quiet_gdal(verbose: int) -> None:
-    """Without -v, keep GDAL's own warnings off the terminal: errors reach the user as geonp's
-    one-line messages (which quote GDAL's text), and -v shows everything."""
+    """Without -v, keep GDAL's own warnings off the terminal; -v shows everything.
+
+    Errors still reach the user, as geonp's one-line messages (which quote GDAL's text).
+    """
     if verbose:
         if os.environ.get("CPL_LOG") == os.devnull and _SET_CPL_LOG:
             del os.environ["CPL_LOG"]

@@ -71,6 +71,12 @@ def default_uncertainty_path(output: str | os.PathLike[str]) -> Path:
     return out.with_name(f"{out.stem}_std{out.suffix or '.tif'}")
 
 
+def tile_defaults(loaded: Any, tile_size: int | None, max_context: int | None) -> tuple[int, int]:
+    """Tile size and context cap: as given, else what the model was trained with (its card)."""
+    shape = loaded.card.get("task_shape") or {}
+    return (int(tile_size or shape.get("core_size", 48)), int(max_context or shape.get("max_context", 256)))
+
+
 def _resolve_device(device: str) -> Any:
     import torch
 
@@ -201,9 +207,9 @@ def fill_raster(
     nodata: float | None = None,
     bands: Sequence[int] | None = None,
     device: str = "auto",
-    tile_size: int = 32,
+    tile_size: int | None = None,
     overlap: int = 8,
-    max_context: int = 384,
+    max_context: int | None = None,
     search_radius: int = 512,
     max_distance: float | None = None,
     block_size: int = 512,
@@ -226,9 +232,9 @@ def fill_raster(
         nodata: nodata value overriding a missing or wrong tag.
         bands: 1-based bands to fill (default all).
         device: ``auto``, ``cpu`` or ``cuda``.
-        tile_size: tile core edge (pixels).
+        tile_size: tile core edge (pixels); default: the core size the model was trained with.
         overlap: tile blend margin (pixels).
-        max_context: observed pixels per tile.
+        max_context: observed pixels per tile; default: the model's training context size.
         search_radius: farthest a tile looks for context (pixels).
         max_distance: leave gaps farther than this (pixels) from observed pixels as nodata.
         block_size: pixels per read/write block (memory scales with its square).
@@ -245,10 +251,14 @@ def fill_raster(
         A :class:`FillReport`.
     """
     t0 = time.perf_counter()
+    from geonp.models.registry import load_model
+
+    loaded = model if not isinstance(model, str | os.PathLike) else load_model(model, device="cpu")
+    tile_size, max_context = tile_defaults(loaded, tile_size, max_context)
     opts = TileOptions(tile_size=tile_size, overlap=overlap, max_context=max_context,
                        search_radius=search_radius)
-    if block_size < tile_size:
-        raise ConfigError(f"block_size={block_size} must be >= tile_size={tile_size}")
+    if block_size < 16:
+        raise ConfigError(f"--block-size {block_size} must be >= 16 pixels")
     if max_distance is not None and max_distance <= 0:
         raise ConfigError(f"--max-distance {max_distance} must be > 0 pixels")
     co = dict(creation_options) if isinstance(creation_options, dict) else parse_creation_options(creation_options)
@@ -289,9 +299,6 @@ def fill_raster(
                 f"{input} has no observed pixel in band(s) {band_list} (nodata={nodata_v}); nothing to fill "
                 "from. Check --nodata, --band or --mask"
             )
-        from geonp.models.registry import load_model
-
-        loaded = model if not isinstance(model, str | os.PathLike) else load_model(model, device="cpu")
         report = FillReport(out_path, std_path, loaded.name, gap_pixels=gap_pixels, tiles=gap_tiles)
         if dry_run:
             report.dry_run = True
@@ -471,9 +478,9 @@ def fill_array(
     *,
     model: str | os.PathLike[str] | Any = "default",
     device: str = "auto",
-    tile_size: int = 32,
+    tile_size: int | None = None,
     overlap: int = 8,
-    max_context: int = 384,
+    max_context: int | None = None,
     search_radius: int = 512,
     max_distance: float | None = None,
     origin: tuple[int, int] = (0, 0),
@@ -505,6 +512,7 @@ def fill_array(
     if not valid.any():
         raise NoValidPixelsError("the array has no valid pixel to fill from")
     loaded = model if not isinstance(model, str | os.PathLike) else cached_model(str(model), "cpu")
+    tile_size, max_context = tile_defaults(loaded, tile_size, max_context)
     dev = _resolve_device(device)
     module = loaded.module.to(dev).eval()
     norm = _normalizer_for(loaded, values.shape[0], lambda: (values.reshape(values.shape[0], -1),
@@ -522,7 +530,7 @@ def fill_array(
 
 
 def fill(da: Any, *, model: str | os.PathLike[str] = "default", nodata: float | None = None,
-         device: str = "auto", tile_size: int = 32, overlap: int = 8, max_context: int = 384,
+         device: str = "auto", tile_size: int | None = None, overlap: int = 8, max_context: int | None = None,
          search_radius: int = 512, max_distance: float | None = None) -> Any:
     """Fill the gaps of an ``xarray.DataArray`` (``[band,] y, x``); lazy when it is Dask-backed.
 
@@ -547,6 +555,9 @@ def fill(da: Any, *, model: str | os.PathLike[str] = "default", nodata: float | 
             nodata = arr3.rio.nodata if arr3.rio.nodata is not None else nodata
         except Exception:  # noqa: BLE001 - rioxarray not imported or no CRS: fall back to attrs
             pass
+    from geonp.models.registry import cached_model
+
+    tile_size, max_context = tile_defaults(cached_model(str(model), "cpu"), tile_size, max_context)
     kwargs = dict(model=model, device=device, tile_size=tile_size, overlap=overlap, max_context=max_context,
                   search_radius=search_radius, max_distance=max_distance)
     data = arr3.data

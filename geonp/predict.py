@@ -32,9 +32,9 @@ class TileOptions:
         query_chunk: targets decoded at a time within a model call.
     """
 
-    tile_size: int = 32
+    tile_size: int = 48
     overlap: int = 8
-    max_context: int = 384
+    max_context: int = 256
     search_radius: int = 512
     batch_tiles: int = 16
     query_chunk: int = 4096
