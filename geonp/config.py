@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, fields
 from typing import Any, Literal, TypeVar
 
@@ -17,13 +18,27 @@ def _from_dict(cls: type[T], data: dict[str, Any], what: str) -> T:
     if not isinstance(data, dict):
         raise ConfigError(f"{what} must be a mapping of option names to values, got {type(data).__name__}")
     valid = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - valid)
+    unknown = sorted(set(data) - valid, key=str)
     if unknown:
         raise ConfigError(f"unknown {what} option(s) {unknown}; valid options: {sorted(valid)}")
     try:
         return cls(**data)
     except TypeError as err:
         raise ConfigError(f"invalid {what}: {err}") from err
+
+
+def _check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
+                  low_open: bool = False, high_open: bool = False) -> None:
+    """Raise ConfigError unless ``value`` is a finite real number in the given range."""
+    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+    if ok and low is not None:
+        ok = value > low if low_open else value >= low
+    if ok and high is not None:
+        ok = value < high if high_open else value <= high
+    if not ok:
+        lo = "" if low is None else f"{'>' if low_open else '>='} {low}"
+        hi = "" if high is None else f"{'<' if high_open else '<='} {high}"
+        raise ConfigError(f"{name}={value!r} must be a finite number {' and '.join(p for p in (lo, hi) if p)}")
 
 
 @dataclass(frozen=True)
@@ -78,8 +93,15 @@ class ModelConfig:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive integer")
         if self.dim % self.num_heads:
             raise ConfigError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
-        if not 0.0 <= self.sigma_min < 1.0:
-            raise ConfigError(f"sigma_min={self.sigma_min} must be in [0, 1)")
+        _check_number("sigma_min", self.sigma_min, low=0.0, high=1.0, high_open=True)
+        _check_number("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        _check_number("bias_length_scale", self.bias_length_scale, low=0.0, low_open=True)
+        if self.bias not in (None, "rbf"):
+            raise ConfigError(f"bias={self.bias!r} is not one of ['rbf', None]")
+        if not isinstance(self.embed_coords, bool):
+            raise ConfigError(f"embed_coords={self.embed_coords!r} must be true or false")
+        if not isinstance(self.coord_unit, str):
+            raise ConfigError(f"coord_unit={self.coord_unit!r} must be a string such as 'pixel'")
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
@@ -122,10 +144,14 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.optimizer not in ("adamw", "yogi"):
             raise ConfigError(f"optimizer={self.optimizer!r} is not one of ['adamw', 'yogi']")
-        if self.steps < 1 or self.val_every < 1:
-            raise ConfigError(f"steps={self.steps} and val_every={self.val_every} must be >= 1")
-        if self.lr <= 0:
-            raise ConfigError(f"lr={self.lr} must be > 0")
+        for name in ("steps", "val_every", "seed", "warmup_steps"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name in ("seed", "warmup_steps") else 1):
+                raise ConfigError(f"{name}={value!r} must be an integer >= {0 if name in ('seed', 'warmup_steps') else 1}")
+        _check_number("lr", self.lr, low=0.0, low_open=True)
+        _check_number("grad_clip", self.grad_clip, low=0.0, low_open=True)
+        _check_number("weight_decay", self.weight_decay, low=0.0)
+        _check_number("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0)
         if self.device not in ("cpu", "cuda", "auto"):
             raise ConfigError(f"device={self.device!r} is not one of ['auto', 'cpu', 'cuda']")
 

@@ -25,7 +25,7 @@ from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.masks import read_mask_file, resolve_nodata
 from geonp.io.observed import read_observed
 from geonp.io.output import AtomicRasterWriter, check_output_path, copy_metadata, output_profile, parse_creation_options
-from geonp.io.raster import RasterInfo, open_raster, raster_info, select_bands
+from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window, select_bands
 from geonp.normalize import Normalizer
 from geonp.predict import TileOptions, predict_block
 from geonp.tiling import make_tiles
@@ -274,6 +274,10 @@ def fill_raster(
             std_path = check_output_path(std_path, inputs=inputs, overwrite=overwrite)
             if out_path == std_path:
                 raise ConfigError(f"--uncertainty {std_path} is the same path as OUTPUT; give another path")
+            if quicklook is not None:
+                ql = check_output_path(quicklook, inputs=inputs, overwrite=overwrite)
+                if ql in (out_path, std_path):
+                    raise ConfigError(f"--quicklook {quicklook} is one of the output rasters; give a .png path")
         if mask is not None:
             read_mask_file(mask, like=info, window=Window(0, 0, 1, 1))  # fail fast on a bad grid
 
@@ -410,7 +414,8 @@ def run_block(job: BlockJob, block: tuple[int, int, int, int]) -> tuple[tuple[in
                                norm=Normalizer.from_dict(job.norm), opts=opts, device=dev,
                                max_distance=job.max_distance, std_scale=job.std_scale,
                                progress=lambda n: tiles.__setitem__(0, tiles[0] + n))
-        core_raw = src.read(list(job.bands), window=Window(c0, r0, c1 - c0, r1 - r0))
+        # read_window gives float64 (exact for every GDAL integer type up to 32 bits) with clean errors
+        core_raw = _cast(read_window(src, Window(c0, r0, c1 - c0, r1 - r0), list(job.bands)), job.dtype)
     core_ok = ok[:, region[0]:region[1], region[2]:region[3]]
     has_pred = np.isfinite(mean) & ~core_ok
     out = core_raw.copy()

@@ -32,6 +32,7 @@ from typing import Any, Literal
 
 from geonp._version import __version__
 from geonp.errors import ConfigError, GeonpError, OutputError
+from geonp.io.output import remove_stale_partials
 
 logger = logging.getLogger(__name__)
 
@@ -49,7 +50,7 @@ FILL_OPTIONS = (
 #: Options that do not change the outputs, left out of the resume key.
 _NOT_IN_KEY = ("device", "overwrite")
 _GEOTIFF_SUFFIXES = (".tif", ".tiff")
-_PARTIAL_TAG = ".geonp-partial-"
+
 
 Status = Literal["done", "skipped", "failed"]
 
@@ -305,15 +306,10 @@ def _complete(output: Path, uncertainty: Path) -> bool:
 
 
 def _remove_partials(path: Path) -> None:
-    """Delete temporary files a killed run left for ``path`` (``.<name>.geonp-partial-*``)."""
-    if not path.parent.is_dir():
-        return
-    for tmp in path.parent.glob(f".{path.name}{_PARTIAL_TAG}*"):
-        try:
-            tmp.unlink()
+    """Delete temporary files a killed run left for ``path``; those of live writers stay."""
+    if path.parent.is_dir():
+        for tmp in remove_stale_partials(path):
             logger.info("removed %s, left by an interrupted run", tmp)
-        except OSError as err:
-            logger.warning("could not remove %s: %s", tmp, err)
 
 
 def _load_manifest(path: Path) -> dict[str, dict[str, Any]]:

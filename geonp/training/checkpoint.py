@@ -132,7 +132,10 @@ def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.de
         raise CheckpointError(
             f"{path / WEIGHTS} is corrupt or truncated ({err}); re-download or retrain the model"
         ) from err
-    module = build_model(config)
+    try:
+        module = build_model(config)
+    except (KeyError, ValueError, TypeError, RuntimeError) as err:
+        raise CheckpointError(f"{path / CONFIG} describes a model this geonp cannot build ({err})") from err
     expected = module.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -145,7 +148,10 @@ def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.de
         )
     if any(not torch.isfinite(t).all() for t in state.values() if t.is_floating_point()):
         raise CheckpointError(f"{path / WEIGHTS} holds NaN or Inf weights; retrain the model")
-    module.load_state_dict(state)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path / WEIGHTS} cannot be loaded into its architecture ({err})") from err
     module.to(device).eval()
     return LoadedModel(
         module=module,

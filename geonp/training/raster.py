@@ -56,6 +56,12 @@ class TaskShape:
     max_context: int = 256
     max_targets: int = 128
 
+    def __post_init__(self) -> None:
+        for name in ("patch_size", "core_size", "max_context", "max_targets"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or isinstance(value, bool) or value < (8 if name == "patch_size" else 1):
+                raise ConfigError(f"{name}={value!r} must be a positive integer{' >= 8' if name == 'patch_size' else ''}")
+
 
 def _raster_task(pool: PatchPool, norm: Normalizer, shape: TaskShape, rng: np.random.Generator,
                  gap_source: np.ndarray | None) -> Task | None:

@@ -554,9 +554,6 @@ def test_model_file_with_a_pickle_payload_is_refused_without_unpickling(tmp_path
     assert checksums([src, bad]) == digest
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "geonp/config.py ModelConfig.__post_init__ accepts bias/dropout values build_model cannot use, and "
-    "geonp/training/checkpoint.py load_checkpoint does not turn build_model errors into CheckpointError"))
 @pytest.mark.parametrize("change", [{"bias": "foo"}, {"dropout": 1.5}], ids=["bias", "dropout"])
 def test_model_config_with_unbuildable_values(tmp_path, tiny_model, change):
     """A tampered config.json whose values pass from_dict but break build_model."""

@@ -265,13 +265,6 @@ def _config_dicts(names: list[str]):
     )
 
 
-NEEDS_CONFIG_FIX = pytest.mark.xfail(
-    strict=True,
-    reason="geonp/config.py: ModelConfig/TrainConfig.__post_init__ do not check value types and ranges, "
-           "and _from_dict sorts mixed-type unknown keys (see the hardening report)",
-)
-
-
 def _collect(build, sane, strategy) -> list[str]:
     """Run the fuzzer, collecting problems instead of failing at the first (one report lists all)."""
     problems: list[str] = []
@@ -297,13 +290,11 @@ def _collect(build, sane, strategy) -> list[str]:
     return sorted(set(problems))
 
 
-@NEEDS_CONFIG_FIX
 def test_fuzz_model_config_from_dict():
     problems = _collect(ModelConfig.from_dict, _model_config_is_sane, _config_dicts(NAMES_MODEL))
     assert not problems, f"{len(problems)} problem(s), e.g.:\n" + "\n".join(problems[:10])
 
 
-@NEEDS_CONFIG_FIX
 def test_fuzz_train_config_from_dict():
     problems = _collect(TrainConfig.from_dict, _train_config_is_sane, _config_dicts(NAMES_TRAIN))
     assert not problems, f"{len(problems)} problem(s), e.g.:\n" + "\n".join(problems[:10])
@@ -311,7 +302,6 @@ def test_fuzz_train_config_from_dict():
 
 # Deterministic regressions for what the fuzzers found (each names the fix it needs).
 
-@NEEDS_CONFIG_FIX
 @pytest.mark.parametrize("data", [
     {"bias": "foo"}, {"bias": 3}, {"dropout": 1.5}, {"bias_length_scale": -1.0},
     {"bias_length_scale": float("nan")}, {"embed_coords": "yes"}, {"coord_unit": 5}, {1: 2, "x": 3},
@@ -321,7 +311,6 @@ def test_model_config_rejects(data):
         ModelConfig.from_dict(data)
 
 
-@NEEDS_CONFIG_FIX
 @pytest.mark.parametrize("data", [
     {"lr": float("nan")}, {"lr": float("inf")}, {"steps": 2.5}, {"warmup_steps": -5}, {"grad_clip": -1.0},
     {"weight_decay": float("nan")}, {"min_lr_ratio": 5.0}, {"seed": "x"}, {1: 2, "x": 3},

@@ -126,3 +126,15 @@ def test_performer_linear_equals_explicit_and_approximates_softmax():
     torch.testing.assert_close(fast, explicit, rtol=1e-4, atol=1e-5)
     exact = dense_attention(q, k, v)
     assert float((fast - exact).abs().max()) < 0.05
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
+def test_scan_matches_dense_on_cuda():
+    q, k, v, q_pos, k_pos, key_valid = (t.cuda() if t.is_leaf and not t.requires_grad else t.detach().cuda().requires_grad_() for t in _inputs(grid=True))
+    bias = RBFNetworkBias(H, length_scale=3.0).cuda()
+    dense = dense_attention(q, k, v, key_valid=key_valid, bias=bias.tiles(q_pos, k_pos).full())
+    scan = scan_attention(q, k, v, key_valid=key_valid, bias=bias.tiles(q_pos, k_pos, key_valid), q_chunk=16, k_chunk=13)
+    torch.testing.assert_close(scan, dense, rtol=1e-4, atol=1e-4)
+    for a, b in zip(_grads(scan, [q, k, v, bias.a]), _grads(dense, [q, k, v, bias.a]), strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
