@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy import ndimage
 
 from geonp.data.tasks import Task, collate, standardize
 from geonp.tiling import Tile, make_tiles, nearest_context
@@ -47,9 +48,13 @@ class TileOptions:
             )
 
 
-def _search(observed: np.ndarray, qb: tuple[int, int, int, int], opts: TileOptions,
+def _search(observed: np.ndarray, queries: np.ndarray, qb: tuple[int, int, int, int], opts: TileOptions,
             origin: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Context rows/cols (array coordinates) for a query window, growing the search window."""
+    """Context rows/cols (array coordinates) for the queries of a window, growing the search window.
+
+    Observed pixels are ranked by their distance to the nearest query pixel, so every gap keeps
+    its immediate neighbours as context.
+    """
     h, w = observed.shape
     r0, r1, c0, c1 = qb
     radius = 32
@@ -60,9 +65,12 @@ def _search(observed: np.ndarray, qb: tuple[int, int, int, int], opts: TileOptio
         win = observed[s0:s1, t0:t1]
         enough = int(np.count_nonzero(win)) >= opts.max_context
         if enough or radius >= opts.search_radius:
+            q = np.zeros(win.shape, bool)
+            q[r0 - s0 : r1 - s0, c0 - t0 : c1 - t0] = queries[r0:r1, c0:c1]
+            dist = ndimage.distance_transform_edt(~q) if q.any() else None
             rows, cols = nearest_context(
                 win, (r0 - s0, r1 - s0, c0 - t0, c1 - t0), max_context=opts.max_context,
-                origin=(origin[0] + s0, origin[1] + t0),
+                origin=(origin[0] + s0, origin[1] + t0), query_distance=dist,
             )
             return rows + s0, cols + t0
         radius *= 2
@@ -139,7 +147,7 @@ def predict_block(
         rr0, rr1, cc0, cc1 = max(qr0, r0), min(qr1, r1), max(qc0, c0), min(qc1, c1)
         if rr0 >= rr1 or cc0 >= cc1 or not to_fill[rr0:rr1, cc0:cc1].any():
             continue
-        crow, ccol = _search(observed, (qr0, qr1, qc0, qc1), opts, origin)
+        crow, ccol = _search(observed, to_fill, (qr0, qr1, qc0, qc1), opts, origin)
         if crow.size == 0:
             continue
         trow, tcol = np.nonzero(to_fill[rr0:rr1, cc0:cc1])

@@ -103,27 +103,36 @@ def nearest_context(
     *,
     max_context: int,
     origin: tuple[int, int] = (0, 0),
+    query_distance: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Pick up to ``max_context`` observed pixels nearest to a query window.
+    """Pick up to ``max_context`` observed pixels nearest to the queries.
 
     Args:
         observed: bool ``[h, w]`` of a search window, True where a pixel may be context.
         query_bounds: ``(r0, r1, c0, c1)`` of the query window in the *search window's* pixels.
         max_context: cap on the number of context pixels.
         origin: the search window's offset in the full raster (for tie-breaking only).
+        query_distance: ``[h, w]`` distance of each pixel to the nearest query pixel (e.g. a
+            Euclidean distance transform). When given, context pixels are ranked by it, so the
+            immediate neighbours of scattered gaps (dropped pixels, stripes) are always context;
+            otherwise by the distance to the query window.
 
     Returns:
-        ``(rows, cols)`` in the search window, sorted by distance to the query window, nearest
-        first; ties broken by a fixed per-pixel jitter.
+        ``(rows, cols)`` in the search window, nearest first; ties broken by a fixed per-pixel
+        jitter.
     """
     rows, cols = np.nonzero(observed)
     if rows.size <= max_context:
         order = np.arange(rows.size)
     else:
-        r0, r1, c0, c1 = query_bounds
-        dr = np.maximum(np.maximum(r0 - rows, rows - (r1 - 1)), 0)
-        dc = np.maximum(np.maximum(c0 - cols, cols - (c1 - 1)), 0)
-        dist = np.sqrt(dr * dr + dc * dc) + _pixel_jitter(rows + origin[0], cols + origin[1])
+        if query_distance is not None:
+            base = query_distance[rows, cols]
+        else:
+            r0, r1, c0, c1 = query_bounds
+            dr = np.maximum(np.maximum(r0 - rows, rows - (r1 - 1)), 0)
+            dc = np.maximum(np.maximum(c0 - cols, cols - (c1 - 1)), 0)
+            base = np.sqrt(dr * dr + dc * dc)
+        dist = base + _pixel_jitter(rows + origin[0], cols + origin[1])
         order = np.argpartition(dist, max_context - 1)[:max_context]
         order = order[np.argsort(dist[order], kind="stable")]
     return rows[order], cols[order]

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import numpy as np
 import torch
+from scipy import ndimage
 
 from geonp.data.batch import Batch
 from geonp.tiling import nearest_context
@@ -78,7 +79,9 @@ def patch_task(
     hidden = np.zeros_like(valid)
     hidden[r0:r1, c0:c1] = (is_gap & valid)[r0:r1, c0:c1]
     tr, tc = np.nonzero(hidden)
-    cr, cc = nearest_context(valid & ~is_gap, core, max_context=max_context)
+    # rank context by the distance to the nearest target, as geonp.predict does at inference
+    dist = ndimage.distance_transform_edt(~hidden) if tr.size else None
+    cr, cc = nearest_context(valid & ~is_gap, core, max_context=max_context, query_distance=dist)
     if tr.size == 0 or cr.size == 0:
         return None
     if tr.size > max_targets:
