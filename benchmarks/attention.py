@@ -76,6 +76,8 @@ def main() -> None:
     parser.add_argument("--big", default="65536", help="extra sizes for scan and dka only")
     parser.add_argument("--chunk", type=int, default=1024)
     parser.add_argument("--dense-limit-gb", type=float, default=18.0, help="skip dense when its estimate exceeds this")
+    parser.add_argument("--max-seconds", type=float, default=600.0,
+                        help="skip a run whose time, extrapolated from the previous size, exceeds this")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.one:
@@ -94,6 +96,14 @@ def main() -> None:
             if kernel == "dense" and est_gb > args.dense_limit_gb:
                 rows.append({"kernel": kernel, "n": n, "seconds": None, "peak_mb": None, "note": f"skipped: ~{est_gb:.0f} GB"})
                 continue
+            prev = [r for r in rows if r["kernel"] == kernel and r["seconds"] is not None]
+            if prev:
+                power = 1 if kernel == "dka" else 2
+                est_s = prev[-1]["seconds"] * (n / prev[-1]["n"]) ** power
+                if est_s > args.max_seconds:
+                    rows.append({"kernel": kernel, "n": n, "seconds": None, "peak_mb": None,
+                                 "note": f"skipped: ~{est_s:.0f} s expected (over --max-seconds)"})
+                    continue
             cmd = [sys.executable, __file__, "--one", f"{kernel}:{n}", "--device", args.device, "--chunk", str(args.chunk)]
             proc = subprocess.run(cmd, capture_output=True, text=True)
             if proc.returncode != 0:

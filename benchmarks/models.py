@@ -90,12 +90,14 @@ def train_and_score(name: str, length_scale: float, sample: Callable, val: list,
 
 def print_table(title: str, rows: list[dict], reference: dict | None = None) -> None:
     print(f"\n{title}")
-    print(f"{'model':<15}{'params':>9}{'NLL':>8}{'RMSE':>8}{'cov95':>8}{'train s':>9}")
+    gap = reference is not None
+    print(f"{'model':<15}{'params':>9}{'NLL':>8}{'gap (nats)' if gap else '':>11}{'RMSE':>8}{'cov95':>8}{'train s':>9}")
     if reference is not None:
-        print(f"{reference['name']:<15}{'-':>9}{reference['nll']:>8.3f}{reference['rmse']:>8.3f}"
+        print(f"{reference['name']:<15}{'-':>9}{reference['nll']:>8.3f}{0.0:>11.3f}{reference['rmse']:>8.3f}"
               f"{reference['coverage95']:>8.3f}{'-':>9}")
     for r in rows:
-        print(f"{r['name']:<15}{r['params']:>9}{r['nll']:>8.3f}{r['rmse']:>8.3f}{r['coverage95']:>8.3f}"
+        g = f"{r['nll'] - reference['nll']:>11.3f}" if reference is not None else f"{'':>11}"
+        print(f"{r['name']:<15}{r['params']:>9}{r['nll']:>8.3f}{g}{r['rmse']:>8.3f}{r['coverage95']:>8.3f}"
               f"{r['seconds']:>9.0f}")
 
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from geonp_cli.options import band_option, device_option, model_option, nodata_option, overwrite_option
+from geonp_cli.options import CountBar, band_option, device_option, model_option, nodata_option, overwrite_option
 
 
 @click.command(short_help="Fill every raster of a directory in parallel (Dask).")
@@ -66,27 +66,12 @@ def batch(ctx: click.Context, input_dir: str, output_dir: str, bands: tuple[int,
     fill_options = {k: v for k, v in opts.items() if v is not None}
     if bands:
         fill_options["bands"] = bands
-    bar = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if quiet:
-            return
-        if bar is None:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc="files", unit="file", dynamic_ncols=True)
-        bar.update(done - bar.n)
-
     def on_cluster(link: str | None) -> None:
         if not quiet:
             click.echo(f"Dask dashboard: {link or 'none (install bokeh to get one)'}", err=True)
 
-    try:
+    with CountBar(quiet, "files", "file") as progress:
         report = geonp.fill_many(input_dir, output_dir, progress=progress, on_cluster=on_cluster, **fill_options)
-    finally:
-        if bar is not None:
-            bar.close()
     if not quiet or not report.ok:
         click.echo(report.table(failed_only=quiet))
     if not report.ok:

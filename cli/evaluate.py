@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import click
-from geonp_cli.options import band_option, device_option, nodata_option
+from geonp_cli.options import CountBar, band_option, device_option, nodata_option
 
 MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed")
 
@@ -52,32 +52,17 @@ def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mas
     """
     from geonp.evaluation import evaluate as run_evaluation
 
-    quiet = ctx.obj.get("quiet", False) if ctx.obj else False
-    bar = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if quiet:
-            return
-        if bar is None:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc="evaluating", unit="run", dynamic_ncols=True, leave=False)
-        bar.update(done - bar.n)
-
     if mask_kinds:
         masks: tuple[str, ...] = mask_kinds
     else:
         masks = () if mask_file else ("cloud", "stripe", "random")
-    try:
+    quiet = ctx.obj.get("quiet", False) if ctx.obj else False
+    with CountBar(quiet, "evaluating", "run", leave=False) as progress:
         report = run_evaluation(
             clean_raster, models=models or ("default",), masks=masks, mask_file=mask_file,
             bands=bands or None, window=window or None, fillnodata=not no_fillnodata,
             progress=progress, **opts,
         )
-    finally:
-        if bar is not None:
-            bar.close()
     click.echo(report.format_table())
     click.echo(report.summary())
     for label, cal in (report.calibration or {}).items():

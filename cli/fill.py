@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from geonp_cli.options import band_option, device_option, model_option, nodata_option, overwrite_option
+from geonp_cli.options import CountBar, band_option, device_option, model_option, nodata_option, overwrite_option
 
 
 @click.command(short_help="Fill the gaps of a raster; write the filled raster and its std.")
@@ -48,24 +48,8 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
     import geonp
 
     _check_quicklook(input, output, opts)
-    quiet = ctx.obj.get("quiet", False)
-    bar = None
-
-    def progress(done: int, total: int) -> None:
-        nonlocal bar
-        if quiet:
-            return
-        if bar is None:
-            from tqdm import tqdm
-
-            bar = tqdm(total=total, desc="filling", unit="tile", dynamic_ncols=True)
-        bar.update(done - bar.n)
-
-    try:
+    with CountBar(ctx.obj.get("quiet", False), "filling", "tile") as progress:
         report = geonp.fill_raster(input, output, bands=bands or None, progress=progress, **opts)  # type: ignore[arg-type]
-    finally:
-        if bar is not None:
-            bar.close()
     if report.dry_run:
         click.echo(f"Dry run of {input} with model {report.model} (nothing written):")
         for key, value in report.plan.items():

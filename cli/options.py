@@ -67,3 +67,32 @@ def progress_bar(quiet: bool, label: str) -> tuple[Callable[[int, int, float], N
             bar["bar"].close()
 
     return update, close
+
+
+class CountBar:
+    """A ``(done, total)`` progress callback drawing a tqdm bar on first use; silent when quiet.
+
+    Use as a context manager so the bar is closed even when the command fails.
+    """
+
+    def __init__(self, quiet: bool, label: str, unit: str, *, leave: bool = True) -> None:
+        self.quiet, self.label, self.unit, self.leave = quiet, label, unit, leave
+        self.bar: Any = None
+
+    def __call__(self, done: int, total: int) -> None:
+        """Move the bar to ``done`` of ``total``."""
+        if self.quiet:
+            return
+        if self.bar is None:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, desc=self.label, unit=self.unit, dynamic_ncols=True, leave=self.leave)
+        self.bar.total = total
+        self.bar.update(done - self.bar.n)
+
+    def __enter__(self) -> CountBar:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.bar is not None:
+            self.bar.close()

@@ -140,19 +140,28 @@ def predict_block(
             progress(len(pending))
         pending.clear()
 
-    for tile in tiles:
+    work = list(reversed(tiles))
+    while work:
+        tile = work.pop()
+        o = tile.overlap
         # query window in block coordinates, clipped to the block array and to the region
-        qr0, qr1 = max(tile.row - o, 0), min(tile.row + size + o, h)
-        qc0, qc1 = max(tile.col - o, 0), min(tile.col + size + o, w)
+        qr0, qr1 = max(tile.row - o, 0), min(tile.row + tile.height + o, h)
+        qc0, qc1 = max(tile.col - o, 0), min(tile.col + tile.width + o, w)
         rr0, rr1, cc0, cc1 = max(qr0, r0), min(qr1, r1), max(qc0, c0), min(qc1, c1)
         if rr0 >= rr1 or cc0 >= cc1 or not to_fill[rr0:rr1, cc0:cc1].any():
+            continue
+        if tile.height > _MIN_SPLIT and _neighbours(observed, to_fill, (qr0, qr1, qc0, qc1)) > opts.max_context:
+            # Scattered gaps (dropped pixels, stripes): the gaps' own neighbours are more than the
+            # context cap, so some would be left out. Split the tile in four (the rule depends on
+            # this tile's pixels only, so every block splits alike).
+            work.extend(reversed(_quarters(tile)))
             continue
         crow, ccol = _search(observed, to_fill, (qr0, qr1, qc0, qc1), opts, origin)
         if crow.size == 0:
             continue
         trow, tcol = np.nonzero(to_fill[rr0:rr1, cc0:cc1])
         trow, tcol = trow + rr0, tcol + cc0
-        wts = _weights(trow, tcol, tile, o)
+        wts = _weights(trow, tcol, tile, tile.overlap)
         yc, _, shift, scale = standardize(values[crow, ccol][:, None], None)
         # Coordinates relative to the query window's corner: what training patches look like, and
         # for translation-invariant models (scan) the same result as absolute coordinates, with
@@ -168,6 +177,25 @@ def predict_block(
         mean_out = np.where(acc_w > 0, acc_mean / acc_w, np.nan)
         std_out = np.where(acc_w > 0, acc_std / acc_w, np.nan)
     return mean_out, std_out
+
+
+_MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
+
+
+def _neighbours(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, int, int]) -> int:
+    """Observed pixels of a query window that touch (8-neighbourhood) a pixel to fill."""
+    r0, r1, c0, c1 = qb
+    near = ndimage.binary_dilation(to_fill[r0:r1, c0:c1], structure=np.ones((3, 3), bool))
+    return int(np.count_nonzero(near & observed[r0:r1, c0:c1]))
+
+
+def _quarters(tile: Tile) -> list[Tile]:
+    """Four sub-tiles of a tile, with an overlap scaled to their size."""
+    h1, w1 = tile.height // 2, tile.width // 2
+    o = max(2, min(tile.overlap, h1 // 3))
+    return [Tile(tile.row + dr, tile.col + dc, hh, ww, o)
+            for dr, hh in ((0, h1), (h1, tile.height - h1))
+            for dc, ww in ((0, w1), (w1, tile.width - w1))]
 
 
 def _weights(rows: np.ndarray, cols: np.ndarray, tile: Tile, overlap: int) -> np.ndarray:

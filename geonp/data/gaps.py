@@ -48,15 +48,19 @@ MIN_VISIBLE_FRACTION = 0.05
 # --------------------------------------------------------------------------------------------
 
 
-def _as_rng(rng: np.random.Generator | int) -> np.random.Generator:
+def as_rng(rng: np.random.Generator | int, *, what: str = "gap masks") -> np.random.Generator:
+    """A numpy Generator from a Generator or an integer seed (anything else is refused)."""
     if isinstance(rng, np.random.Generator):
         return rng
     if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
         return np.random.default_rng(int(rng))
     raise ConfigError(
-        f"rng={rng!r} is not a numpy Generator or an integer seed; gap masks must be "
+        f"rng={rng!r} is not a numpy Generator or an integer seed; {what} must be "
         "reproducible. Pass rng=np.random.default_rng(SEED) or an int seed."
     )
+
+
+_as_rng = as_rng
 
 
 def _check_shape(shape: Sequence[int]) -> tuple[int, int]:

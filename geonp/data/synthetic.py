@@ -24,6 +24,7 @@ import numpy as np
 from scipy import fft as sfft
 from scipy import linalg
 
+from geonp.data.gaps import as_rng
 from geonp.errors import ConfigError
 
 KernelName = Literal["rbf", "matern12", "matern32", "matern52"]
@@ -67,14 +68,7 @@ def _kernel_of_distance(
 
 
 def _as_rng(rng: np.random.Generator | int) -> np.random.Generator:
-    if isinstance(rng, np.random.Generator):
-        return rng
-    if isinstance(rng, (int, np.integer)) and not isinstance(rng, bool):
-        return np.random.default_rng(int(rng))
-    raise ConfigError(
-        f"rng={rng!r} is not a numpy Generator or an integer seed; synthetic data "
-        "must be reproducible. Pass rng=np.random.default_rng(SEED)."
-    )
+    return as_rng(rng, what="synthetic data")
 
 
 # --------------------------------------------------------------------------------------------

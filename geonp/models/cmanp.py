@@ -26,7 +26,7 @@ from torch.nn import functional as F
 
 from geonp.models.attention.dense import dense_attention
 from geonp.models.heads import GaussianHead
-from geonp.models.layers import MLP, MultiHeadProjection
+from geonp.models.layers import MLP, MultiHeadProjection, decode_in_chunks
 from geonp.models.tnpkr import _check_shapes
 
 
@@ -332,7 +332,4 @@ class CMANP(nn.Module):
         """
         _check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
         latents = self.latents_of(self.encode_context(xc, yc, context_valid, context_chunk=context_chunk))
-        if query_chunk is None or query_chunk >= xt.shape[1]:
-            return self.decode(latents, xt)
-        parts = [self.decode(latents, xt[:, i : i + query_chunk]) for i in range(0, xt.shape[1], query_chunk)]
-        return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
+        return decode_in_chunks(lambda x: self.decode(latents, x), xt, query_chunk)

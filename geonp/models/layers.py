@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
@@ -55,3 +57,18 @@ class MultiHeadProjection(nn.Module):
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Project and split: ``[B, Nq, E], [B, Nk, E] -> q [B,H,Nq,D], k, v [B,H,Nk,D]``."""
         return self.split(self.to_q(x_q)), self.split(self.to_k(x_kv)), self.split(self.to_v(x_kv))
+
+
+def decode_in_chunks(
+    decode: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
+    xt: torch.Tensor,
+    query_chunk: int | None,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Run ``decode`` on ``xt [B, Nt, P]`` in chunks of targets and concatenate ``(mean, std)``.
+
+    Valid for models whose targets are independent given the context (all of geonp's).
+    """
+    if query_chunk is None or query_chunk >= xt.shape[1]:
+        return decode(xt)
+    parts = [decode(xt[:, i : i + query_chunk]) for i in range(0, xt.shape[1], query_chunk)]
+    return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)

@@ -12,7 +12,7 @@ from torch import nn
 
 from geonp.models.attention.dense import dense_attention
 from geonp.models.heads import GaussianHead
-from geonp.models.layers import MLP, MultiHeadProjection
+from geonp.models.layers import MLP, MultiHeadProjection, decode_in_chunks
 from geonp.models.tnpkr import _check_shapes
 
 
@@ -74,11 +74,7 @@ class TNPD(nn.Module):
         """Predictive mean and std at ``xt``; same arguments as ``TNPKR.forward``."""
         _check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
         if query_chunk is not None and query_chunk < xt.shape[1]:
-            parts = [
-                self.forward(xc, yc, xt[:, i : i + query_chunk], context_valid)
-                for i in range(0, xt.shape[1], query_chunk)
-            ]
-            return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
+            return decode_in_chunks(lambda x: self.forward(xc, yc, x, context_valid), xt, query_chunk)
         b, nc, nt = xc.shape[0], xc.shape[1], xt.shape[1]
         tokens = self.embed(
             torch.cat([torch.cat([xc, yc], -1), torch.cat([xt, xt.new_zeros(b, nt, self.dim_y)], -1)], 1)

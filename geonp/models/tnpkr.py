@@ -11,7 +11,7 @@ from geonp.models.attention import ATTENTIONS, DeepKernelAttention, PerformerAtt
 from geonp.models.attention.bias import BIASES, shared_distances
 from geonp.models.blocks import KRBlock
 from geonp.models.heads import GaussianHead
-from geonp.models.layers import MLP
+from geonp.models.layers import MLP, decode_in_chunks
 
 
 @dataclass
@@ -152,10 +152,7 @@ class TNPKR(nn.Module):
         _check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
         with shared_distances():
             state = self.encode_context(xc, yc, context_valid)
-            if query_chunk is None or query_chunk >= xt.shape[1]:
-                return self.decode(state, xt)
-            parts = [self.decode(state, xt[:, i : i + query_chunk]) for i in range(0, xt.shape[1], query_chunk)]
-        return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
+            return decode_in_chunks(lambda x: self.decode(state, x), xt, query_chunk)
 
 
 def _check_shapes(
