@@ -58,7 +58,8 @@ def main() -> None:
     md = [f"# geonp model card: {card.get('name')}", "",
           card.get("description", ""), "",
           f"- Architecture: {json.dumps(loaded.config.to_dict())}",
-          f"- Trained with: `{card.get('command')}`",
+          *([f"- Trained with (in this order):"] + [f"  - `{c}`" for c in card["commands"]]
+            if card.get("commands") else [f"- Trained with: `{card.get('command')}`"]),
           f"- Training time: {card.get('training_seconds')} s on {card.get('hardware')} "
           f"(best validation NLL {card.get('best_val_nll'):.4f} at step {card.get('best_step')})",
           f"- Data: {', '.join(card.get('training_data', []))} (Landsat 8 OLI DN, bands B2-B4, 0 = nodata) plus "
