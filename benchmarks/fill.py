@@ -116,7 +116,7 @@ def main() -> None:
     rmse_gdal = float(np.sqrt(((gdal[:, gap] - truth[:, gap]) ** 2).mean()))
     mpx = gap.sum() * bands / 1e6
     print(f"\nfill {args.size}x{args.size}, {bands} bands, {gap.mean():.1%} cloud gaps ({mpx:.2f} Mpx of gaps over all bands), "
-          f"held-out columns of {SCENE.name}")
+          f"the rightmost {args.size} columns of {SCENE.name} (its last 408 columns were held out from training)")
     print(f"{'method':<18}{'seconds':>9}{'Mpx gaps/s':>12}{'s/Mpx/band':>12}{'peak MB':>9}{'RMSE (DN)':>11}")
     for name, r, rmse in (("geonp " + args.model, g, rmse_geonp), ("GDAL FillNodata", d, rmse_gdal)):
         print(f"{name:<18}{r['seconds']:>9.1f}{mpx / r['seconds']:>12.3f}{r['seconds'] / mpx:>12.1f}"
