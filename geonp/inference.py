@@ -156,9 +156,11 @@ def fill_block(
     normed = norm.apply(np.where(observed, raw, 0.0))
     for b in range(n):
         obs = observed[b]
+        # Gaps in the halo stay in to_fill: they shape the context choice and the tile splits of the
+        # tiles near the region's edge exactly as in the neighbouring block, which keeps blocks
+        # seamless. predict_block only predicts inside the region.
         to_fill = ~obs & _within(obs, max_distance)
-        to_fill[:r0], to_fill[r1:], to_fill[:, :c0], to_fill[:, c1:] = False, False, False, False
-        if not to_fill.any() or not obs.any():
+        if not to_fill[r0:r1, c0:c1].any() or not obs.any():
             continue
         m, s = predict_block(model, normed[b], obs, to_fill, region, origin=origin, opts=opts,
                              device=device, progress=progress)

@@ -32,7 +32,7 @@ def raster(tmp_path_factory):
 
 
 def test_short_training_lowers_validation_nll(raster, tmp_path):
-    report = train([raster], tmp_path / "m", training=TrainConfig(steps=40, val_every=10, lr=3e-3, warmup_steps=5), **SMALL)
+    report = train([raster], tmp_path / "m", training=TrainConfig(steps=40, val_every=10, lr=1e-2, warmup_steps=5), **SMALL)
     nll = [r["val_nll"] for r in report.history]
     assert len(nll) == 4
     assert min(nll[1:]) < nll[0] - 0.05, nll
