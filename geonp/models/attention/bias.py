@@ -27,6 +27,8 @@ from torch import nn
 # Largest squared-distance table the grid path builds (entries per head); beyond it the direct
 # path is used. 4M entries x 4 heads x 4 bytes = 64 MB.
 _MAX_TABLE = 4_000_000
+# Most bytes of squared-distance tiles kept per forward pass (beyond it tiles are recomputed).
+_MAX_CACHE_BYTES = 256 * 2**20
 
 
 # Squared pixel distances of a tile are the same in every layer; a model's forward pass opens a
@@ -58,8 +60,10 @@ def _grid_sq(
     sq = (diff * diff).sum(-1, dtype=torch.int32)  # [B, Qc, Kc]
     if key_valid is not None:
         sq = sq.masked_fill(~key_valid[:, None, ks], sentinel)
-    if cache is not None:
+    if cache is not None and cache.get("bytes", 0) + sq.numel() * 4 <= _MAX_CACHE_BYTES:
+        # bounded, so that large contexts keep scan attention's linear memory
         cache[key] = sq
+        cache["bytes"] = cache.get("bytes", 0) + sq.numel() * 4
     return sq
 
 
