@@ -59,3 +59,12 @@ def smooth_field(shape, seed=0, scale=1000.0, offset=5000.0):
         fr, fc, ph = rng.uniform(0.02, 0.12), rng.uniform(0.02, 0.12), rng.uniform(0, 6.28)
         field += np.sin(fr * r + fc * c + ph)
     return offset + scale * field
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A real Dask LocalCluster: 2 worker processes, 1 thread each (one per test module)."""
+    import distributed
+
+    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
+        yield lc

@@ -45,28 +45,6 @@ def read(path: Path) -> np.ndarray:
         return src.read()
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-
-    from geonp.config import ModelConfig
-    from geonp.models import build_model
-    from geonp.training.checkpoint import save_model
-
-    torch.manual_seed(0)
-    cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)
-    path = tmp_path_factory.mktemp("model") / "tiny"
-    save_model(path, build_model(cfg), cfg, card={"name": "tiny"})
-    return path
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as lc:
-        yield lc
-
-
 @pytest.fixture(autouse=True)
 def _quiet_dask(monkeypatch: pytest.MonkeyPatch) -> None:
     # the command sets this for itself and its workers; keep it out of the test process

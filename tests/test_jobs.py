@@ -50,28 +50,6 @@ def assert_same_raster(a: Path, b: Path) -> None:
     np.testing.assert_array_equal(read(a), read(b))
 
 
-@pytest.fixture(scope="module")
-def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    import torch
-
-    from geonp.config import ModelConfig
-    from geonp.models import build_model
-    from geonp.training.checkpoint import save_model
-
-    torch.manual_seed(0)
-    cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)
-    path = tmp_path_factory.mktemp("model") / "tiny"
-    save_model(path, build_model(cfg), cfg, card={"name": "tiny"})
-    return path
-
-
-@pytest.fixture(scope="module")
-def cluster():
-    with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True,
-                                  dashboard_address=None) as lc:
-        yield lc
-
-
 @pytest.fixture
 def scenes(tmp_path: Path) -> Path:
     """Three good rasters (one 2-band int16 in a subdirectory), one truncated, one not a raster."""
