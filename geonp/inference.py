@@ -464,8 +464,9 @@ def _plan(info: RasterInfo, bands: list[int], blocks: list[tuple[int, int, int, 
     block_bytes = side * side * len(bands) * (8 + 1 + 8 + 8)  # values, mask, normalised, distance
     q = (opts.tile_size + 2 * opts.overlap) ** 2
     attn_bytes = opts.batch_tiles * 4 * (opts.max_context + q) * opts.max_context * 4 * 3
-    # measured on the 2-core development CPU: ~0.05 s per tile with 384 context pixels
-    seconds_per_tile = 0.05 * (opts.max_context / 384) ** 2
+    # measured on the 2-core development CPU (1 thread, benchmarks/fill.py): ~0.15 s per 48 px tile
+    # with gaps at 256 context pixels; cost grows about with the square of the context
+    seconds_per_tile = 0.15 * (opts.max_context / 256) ** 2
     return {
         "raster": f"{info.width}x{info.height}, {len(bands)} band(s), {info.dtype}",
         "blocks": len(blocks),

@@ -17,7 +17,7 @@ import torch
 from scipy import ndimage
 
 from geonp.data.tasks import Task, collate, standardize
-from geonp.tiling import Tile, make_tiles, nearest_context
+from geonp.tiling import Tile, make_tiles, nearest_context, pixel_weights
 
 
 @dataclass(frozen=True)
@@ -161,7 +161,7 @@ def predict_block(
             continue
         trow, tcol = np.nonzero(to_fill[rr0:rr1, cc0:cc1])
         trow, tcol = trow + rr0, tcol + cc0
-        wts = _weights(trow, tcol, tile, tile.overlap)
+        wts = pixel_weights(trow, tcol, tile)
         yc, _, shift, scale = standardize(values[crow, ccol][:, None], None)
         # Coordinates relative to the query window's corner: what training patches look like, and
         # for translation-invariant models (scan) the same result as absolute coordinates, with
@@ -197,12 +197,6 @@ def _quarters(tile: Tile) -> list[Tile]:
             for dr, hh in ((0, h1), (h1, tile.height - h1))
             for dc, ww in ((0, w1), (w1, tile.width - w1))]
 
-
-def _weights(rows: np.ndarray, cols: np.ndarray, tile: Tile, overlap: int) -> np.ndarray:
-    """Blend weight of each query pixel: 1 in the core, linear fall-off into the overlap."""
-    dr = np.maximum(np.maximum(tile.row - rows, rows - (tile.row + tile.height - 1)), 0)
-    dc = np.maximum(np.maximum(tile.col - cols, cols - (tile.col + tile.width - 1)), 0)
-    return (1.0 - dr / (overlap + 1)) * (1.0 - dc / (overlap + 1))
 
 
 def count_tiles(height: int, width: int, opts: TileOptions) -> int:

@@ -65,6 +65,14 @@ def make_tiles(height: int, width: int, *, tile_size: int, overlap: int = 0) -> 
     ]
 
 
+def pixel_weights(rows: np.ndarray, cols: np.ndarray, tile: Tile) -> np.ndarray:
+    """Blend weight of pixels ``(rows, cols)`` for a tile: 1 on its core, linear fall-off into the overlap."""
+    o = tile.overlap
+    dr = np.maximum(np.maximum(tile.row - rows, rows - (tile.row + tile.height - 1)), 0)
+    dc = np.maximum(np.maximum(tile.col - cols, cols - (tile.col + tile.width - 1)), 0)
+    return (1.0 - dr / (o + 1)) * (1.0 - dc / (o + 1))
+
+
 def blend_weights(tile: Tile, shape: tuple[int, int]) -> np.ndarray:
     """Weights over the tile's query window: 1 on the core, falling linearly into the overlap.
 
@@ -72,17 +80,8 @@ def blend_weights(tile: Tile, shape: tuple[int, int]) -> np.ndarray:
     over tiles are >= 1 everywhere and the blend is a proper weighted mean.
     """
     r0, r1, c0, c1 = tile.query_bounds(shape)
-    o = tile.overlap
-
-    def ramp(start: int, stop: int, core_start: int, core_stop: int) -> np.ndarray:
-        idx = np.arange(start, stop)
-        before = np.clip(core_start - idx, 0, None)
-        after = np.clip(idx - (core_stop - 1), 0, None)
-        return 1.0 - np.maximum(before, after) / (o + 1)
-
-    wr = ramp(r0, r1, tile.row, tile.row + tile.height)
-    wc = ramp(c0, c1, tile.col, tile.col + tile.width)
-    return np.outer(wr, wc)
+    rows, cols = np.mgrid[r0:r1, c0:c1]
+    return pixel_weights(rows, cols, tile)
 
 
 def _pixel_jitter(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:

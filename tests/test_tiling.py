@@ -2,8 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from geonp.predict import _weights
-from geonp.tiling import Tile, blend_weights, make_tiles, nearest_context
+from geonp.tiling import Tile, blend_weights, make_tiles, nearest_context, pixel_weights
 
 
 @settings(max_examples=60, deadline=None)
@@ -30,7 +29,7 @@ def test_blend_weights_are_one_on_core_and_ramp_in_overlap():
     np.testing.assert_allclose(w[0, 2:6], 1 / 3)
     np.testing.assert_allclose(w[1, 2:6], 2 / 3)
     rows, cols = np.mgrid[8:16, 8:16]
-    np.testing.assert_allclose(_weights(rows.ravel(), cols.ravel(), t, 2).reshape(8, 8), w)
+    np.testing.assert_allclose(pixel_weights(rows.ravel(), cols.ravel(), t).reshape(8, 8), w)
 
 
 def test_nearest_context_takes_the_nearest_and_breaks_ties_by_position():
