@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+from collections.abc import Sequence
 
 import numpy as np
 from affine import Affine
@@ -18,6 +19,7 @@ from rasterio.io import DatasetReader
 from rasterio.windows import Window
 
 from geonp.errors import InputRasterError
+from geonp.io.qa import decode_gaps
 from geonp.io.raster import RasterInfo, check_nodata_in_range, open_raster, read_window
 
 logger = logging.getLogger(__name__)
@@ -90,38 +92,77 @@ def valid_mask(
 
 
 def read_mask_file(
-    path: str | os.PathLike[str], *, like: RasterInfo, window: Window
+    path: str | os.PathLike[str],
+    *,
+    like: RasterInfo,
+    window: Window,
+    qa_kind: str | None = None,
+    qa_classes: Sequence[str] | None = None,
+    mask_values: Sequence[int] | None = None,
+    mask_bits: Sequence[int] | None = None,
 ) -> np.ndarray:
-    """Read a user's gap mask (``--mask FILE``) for one window of the input.
+    """Read a user's gap mask (``--mask FILE`` or ``--qa FILE``) for one window of the input.
 
-    The mask must be on the input's grid: geonp does not resample masks, since any resampling
-    would move the edge of a gap. Non-zero means missing; 0 and the mask's own nodata mean
-    observed. Values must be 0, 1 or 255. Note that this is the opposite of GDAL ``.msk``
-    files, where 255 means valid.
+    How values are read:
+
+    - plain (no option): non-zero means missing; values must be 0, 1 or 255 (note that this is
+      the opposite of GDAL ``.msk`` files, where 255 means valid);
+    - ``mask_values``: these values mean missing; ``mask_bits``: any of these bits set means
+      missing; ``qa_kind``: a quality band decoded by class (:mod:`geonp.io.qa`).
+
+    The mask's own nodata always means observed. A GeoJSON file (``.geojson``/``.json``) is a
+    vector mask: pixels whose centre lies in a polygon are missing. A mask on another grid,
+    resolution or CRS is decoded on its own grid and then resampled onto the input's grid so
+    that a pixel is missing wherever any mask pixel covering it says missing
+    (:mod:`geonp.io.reproject`).
 
     Args:
-        path: Path of the mask raster; band 1 is used.
+        path: Path of the mask raster (band 1) or GeoJSON file.
         like: The input raster the mask belongs to.
         window: Window of the input grid to read; may extend beyond the raster.
+        qa_kind: Quality band kind (``landsat-c2``, ``sentinel2-scl``, ``fmask``).
+        qa_classes: Classes counted as gaps (default: the kind's defaults).
+        mask_values: Values that mean missing.
+        mask_bits: Bits that mean missing when set.
 
     Returns:
         Boolean array ``[window.height, window.width]``, True = missing (gap). Outside the
         raster it is True, like the NaN padding of :func:`geonp.io.raster.read_window`.
 
     Raises:
-        InputRasterError: If the mask cannot be read, is on another grid, or holds values
-            other than 0, 1 and 255.
+        InputRasterError: If the mask cannot be read or resampled, or a plain mask holds values
+            other than 0, 1 and 255 (with a hint at ``--mask-values``, ``--mask-bits`` and
+            ``--qa-kind``).
     """
     name = os.fspath(path)
+    row_off, col_off = int(round(window.row_off)), int(round(window.col_off))
+    height, width = int(round(window.height)), int(round(window.width))
+    rows = np.arange(row_off, row_off + height)
+    cols = np.arange(col_off, col_off + width)
+    inside = ((rows >= 0) & (rows < like.height))[:, None] & ((cols >= 0) & (cols < like.width))
+    if name.lower().endswith((".geojson", ".json")):
+        from geonp.io.vector import rasterize_geojson
+
+        return ~inside | rasterize_geojson(name, like=like, window=window, role="Mask")
+    plain = qa_kind is None and mask_values is None and mask_bits is None
+
+    def decode(values: np.ndarray, not_nodata: np.ndarray) -> np.ndarray:
+        if plain:
+            _check_plain(values[not_nodata], name)
+            return not_nodata & (values != 0)
+        return not_nodata & decode_gaps(values, kind=qa_kind, classes=qa_classes,
+                                        mask_values=mask_values, mask_bits=mask_bits)
+
+    from geonp.io.reproject import read_gaps_on_grid
+
+    warped = read_gaps_on_grid(name, like=like, window=window,
+                               decode=lambda v, ok: decode(v, ok & np.isfinite(v)))
+    if warped is not None:
+        return ~inside | warped
     with open_raster(name, role="Mask") as src:
-        _check_same_grid(src, like, name)
         values = read_window(src, window, [1])[0]
         mask_nodata = src.nodata
         mask_dtype = str(src.dtypes[0])
-    row_off, col_off = int(round(window.row_off)), int(round(window.col_off))
-    rows = np.arange(row_off, row_off + values.shape[0])
-    cols = np.arange(col_off, col_off + values.shape[1])
-    inside = ((rows >= 0) & (rows < like.height))[:, None] & ((cols >= 0) & (cols < like.width))
     if mask_nodata is None:
         is_nodata = np.zeros(values.shape, dtype=bool)
     elif np.isnan(mask_nodata):
@@ -132,16 +173,21 @@ def read_mask_file(
         is_nodata = inside & finite & ~valid_mask(
             values, nodata=mask_nodata, source_dtype=mask_dtype
         )
-    checked = values[inside & ~is_nodata]
+    return ~inside | decode(values, inside & ~is_nodata)
+
+
+def _check_plain(checked: np.ndarray, name: str) -> None:
+    """Refuse a plain 0/1 mask with other values, with a hint at the options that read them."""
     bad = checked[~np.isin(checked, _MASK_VALUES)]
     if bad.size:
         shown = np.unique(bad)[:5]
         listed = ", ".join(f"{v:g}" for v in shown)
         raise InputRasterError(
-            f"Mask {name} holds values other than 0 and 1 (or 0 and 255): {listed}; "
-            "write 0 for observed and 1 for missing pixels."
+            f"Mask {name} holds values other than 0 and 1 (or 0 and 255): {listed}; if it is a "
+            "quality band, pass it with --qa FILE --qa-kind landsat-c2|sentinel2-scl|fmask, or "
+            "say which values or bits mean a gap with --mask-values 8,9 or --mask-bits 3,4; "
+            "otherwise write 0 for observed and 1 for missing pixels."
         )
-    return ~inside | (~is_nodata & (values != 0))
 
 
 def _grid_text(width: int, height: int, transform: Affine, crs: str | None) -> str:

@@ -1,0 +1,161 @@
+"""Bring a mask or footprint raster on any grid onto the input's grid, one window at a time.
+
+Masks often come on another grid: a Sentinel-2 scene classification at 20 m for 10 m bands, a
+QA band at 60 m, a cloud mask in another UTM zone. GDAL's warper resamples them onto the
+input's grid through a :class:`rasterio.vrt.WarpedVRT`; for gaps the maximum of the covering
+pixels is used, so a target pixel is a gap wherever any mask pixel that covers it says gap,
+and a gap edge never moves inwards.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+
+import numpy as np
+import rasterio
+import rasterio.errors
+from rasterio.crs import CRS
+from rasterio.enums import Resampling
+from rasterio.io import DatasetReader, MemoryFile
+from rasterio.vrt import WarpedVRT
+from rasterio.warp import transform_bounds
+from rasterio.windows import Window
+from rasterio.windows import from_bounds as window_from_bounds
+from rasterio.windows import transform as window_transform
+
+from geonp.errors import InputRasterError
+from geonp.io.raster import RasterInfo, open_raster, read_window
+
+__all__ = ["read_gaps_on_grid", "read_on_grid", "same_grid"]
+
+
+def same_grid(src: DatasetReader, like: RasterInfo) -> bool:
+    """Tell whether ``src`` has exactly the grid (size, transform, CRS) of ``like``."""
+    same = (src.width == like.width and src.height == like.height
+            and src.transform.almost_equals(like.transform))
+    if same and src.crs and like.crs:  # a mask without CRS on the same pixel grid is fine
+        same = src.crs == CRS.from_wkt(like.crs)
+    return same
+
+
+def _check_crs(src: DatasetReader, like: RasterInfo, name: str, role: str) -> None:
+    if not src.crs or not like.crs:
+        raise InputRasterError(
+            f"{role} {name} is on another grid than the input {like.path} and "
+            f"{'it' if not src.crs else 'the input'} has no CRS, so it cannot be resampled; "
+            "give both a CRS (gdal_edit.py -a_srs) or resample the mask with gdalwarp."
+        )
+
+
+def _window_ints(window: Window) -> tuple[int, int, int, int]:
+    return (int(round(window.row_off)), int(round(window.col_off)), int(round(window.height)),
+            int(round(window.width)))
+
+
+def _source_window(src: DatasetReader, like: RasterInfo, window: Window) -> Window | None:
+    """The window of ``src`` that covers ``window`` of the input grid (with a 2-pixel margin)."""
+    r0, c0, h, w = _window_ints(window)
+    dst_tf = window_transform(Window(c0, r0, w, h), like.transform)
+    left, top = dst_tf * (0, 0)
+    right, bottom = dst_tf * (w, h)
+    bounds = (min(left, right), min(top, bottom), max(left, right), max(top, bottom))
+    if src.crs != CRS.from_wkt(like.crs):
+        bounds = transform_bounds(CRS.from_wkt(like.crs), src.crs, *bounds, densify_pts=21)
+    win = window_from_bounds(*bounds, transform=src.transform)
+    col0 = max(0, int(np.floor(win.col_off)) - 2)
+    row0 = max(0, int(np.floor(win.row_off)) - 2)
+    col1 = min(src.width, int(np.ceil(win.col_off + win.width)) + 2)
+    row1 = min(src.height, int(np.ceil(win.row_off + win.height)) + 2)
+    if col1 <= col0 or row1 <= row0:
+        return None
+    return Window(col0, row0, col1 - col0, row1 - row0)
+
+
+def _warp(src: DatasetReader, like: RasterInfo, window: Window, decode: Callable[[np.ndarray,
+          np.ndarray], np.ndarray], resampling: Resampling) -> np.ndarray:
+    """Decode the covering source window to uint8 and warp it onto ``window`` of ``like``.
+
+    Returns ``[h, w]`` uint8 with 255 where the source does not cover the target.
+    """
+    r0, c0, h, w = _window_ints(window)
+    out = np.full((h, w), 255, dtype=np.uint8)
+    src_win = _source_window(src, like, window)
+    if src_win is None:
+        return out
+    values = src.read(1, window=src_win).astype(np.float64)
+    valid = src.read_masks(1, window=src_win) != 0
+    decoded = decode(values, valid).astype(np.uint8)
+    profile = dict(driver="GTiff", width=int(src_win.width), height=int(src_win.height), count=1,
+                   dtype="uint8", crs=src.crs, transform=src.window_transform(src_win), nodata=255)
+    with MemoryFile() as mem, mem.open(**profile) as tmp:
+        tmp.write(decoded, 1)
+        dst_tf = window_transform(Window(c0, r0, w, h), like.transform)
+        with WarpedVRT(tmp, crs=CRS.from_wkt(like.crs), transform=dst_tf, width=w, height=h,
+                       resampling=resampling, nodata=255) as vrt:
+            out[:] = vrt.read(1)
+    return out
+
+
+def read_on_grid(path: str | os.PathLike[str], *, like: RasterInfo, window: Window,
+                 resampling: str = "nearest", role: str = "Mask") -> tuple[np.ndarray, np.ndarray]:
+    """Read band 1 of a raster on ``like``'s grid for one window (nearest neighbour).
+
+    Args:
+        path: The raster (any grid; same-grid files are read directly).
+        like: The input raster.
+        window: Window of the input grid; may hang over its edge.
+        resampling: GDAL resampling name for other grids.
+        role: What the file is, for messages.
+
+    Returns:
+        ``(values float64, valid bool)``, each ``[h, w]``; invalid where the file has no data or
+        does not reach.
+    """
+    name = os.fspath(path)
+    with open_raster(name, role=role) as src:
+        if same_grid(src, like):
+            values = read_window(src, window, [1])[0]
+            return values, np.isfinite(values) & _not_nodata(values, src.nodata)
+        _check_crs(src, like, name, role)
+        # Values pass through unchanged as uint8 classes 0/1 are all footprints need.
+        warped = _warp(src, like, window, lambda v, ok: np.where(ok & np.isfinite(v) & (v != 0)
+                                                                 & _not_nodata(v, src.nodata),
+                                                                 1, 0),
+                       Resampling[resampling])
+    return warped.astype(np.float64), warped != 255
+
+
+def read_gaps_on_grid(path: str | os.PathLike[str], *, like: RasterInfo, window: Window,
+                      decode: Callable[[np.ndarray, np.ndarray], np.ndarray],
+                      role: str = "Mask") -> np.ndarray | None:
+    """Read a gap mask on another grid onto one window of ``like`` (max of covering pixels).
+
+    Args:
+        path: The mask raster.
+        like: The input raster.
+        window: Window of the input grid.
+        decode: ``(values, valid) -> is_gap`` on the mask's own grid.
+        role: What the file is, for messages.
+
+    Returns:
+        Boolean ``[h, w]``, True = gap; or None when the mask is on the input's grid (the
+        caller reads it directly, exactly).
+    """
+    name = os.fspath(path)
+    with open_raster(name, role=role) as src:
+        if same_grid(src, like):
+            return None
+        _check_crs(src, like, name, role)
+        try:
+            warped = _warp(src, like, window, decode, Resampling.max)
+        except (rasterio.errors.RasterioError, OSError) as err:
+            raise InputRasterError(f"{role} {name} cannot be resampled onto the input's grid "
+                                   f"({err}); resample it with gdalwarp first.") from err
+    return warped == 1
+
+
+def _not_nodata(values: np.ndarray, nodata: float | None) -> np.ndarray:
+    if nodata is None or np.isnan(nodata):
+        return np.ones(values.shape, dtype=bool)
+    return values != nodata

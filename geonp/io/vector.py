@@ -1,0 +1,59 @@
+"""Rasterise GeoJSON polygons (vector masks and footprints) onto windows of the input's grid."""
+
+from __future__ import annotations
+
+import functools
+
+import numpy as np
+from rasterio.crs import CRS
+from rasterio.errors import CRSError
+from rasterio.features import geometry_mask
+from rasterio.warp import transform_geom
+from rasterio.windows import Window
+from rasterio.windows import transform as window_transform
+
+from geonp.errors import InputRasterError
+from geonp.io.raster import RasterInfo
+
+__all__ = ["rasterize_geojson"]
+
+
+@functools.lru_cache(maxsize=8)
+def _geometries(name: str, like_crs: str | None, role: str) -> tuple[dict, ...]:
+    """The file's polygons in the input's CRS (cached: read once per run)."""
+    from geonp.io.footprint import load_geojson
+
+    geoms, crs_name = load_geojson(name, role=role)
+    if like_crs is None:
+        return tuple(geoms)  # pixel-unit rasters: take the coordinates as they are
+    try:
+        src_crs = CRS.from_user_input(crs_name)
+        dst_crs = CRS.from_wkt(like_crs)
+        if src_crs == dst_crs:
+            return tuple(geoms)
+        return tuple(transform_geom(src_crs, dst_crs, g) for g in geoms)
+    except (CRSError, ValueError) as err:
+        raise InputRasterError(f"{role} {name}: its CRS {crs_name!r} cannot be used ({err}); "
+                               "write it in WGS 84 (EPSG:4326) as GeoJSON requires.") from err
+
+
+def rasterize_geojson(name: str, *, like: RasterInfo, window: Window, role: str = "Mask") -> np.ndarray:
+    """Rasterise a GeoJSON file's polygons onto one window of the input's grid.
+
+    A pixel is inside when its centre lies in a polygon (GDAL's default rule).
+
+    Args:
+        name: Path of the GeoJSON file (WGS 84 unless it declares a ``crs``).
+        like: The input raster.
+        window: Window of the input grid.
+        role: What the file is, for messages.
+
+    Returns:
+        Boolean ``[h, w]``, True inside the polygons.
+    """
+    geoms = _geometries(name, like.crs, role)
+    r0, c0 = int(round(window.row_off)), int(round(window.col_off))
+    h, w = int(round(window.height)), int(round(window.width))
+    tf = window_transform(Window(c0, r0, w, h), like.transform)
+    outside = geometry_mask(geoms, out_shape=(h, w), transform=tf, all_touched=False)
+    return ~outside
