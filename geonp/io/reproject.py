@@ -149,7 +149,9 @@ def read_gaps_on_grid(path: str | os.PathLike[str], *, like: RasterInfo, window:
         _check_crs(src, like, name, role)
         try:
             warped = _warp(src, like, window, decode, Resampling.max)
-        except (rasterio.errors.RasterioError, OSError) as err:
+        except InputRasterError:
+            raise
+        except (rasterio.errors.RasterioError, OSError, ValueError) as err:
             raise InputRasterError(f"{role} {name} cannot be resampled onto the input's grid "
                                    f"({err}); resample it with gdalwarp first.") from err
     return warped == 1

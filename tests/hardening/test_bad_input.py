@@ -131,15 +131,16 @@ def _mask(tmp: Path, model: Path, arr: np.ndarray, **kw: object) -> tuple[Path, 
 
 
 def mask_other_size(tmp: Path, model: Path) -> Case:
-    src, out, mask = _mask(tmp, model, np.zeros((16, 32), "uint8"))
-    return Case(_fill(src, out, model, "--mask", mask), ["Mask", "another grid", "32x16", "gdalwarp"], out,
-                protect=[src, mask])
+    # Masks on other grids are resampled, but only when both files have a CRS.
+    src, out, mask = _mask(tmp, model, np.zeros((16, 32), "uint8"), crs=None)
+    return Case(_fill(src, out, model, "--mask", mask), ["Mask", "another grid", "has no CRS", "gdalwarp"],
+                out, protect=[src, mask])
 
 
 def mask_other_crs(tmp: Path, model: Path) -> Case:
-    src, out, mask = _mask(tmp, model, np.zeros((32, 32), "uint8"), crs="EPSG:4326")
-    return Case(_fill(src, out, model, "--mask", mask), ["Mask", "another grid", "EPSG:4326", "EPSG:32621"],
-                out, protect=[src, mask])
+    src, out, mask = _mask(tmp, model, np.full((32, 32), 21824, "uint16"))
+    return Case(_fill(src, out, model, "--mask", mask), ["Mask", "values other than 0 and 1", "21824",
+                                                          "--qa-kind"], out, protect=[src, mask])
 
 
 def mask_values(tmp: Path, model: Path) -> Case:
