@@ -11,6 +11,7 @@ writes the same output removes it.
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import glob
 import hashlib
@@ -19,7 +20,8 @@ import os
 import secrets
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -50,44 +52,19 @@ __all__ = [
     "verify_raster_file",
 ]
 
-#: GTiff creation options accepted with ``--co`` (GDAL's GTiff driver documentation).
-GTIFF_OPTIONS = frozenset(
-    {
-        "COMPRESS", "PREDICTOR", "ZLEVEL", "ZSTD_LEVEL", "TILED", "BLOCKXSIZE", "BLOCKYSIZE",
-        "BIGTIFF", "NUM_THREADS", "INTERLEAVE", "PHOTOMETRIC", "SPARSE_OK", "JPEG_QUALITY",
-        "LERC_MAXZERROR", "MAX_Z_ERROR", "WEBP_LEVEL", "WEBP_LOSSLESS", "NBITS",
-        "GEOTIFF_VERSION",
-    }
-)
-#: Options of GDAL's COG driver that the GTiff driver does not take (only with ``--cog``).
+#: Options of GDAL's COG driver that the GTiff driver does not take (only with ``--cog``); used
+#: for a hint only, GDAL itself decides what is valid (:func:`check_creation_options`).
 COG_ONLY_OPTIONS = frozenset(
     {
         "BLOCKSIZE", "LEVEL", "QUALITY", "OVERVIEWS", "OVERVIEW_RESAMPLING", "RESAMPLING",
-        "OVERVIEW_COMPRESS", "OVERVIEW_PREDICTOR", "OVERVIEW_QUALITY",
+        "OVERVIEW_COMPRESS", "OVERVIEW_PREDICTOR", "OVERVIEW_QUALITY", "OVERVIEW_COUNT",
+        "TILING_SCHEME", "ADD_ALPHA", "WARP_RESAMPLING", "TARGET_SRS",
     }
 )
-#: Compression methods GDAL's GTiff/COG drivers know.
-COMPRESS_METHODS = frozenset(
-    {
-        "NONE", "LZW", "PACKBITS", "JPEG", "CCITTRLE", "CCITTFAX3", "CCITTFAX4", "DEFLATE",
-        "LZMA", "ZSTD", "LERC", "LERC_DEFLATE", "LERC_ZSTD", "WEBP", "JXL",
-    }
-)
-_YES_NO = frozenset({"YES", "NO", "TRUE", "FALSE", "ON", "OFF", "1", "0"})
-_VALUE_CHOICES: dict[str, frozenset[str]] = {
-    "COMPRESS": COMPRESS_METHODS,
-    "OVERVIEW_COMPRESS": COMPRESS_METHODS,
-    "TILED": _YES_NO,
-    "SPARSE_OK": _YES_NO,
-    "WEBP_LOSSLESS": _YES_NO,
-    "BIGTIFF": frozenset({"YES", "NO", "IF_NEEDED", "IF_SAFER"}),
-    "INTERLEAVE": frozenset({"PIXEL", "BAND"}),
-    "PREDICTOR": frozenset({"1", "2", "3", "YES", "NO", "STANDARD", "FLOATING_POINT"}),
-}
-_INT_OPTIONS = frozenset(
-    {"ZLEVEL", "ZSTD_LEVEL", "BLOCKXSIZE", "BLOCKYSIZE", "BLOCKSIZE", "JPEG_QUALITY", "LEVEL",
-     "QUALITY", "WEBP_LEVEL", "NBITS"}
-)
+#: Keyword-valued options whose values are upper-cased (GDAL compares them case-insensitively,
+#: geonp's own defaults logic compares them as upper case).
+_UPPER_VALUES = frozenset({"COMPRESS", "OVERVIEW_COMPRESS", "TILED", "SPARSE_OK", "BIGTIFF",
+                           "INTERLEAVE", "PREDICTOR", "WEBP_LOSSLESS", "COPY_SRC_OVERVIEWS"})
 _DEFAULT_BLOCK = 256
 _PARTIAL_TAG = ".geonp-partial-"
 
@@ -160,7 +137,10 @@ def _same_file(a: Path, b: Path) -> bool:
 
 
 def parse_creation_options(items: Sequence[str]) -> dict[str, str]:
-    """Parse ``--co KEY=VALUE`` creation options.
+    """Parse ``--co KEY=VALUE`` creation options (syntax only; GDAL checks them later).
+
+    Which keys and values are valid depends on the driver and the data type, so geonp keeps no
+    list of its own: :func:`check_creation_options` asks GDAL, before any work.
 
     Args:
         items: Strings such as ``"COMPRESS=ZSTD"``. Keys are case-insensitive.
@@ -169,10 +149,8 @@ def parse_creation_options(items: Sequence[str]) -> dict[str, str]:
         Options with upper-case keys (and upper-case values for keyword-valued options).
 
     Raises:
-        ConfigError: If an item is not ``KEY=VALUE``, the key is not a GTiff/COG creation option
-            geonp knows, or the value is not one the option takes.
+        ConfigError: If an item is not ``KEY=VALUE``.
     """
-    known = GTIFF_OPTIONS | COG_ONLY_OPTIONS
     options: dict[str, str] = {}
     for item in items:
         key, sep, value = str(item).partition("=")
@@ -181,26 +159,7 @@ def parse_creation_options(items: Sequence[str]) -> dict[str, str]:
             raise ConfigError(
                 f"Creation option {item!r} is not KEY=VALUE; write it like --co COMPRESS=ZSTD."
             )
-        if key not in known:
-            raise ConfigError(
-                f"Unknown creation option {key} in {item!r}; valid keys: "
-                f"{', '.join(sorted(known))}."
-            )
-        if key in _VALUE_CHOICES:
-            value = value.upper()
-            if value not in _VALUE_CHOICES[key]:
-                raise ConfigError(
-                    f"--co {key}={value} is not valid; {key} takes one of "
-                    f"{', '.join(sorted(_VALUE_CHOICES[key]))}."
-                )
-        if key in _INT_OPTIONS and not value.isdigit():
-            raise ConfigError(f"--co {key}={value} is not valid; {key} takes a whole number.")
-        if key in {"BLOCKXSIZE", "BLOCKYSIZE", "BLOCKSIZE"} and int(value) % 16:
-            raise ConfigError(
-                f"--co {key}={value} is not valid; tile sizes must be multiples of 16 "
-                "(e.g. 256 or 512)."
-            )
-        options[key] = value
+        options[key] = value.upper() if key in _UPPER_VALUES else value
     return options
 
 
@@ -335,28 +294,277 @@ def finalize_cog(
     tmp_path: str | os.PathLike[str],
     final_path: str | os.PathLike[str],
     creation_options: Mapping[str, str],
+    *,
+    resampling: str | None = None,
 ) -> None:
     """Convert a finished GTiff into a Cloud Optimized GeoTIFF.
 
     ``final_path`` is written directly; :class:`AtomicRasterWriter` points it at a second
-    temporary file and moves that into place.
+    temporary file and moves that into place. A raster that fits in one COG block gets
+    overviews too (GDAL makes none by default), down to about 32 px.
 
     Args:
         tmp_path: The GTiff to convert (left in place).
         final_path: Where the COG goes.
         creation_options: Parsed ``--co`` options; see :func:`cog_options`.
+        resampling: Overview resampling unless the options set one (``"RMS"`` for a std
+            raster, where GDAL's default could make negative values).
 
     Raises:
         OutputError: If the disk fills up.
         rasterio.errors.RasterioError: If GDAL cannot write the COG for another reason.
     """
     options = cog_options(creation_options)
+    if resampling and not {"RESAMPLING", "OVERVIEW_RESAMPLING"} & set(options):
+        options["RESAMPLING"] = resampling
+    if "OVERVIEW_COUNT" not in options and options.get("OVERVIEWS", "AUTO").upper() == "AUTO":
+        with rasterio.open(os.fspath(tmp_path)) as src:
+            width, height = src.width, src.height
+        block = int(options.get("BLOCKSIZE", 512))
+        if max(width, height) <= block and overview_count(width, height):
+            options["OVERVIEW_COUNT"] = str(overview_count(width, height))
     try:
         rasterio.shutil.copy(os.fspath(tmp_path), os.fspath(final_path), driver="COG", **options)
     except Exception as err:
         if _is_disk_full(err):
             raise OutputError(_disk_full_message(final_path)) from err
         raise
+
+
+def convert_raster(tmp_path: str | os.PathLike[str], final_path: str | os.PathLike[str], driver: str,
+                   creation_options: Mapping[str, str]) -> None:
+    """Copy a finished GTiff into another GDAL format (``OUTPUT.png``, ``-f netCDF``).
+
+    Raises:
+        OutputError: If the disk fills up.
+    """
+    try:
+        rasterio.shutil.copy(os.fspath(tmp_path), os.fspath(final_path), driver=driver,
+                             **dict(creation_options))
+    except Exception as err:
+        if _is_disk_full(err):
+            raise OutputError(_disk_full_message(final_path)) from err
+        raise
+
+
+# --------------------------------------------------------------------------------------------
+# Output formats and creation options, checked by GDAL
+
+#: Drivers geonp writes directly (everything else is converted from a GeoTIFF at the end).
+_DIRECT_DRIVERS = frozenset({"GTiff"})
+_TRIAL_MAX_SIDE = 512
+
+
+class _GdalMessages(logging.Handler):
+    """Collect the warnings GDAL reports through rasterio while a trial runs."""
+
+    def __init__(self) -> None:
+        super().__init__(level=logging.DEBUG)
+        self.messages: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if record.levelno >= logging.WARNING:
+            self.messages.append(" ".join(record.getMessage().split()))
+
+
+@contextlib.contextmanager
+def _capture_gdal() -> Iterator[list[str]]:
+    handler = _GdalMessages()
+    env_logger = logging.getLogger("rasterio._env")
+    old_level, old_propagate = env_logger.level, env_logger.propagate
+    env_logger.addHandler(handler)
+    env_logger.setLevel(logging.WARNING)
+    env_logger.propagate = False  # the trial's warnings are geonp's business, not the terminal's
+    try:
+        yield handler.messages
+    finally:
+        env_logger.removeHandler(handler)
+        env_logger.setLevel(old_level)
+        env_logger.propagate = old_propagate
+
+
+def _gdal_drivers() -> dict[str, str]:
+    with rasterio.Env() as env:
+        return dict(env.drivers())
+
+
+def output_driver(path: str | os.PathLike[str], fmt: str | None = None) -> str:
+    """Choose the GDAL driver of an output: ``fmt`` if given, else from the file's extension.
+
+    Args:
+        path: The output path.
+        fmt: A GDAL driver short name (``-f/--format``), or None.
+
+    Returns:
+        The driver's short name (``"GTiff"`` for ``.tif``, ``.tiff`` and names without one).
+
+    Raises:
+        ConfigError: If ``fmt`` is no GDAL driver, or the extension names no format GDAL knows.
+    """
+    if fmt:
+        drivers = _gdal_drivers()
+        match = {name.lower(): name for name in drivers}.get(str(fmt).lower())
+        if match is None:
+            raise ConfigError(f"-f/--format {fmt} is not a GDAL raster driver; use e.g. GTiff, COG, "
+                              "PNG or netCDF.")
+        return match
+    suffix = Path(os.fspath(path)).suffix.lower()
+    if suffix in ("", ".tif", ".tiff"):
+        return "GTiff"
+    from rasterio.drivers import driver_from_extension
+
+    try:
+        return str(driver_from_extension(os.fspath(path)))
+    except ValueError:
+        raise ConfigError(
+            f"Cannot tell the format of {os.fspath(path)} from its extension {suffix}; name it "
+            ".tif, or give the GDAL driver with -f/--format."
+        ) from None
+
+
+def check_creation_options(
+    creation_options: Mapping[str, str],
+    *,
+    dtype: str,
+    count: int,
+    nodata: float | None,
+    driver: str = "GTiff",
+    cog: bool = False,
+    width: int = 256,
+    height: int = 256,
+    what: str = "OUTPUT",
+    option: str = "--co",
+    crs: Any = "EPSG:3857",
+    transform: Any = None,
+) -> None:
+    """Ask GDAL whether an output can be written with these options, before any work.
+
+    A small file of the same type, band count and nodata is written in memory (``/vsimem``)
+    through the same steps as the real output (GeoTIFF, then COG or another driver), and any
+    error or creation-option warning GDAL reports is turned into a one-line ConfigError.
+
+    Args:
+        creation_options: Parsed ``--co`` (or ``--std-co``) options.
+        dtype: Numpy name of the output's data type.
+        count: Band count.
+        nodata: Nodata value, or None.
+        driver: GDAL driver of the final file.
+        cog: Whether the output becomes a COG.
+        width: Columns of the real output (the trial uses at most 512).
+        height: Rows of the real output (the trial uses at most 512).
+        what: What the output is, for the message (``"OUTPUT"``, ``"std raster"``).
+        option: The option the user gave them with, for the message.
+        crs: The output's CRS (some COG options need one).
+        transform: The output's transform (default: 30 m pixels).
+
+    Raises:
+        ConfigError: If GDAL refuses the options, the type or the driver.
+    """
+    opts = {k.upper(): v for k, v in creation_options.items()}
+    side_w, side_h = max(1, min(int(width), _TRIAL_MAX_SIDE)), max(1, min(int(height), _TRIAL_MAX_SIDE))
+    convert = cog or driver not in _DIRECT_DRIVERS
+    token = secrets.token_hex(6)
+    tmp, final = f"/vsimem/geonp-trial-{token}.tif", f"/vsimem/geonp-trial-{token}-final"
+    problems: list[str] = []
+    try:
+        with _capture_gdal() as messages, warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            try:
+                from affine import Affine
+
+                grid = {"width": side_w, "height": side_h, "crs": crs,
+                        "transform": transform or Affine(30.0, 0.0, 0.0, 0.0, -30.0, 0.0)}
+                profile = output_profile(grid, count=count, dtype=dtype,
+                                         nodata=nodata, creation_options={} if convert else opts,
+                                         cog=convert)
+                with rasterio.open(tmp, "w", **profile) as dst:
+                    dst.write(np.zeros((count, side_h, side_w), dtype=dtype))
+                if cog:
+                    rasterio.shutil.copy(tmp, final + ".tif", driver="COG", **cog_options(opts))
+                elif convert:
+                    rasterio.shutil.copy(tmp, final + _suffix_for(driver), driver=driver, **opts)
+            except ConfigError:
+                raise
+            except Exception as err:  # noqa: BLE001 - GDAL's refusal, reported below
+                problems.extend(messages)  # GDAL's own reasons come as messages before the error
+                text = " ".join(str(err).split())
+                if text and "See previous exception" not in text:
+                    problems.append(text)
+                if not problems:
+                    problems.append(type(err).__name__)
+            problems.extend(m for m in messages if _is_option_problem(m))
+    finally:
+        for name in (tmp, final + ".tif", final + _suffix_for(driver)):
+            with contextlib.suppress(Exception):
+                rasterio.shutil.delete(name)
+    if not problems:
+        return
+    shown = " ".join(f"{k}={v}" for k, v in opts.items()) or "the default options"
+    target = "COG" if cog else driver
+    text = "; ".join(dict.fromkeys(p.split(" in ", 1)[1] if p.startswith("CPLE_") and " in " in p else p
+                                   for p in problems)).rstrip(".")
+    unknown = [k for k in opts if f"creation option {k}" in text and "does not support" in text]
+    if unknown and not cog and set(unknown) & COG_ONLY_OPTIONS:
+        hint = "that option applies only to COG output; add --cog or drop it."
+    elif what == "std raster" and driver not in _DIRECT_DRIVERS and not cog:
+        hint = "write the std raster as a GeoTIFF with --uncertainty NAME_std.tif."
+    elif what == "std raster" and option == "--co":
+        hint = ("give the std raster its own options with --std-co (for example "
+                "--std-co COMPRESS=DEFLATE).")
+    else:
+        hint = f"check the option against GDAL's {target} driver documentation."
+    lead = f"Unknown creation option {unknown[0]}: " if unknown else ""
+    if opts.get("COMPRESS", "").upper() == "JPEG" and dtype not in ("uint8", "int8"):
+        text = f"JPEG compression holds only 8-bit values, not {dtype} ({text})"
+    raise ConfigError(
+        f"{lead}{option} {shown} cannot write the {dtype} {what} as {target}: GDAL says "
+        f"{text}; {hint}"
+    )
+
+
+def _is_option_problem(message: str) -> bool:
+    low = message.lower()
+    return ("creation option" in low or "not recognised" in low or "unexpected value" in low
+            or "not supported" in low)
+
+
+_DRIVER_SUFFIXES = {"PNG": ".png", "JPEG": ".jpg", "netCDF": ".nc", "HFA": ".img", "GPKG": ".gpkg",
+                    "JP2OpenJPEG": ".jp2", "WEBP": ".webp", "ENVI": ".bin", "EHdr": ".bil"}
+
+
+def _suffix_for(driver: str) -> str:
+    return _DRIVER_SUFFIXES.get(driver, ".dat")
+
+
+def overview_count(width: int, height: int, *, smallest: int = 32) -> int:
+    """Overview levels for a COG: halve until the smaller overview side would drop below ``smallest``.
+
+    GDAL's COG driver makes no overview for a raster that fits in one block (512 px); geonp asks
+    for them explicitly, so that even a small COG displays from overviews.
+    """
+    side, levels = max(int(width), int(height)), 0
+    while side // 2 >= smallest:
+        side //= 2
+        levels += 1
+    return levels
+
+
+def copy_std_metadata(src: DatasetReader, dst: DatasetWriter, *, bands: Sequence[int]) -> None:
+    """Give the std raster the bands' scale and units (a std has no offset).
+
+    The std is in the stored values' units, so ``scale * std`` is the std in physical units,
+    exactly as for the data; the offset cancels in a standard deviation.
+
+    Args:
+        src: The open input.
+        dst: The open std raster, with ``len(bands)`` bands.
+        bands: 1-based source band indexes, in output order.
+    """
+    dst.scales = tuple(src.scales[b - 1] for b in bands)
+    dst.offsets = tuple(0.0 for _ in bands)
+    units = tuple(src.units[b - 1] or "" for b in bands)
+    if any(units):
+        dst.units = units
 
 
 # --------------------------------------------------------------------------------------------
@@ -598,6 +806,8 @@ class AtomicRasterWriter:
         overwrite: bool,
         cog: bool = False,
         creation_options: Mapping[str, str] | None = None,
+        driver: str | None = None,
+        overview_resampling: str | None = None,
     ) -> None:
         """Prepare the writer (nothing is created until the context is entered).
 
@@ -607,13 +817,19 @@ class AtomicRasterWriter:
             overwrite: Whether an existing file at ``path`` may be replaced.
             cog: Convert to a Cloud Optimized GeoTIFF before moving into place.
             creation_options: Parsed ``--co`` options for the COG conversion (only with
-                ``cog=True``).
+                ``cog=True``) or the conversion to another driver.
+            driver: GDAL driver of the final file; default from the path's extension
+                (:func:`output_driver`). Other drivers than GTiff are written as a GeoTIFF
+                and converted when complete.
+            overview_resampling: COG overview resampling (``"RMS"`` for std rasters).
         """
         self.path = Path(os.fspath(path)).expanduser().absolute()
         self.profile = dict(profile)
         self.overwrite = overwrite
         self.cog = cog
         self.creation_options = dict(creation_options or {})
+        self.driver = "COG" if cog else (driver or output_driver(self.path))
+        self.overview_resampling = overview_resampling
         self.temp_path: Path | None = None
         self._dst: DatasetWriter | None = None
         self._extra_temps: list[Path] = []
@@ -683,13 +899,18 @@ class AtomicRasterWriter:
         """Close-time work short of the rename: COG conversion, read-back check, fsync."""
         assert self.temp_path is not None, "AtomicRasterWriter used outside a with block"
         ready = self.temp_path
-        if self.cog:
-            cog_path = _partial_path(self.path, ".tif")
-            self._extra_temps.append(cog_path)
-            finalize_cog(self.temp_path, cog_path, self.creation_options)
+        if self.cog or self.driver not in _DIRECT_DRIVERS:
+            suffix = ".tif" if self.cog else (self.path.suffix or _suffix_for(self.driver))
+            converted = _partial_path(self.path, suffix)
+            self._extra_temps.append(converted)
+            if self.cog:
+                finalize_cog(self.temp_path, converted, self.creation_options,
+                             resampling=self.overview_resampling)
+            else:
+                convert_raster(self.temp_path, converted, self.driver, self.creation_options)
             _unlink_quietly(self.temp_path)
             _unlink_quietly(_aux_path(self.temp_path))
-            ready = cog_path
+            ready = converted
         verify_raster_file(ready, self.profile)
         _fsync_path(ready)
         self._ready = ready
