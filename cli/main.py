@@ -23,11 +23,12 @@ _NOISY_WARNINGS = (r"Dataset has no geotransform", r"The given matrix is equal t
 
 
 def _quiet_gdal(verbose: int) -> None:
-    """Without -v, keep GDAL's own warnings off the terminal; -v shows everything.
+    """Keep rasterio's and GDAL's own log lines off the terminal below ``-vv``.
 
-    Errors still reach the user, as geonp's one-line messages (which quote GDAL's text).
+    ``-v`` is for geonp's own progress messages; ``-vv`` adds rasterio's and GDAL's debug
+    output. Errors still reach the user, as geonp's one-line messages (which quote GDAL's text).
     """
-    if verbose:
+    if verbose >= 2:
         if os.environ.get("CPL_LOG") == os.devnull and _SET_CPL_LOG:
             del os.environ["CPL_LOG"]
             _SET_CPL_LOG.clear()
@@ -39,6 +40,43 @@ def _quiet_gdal(verbose: int) -> None:
     logging.getLogger("rasterio").setLevel(logging.ERROR)
     for pattern in _NOISY_WARNINGS:
         warnings.filterwarnings("ignore", message=pattern)
+
+
+def _configure(verbose: int, quiet: bool) -> None:
+    """Set geonp's log level (``-q`` errors only, ``-v`` info, ``-vv`` debug) and GDAL's noise."""
+    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    logging.getLogger().setLevel(level)
+    _quiet_gdal(0 if quiet else verbose)
+
+
+def _verbosity_callback(ctx: click.Context, param: click.Parameter, value: Any) -> Any:
+    """Let ``-v``/``-q`` given after a subcommand count like those given before it."""
+    root = ctx.find_root()
+    root.ensure_object(dict)
+    obj = root.obj
+    if param.name == "verbose" and value:
+        obj["verbose"] = int(obj.get("verbose", 0)) + int(value)
+    elif param.name == "quiet" and value:
+        obj["quiet"] = True
+    else:
+        return value
+    _configure(int(obj.get("verbose", 0)), bool(obj.get("quiet", False)))
+    return value
+
+
+def verbosity_options(command: click.Command) -> click.Command:
+    """Add ``-v/--verbose`` and ``-q/--quiet`` to a subcommand (same meaning as on ``geonp``)."""
+    names = {opt for p in command.params for opt in getattr(p, "opts", [])}
+    if "-v" not in names:
+        command.params.append(click.Option(
+            ["-v", "--verbose"], count=True, expose_value=False, callback=_verbosity_callback,
+            help="More log output (-vv adds rasterio/GDAL debug lines); tracebacks on errors."))
+    if "-q" not in names:
+        command.params.append(click.Option(
+            ["-q", "--quiet"], is_flag=True, expose_value=False, callback=_verbosity_callback,
+            help="Only errors; no progress bar."))
+    return command
 
 
 _SET_CPL_LOG: list[bool] = []
@@ -64,6 +102,12 @@ class GeonpGroup(click.Group):
         """Run the command; print an error as one line (with a traceback under ``-v``)."""
         try:
             return super().invoke(ctx)
+        except click.BadParameter as err:
+            if isinstance(getattr(err.param, "type", None), click.Path) and "does not exist" in err.message:
+                # A missing input is a geonp error (exit 1), not a usage error (exit 2).
+                hint = err.param.get_error_hint(ctx) if err.param is not None else "a path"
+                raise click.ClickException(f"{hint}: {err.message}; check the path.") from None
+            raise
         except (click.exceptions.ClickException, click.exceptions.Exit, click.exceptions.Abort):
             raise
         except GeonpError as err:
@@ -99,7 +143,8 @@ class GeonpGroup(click.Group):
 
 @click.group(cls=GeonpGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="geonp")
-@click.option("-v", "--verbose", count=True, help="More log output (-vv for debug); tracebacks on errors.")
+@click.option("-v", "--verbose", count=True,
+              help="More log output (-vv adds rasterio/GDAL debug lines); tracebacks on errors.")
 @click.option("-q", "--quiet", is_flag=True, help="Only errors; no progress bar.")
 @click.pass_context
 def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
@@ -111,23 +156,21 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
       geonp train my_scenes/ --output my_model --nodata 0
       geonp evaluate clean.tif --plot scores.png
     """
-    level = logging.ERROR if quiet else (logging.WARNING, logging.INFO, logging.DEBUG)[min(verbose, 2)]
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
-    _quiet_gdal(verbose)
     ctx.ensure_object(dict)
     ctx.obj.update(verbose=verbose, quiet=quiet)
+    _configure(verbose, quiet)
 
 
 def _register() -> None:
     from geonp_cli import train
 
-    cli.add_command(train.train)
+    cli.add_command(verbosity_options(train.train))
     for name in ("fill", "models", "evaluate", "batch"):
         try:
             module = __import__(f"geonp_cli.{name}", fromlist=[name])
         except ModuleNotFoundError:
             continue
-        cli.add_command(getattr(module, name))
+        cli.add_command(verbosity_options(getattr(module, name)))
 
 
 _register()
