@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import sys
+import threading
 import traceback
 import warnings
 from typing import Any
@@ -82,6 +84,30 @@ def verbosity_options(command: click.Command) -> click.Command:
 _SET_CPL_LOG: list[bool] = []
 
 
+#: Signals that stop a run like Ctrl-C does: `kill`, `timeout`, a closed terminal.
+_STOP_SIGNALS = tuple(getattr(signal, n) for n in ("SIGTERM", "SIGHUP") if hasattr(signal, n))
+
+
+def _install_signal_handlers(received: list[int]) -> dict[int, Any]:
+    """Make SIGTERM and SIGHUP raise KeyboardInterrupt, so outputs are cleaned up as on Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+
+    def stop(signum: int, frame: Any) -> None:
+        received.append(signum)
+        raise KeyboardInterrupt
+
+    previous = {}
+    for sig in _STOP_SIGNALS:
+        previous[sig] = signal.signal(sig, stop)
+    return previous
+
+
+def _restore_signal_handlers(previous: dict[int, Any]) -> None:
+    for sig, handler in previous.items():
+        signal.signal(sig, handler)
+
+
 def _one_line(err: BaseException) -> str:
     return " ".join(str(err).split()) or type(err).__name__
 
@@ -100,6 +126,8 @@ class GeonpGroup(click.Group):
 
     def invoke(self, ctx: click.Context) -> Any:
         """Run the command; print an error as one line (with a traceback under ``-v``)."""
+        received: list[int] = []
+        previous = _install_signal_handlers(received)
         try:
             return super().invoke(ctx)
         except click.BadParameter as err:
@@ -115,8 +143,9 @@ class GeonpGroup(click.Group):
                 traceback.print_exc()
             raise click.ClickException(_one_line(err)) from None
         except KeyboardInterrupt:
-            click.echo("Interrupted; no partial output was left.", err=True)
-            sys.exit(130)
+            name = signal.Signals(received[0]).name if received else "Ctrl-C"
+            click.echo(f"Interrupted ({name}); no partial output was left.", err=True)
+            sys.exit(128 + received[0] if received else 130)
         except MemoryError:
             if _verbose(ctx):
                 traceback.print_exc()
@@ -139,6 +168,8 @@ class GeonpGroup(click.Group):
                 f"unexpected {type(err).__name__}: {_one_line(err)}. This is a bug in geonp; run "
                 "again with -v and report the traceback"
             ) from None
+        finally:
+            _restore_signal_handlers(previous)
 
 
 @click.group(cls=GeonpGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -20,6 +20,7 @@ import os
 import secrets
 import socket
 import threading
+import time
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
@@ -615,15 +616,22 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
-def remove_stale_partials(final: str | os.PathLike[str]) -> list[Path]:
-    """Delete the temporary files that killed runs left for ``final``.
+#: A partial file this old is a leftover whatever machine wrote it (no fill writes for a day
+#: without touching its file's directory entry... but a foreign host's process cannot be asked).
+STALE_PARTIAL_SECONDS = 24 * 3600
 
-    Only files written by a process of this machine that no longer runs are removed, so a
-    run that is writing the same output right now (or one on another machine sharing the
-    disk) keeps its file.
+
+def remove_stale_partials(final: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files that killed runs left in ``final``'s directory.
+
+    Any output's partial files are considered, not only ``final``'s: a run to another name in
+    the same directory cleans up too. A file is removed when this machine wrote it and its
+    process no longer runs, or when it is older than :data:`STALE_PARTIAL_SECONDS` (then
+    another machine sharing the disk wrote it and is long gone). A run writing right now keeps
+    its file.
 
     Args:
-        final: The output path whose ``.<name>.geonp-partial-*`` files to look for.
+        final: The output path whose directory to clean.
 
     Returns:
         The paths removed.
@@ -633,12 +641,18 @@ def remove_stale_partials(final: str | os.PathLike[str]) -> list[Path]:
         return []
     removed = []
     host = _host_tag()
-    for tmp in path.parent.glob(f".{glob.escape(path.name)}{_PARTIAL_TAG}*"):
-        rest = tmp.name[len(f".{path.name}{_PARTIAL_TAG}"):]
+    now = time.time()
+    for tmp in path.parent.glob(f".*{_PARTIAL_TAG}*"):
+        rest = tmp.name.split(_PARTIAL_TAG, 1)[1]
         parts = rest.split("-")
-        if len(parts) < 3 or parts[0] != host or not parts[1].isdigit():
+        if len(parts) < 3 or not parts[1].isdigit():
             continue
-        if _pid_alive(int(parts[1])):
+        try:
+            old = now - tmp.stat().st_mtime > STALE_PARTIAL_SECONDS
+        except OSError:
+            continue
+        mine_and_dead = parts[0] == host and not _pid_alive(int(parts[1]))
+        if not (mine_and_dead or old):
             continue
         _unlink_quietly(tmp)
         if not tmp.exists():

@@ -114,5 +114,11 @@ def test_stale_partials_of_live_processes_are_kept(tmp_path):
         p.write_bytes(b"partial")
     if host == "ffffff":  # pragma: no cover - one machine in 16 million
         pytest.skip("this host's tag collides with the test's foreign tag")
-    assert remove_stale_partials(final) == [gone]
-    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (mine, other_host, other_name))
+    # Dead writers of this host are cleaned up whatever output they wrote; another host's file
+    # is kept until it is a day old.
+    assert sorted(remove_stale_partials(final)) == sorted([gone, other_name])
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(p.name for p in (mine, other_host))
+    day_old = time.time() - 25 * 3600
+    os.utime(other_host, (day_old, day_old))
+    assert remove_stale_partials(final) == [other_host]
+    assert [p.name for p in tmp_path.iterdir()] == [mine.name]
