@@ -15,6 +15,7 @@ Inputs and outputs must be on a file system that every worker sees under the sam
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import importlib.util
 import inspect
@@ -238,6 +239,38 @@ def find_inputs(input_dir: Path, pattern: str, *, recursive: bool, exclude: Path
     return sorted(out)
 
 
+def find_broken_links(input_dir: Path, pattern: str, *, recursive: bool,
+                      exclude: Path | None = None) -> list[tuple[Path, str]]:
+    """Symbolic links among the matching names that lead nowhere: dangling links and loops.
+
+    :func:`find_inputs` cannot use them; they are reported as failed files in the summary
+    instead of being skipped silently.
+
+    Returns:
+        ``(path, reason)`` pairs, sorted by path.
+    """
+    found = input_dir.rglob(pattern) if recursive else input_dir.glob(pattern)
+    skip = exclude.absolute() if exclude is not None else None
+    out = []
+    for path in found:
+        rel = path.relative_to(input_dir)
+        if any(part.startswith(".") for part in rel.parts) or not path.is_symlink():
+            continue
+        if skip is not None and path.absolute().is_relative_to(skip):
+            continue
+        try:
+            path.resolve(strict=True)
+        except RuntimeError:  # Python < 3.13 reports a loop this way
+            out.append((path, f"it is a symbolic link loop ({os.readlink(path)}); fix or remove the link"))
+        except OSError as err:
+            if err.errno == errno.ELOOP:
+                out.append((path, f"it is a symbolic link loop ({os.readlink(path)}); fix or remove the link"))
+            else:
+                out.append((path, f"it is a dangling symbolic link to {os.readlink(path)} (no such file); "
+                                  "fix or remove the link"))
+    return sorted(out)
+
+
 def _check_dirs(input_dir: str | os.PathLike[str], output_dir: str | os.PathLike[str]) -> tuple[Path, Path]:
     in_dir = Path(input_dir).expanduser().absolute()
     out_dir = Path(output_dir).expanduser().absolute()
@@ -276,6 +309,11 @@ def _fill_options(fill_options: Mapping[str, Any]) -> tuple[str, dict[str, Any],
     if "creation_options" in passed:
         co = passed["creation_options"]
         passed["creation_options"] = dict(co) if isinstance(co, Mapping) else parse_creation_options(co)
+        from geonp.io.output import check_creation_options
+
+        # Keys and keyword values now, by GDAL; each file's types are checked by its own fill.
+        check_creation_options(passed["creation_options"], dtype="uint8", count=1, nodata=None,
+                               cog=bool(fill_options.get("cog")), names_only=True)
     if passed.get("bands") is not None:
         passed["bands"] = tuple(passed["bands"])
     defaults = {name: p.default for name, p in inspect.signature(fill_raster).parameters.items()
@@ -498,7 +536,8 @@ def fill_many(
     t0 = time.perf_counter()
     in_dir, out_dir = _check_dirs(input_dir, output_dir)
     inputs = find_inputs(in_dir, pattern, recursive=recursive, exclude=out_dir)
-    if not inputs:
+    broken = find_broken_links(in_dir, pattern, recursive=recursive, exclude=out_dir)
+    if not inputs and not broken:
         where = "in or under" if recursive else "in"
         hint = "check --pattern" if recursive else "check --pattern, or add --recursive for subdirectories"
         raise ConfigError(f"no file {where} {in_dir} matches {pattern!r}; {hint}.")
@@ -515,6 +554,11 @@ def fill_many(
         "options": {k: v for k, v in effective.items() if k != "overwrite"}})
     tasks = _plan(report, inputs, manifest, key=key, skip_existing=skip_existing,
                   overwrite=bool(fill_options.get("overwrite", False)), model_path=model_path, passed=passed)
+    for path, reason in broken:
+        name = path.relative_to(in_dir).as_posix()
+        rec = FileRecord(name, path, *output_paths(out_dir, name), "failed", reason=reason)
+        report.records.append(rec)
+        manifest.put(rec)
     total, finished = len(report.records), len(report.records) - len(tasks)
     _remove_partials(report.manifest)
     manifest.write(report, final=False)

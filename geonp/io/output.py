@@ -437,6 +437,7 @@ def check_creation_options(
     option: str = "--co",
     crs: Any = "EPSG:3857",
     transform: Any = None,
+    names_only: bool = False,
 ) -> None:
     """Ask GDAL whether an output can be written with these options, before any work.
 
@@ -457,6 +458,8 @@ def check_creation_options(
         option: The option the user gave them with, for the message.
         crs: The output's CRS (some COG options need one).
         transform: The output's transform (default: 30 m pixels).
+        names_only: Only check that GDAL knows every key and keyword value (for options that
+            will serve rasters of several types, as in ``geonp batch``).
 
     Raises:
         ConfigError: If GDAL refuses the options, the type or the driver.
@@ -494,6 +497,9 @@ def check_creation_options(
                 if not problems:
                     problems.append(type(err).__name__)
             problems.extend(m for m in messages if _is_option_problem(m))
+            if names_only:
+                problems = [p for p in problems if "creation option" in p.lower()
+                            or "not recognised" in p.lower()]
     finally:
         for name in (tmp, final + ".tif", final + _suffix_for(driver)):
             with contextlib.suppress(Exception):
