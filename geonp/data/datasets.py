@@ -32,10 +32,22 @@ class Regions:
     test: tuple[int, int] | None
 
 
-def split_columns(width: int, *, val_fraction: float, test_fraction: float) -> Regions:
-    """Split ``width`` columns into train | val | test, in that order from the left."""
+#: Narrowest validation region (columns): one default 64-pixel patch.
+MIN_VAL_COLUMNS = 64
+
+
+def split_columns(width: int, *, val_fraction: float, test_fraction: float,
+                  min_val_columns: int = MIN_VAL_COLUMNS) -> Regions:
+    """Split ``width`` columns into train | val | test, in that order from the left.
+
+    On a small raster ``val_fraction`` of the columns can be narrower than one patch (15 % of
+    256 columns is 38), which would leave no validation patch at all; the validation region is
+    then widened to ``min_val_columns`` as long as the training region keeps at least as many.
+    """
     test_w = int(round(width * test_fraction))
     val_w = int(round(width * val_fraction))
+    if 0 < val_fraction and val_w < min_val_columns <= width - test_w - min_val_columns:
+        val_w = min_val_columns
     train_w = width - val_w - test_w
     return Regions(
         train=(0, train_w),

@@ -213,13 +213,13 @@ def train(
     if task_shape.core_size > task_shape.patch_size:
         task_shape = TaskShape(**{**task_shape.__dict__, "core_size": task_shape.patch_size})
     out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
     t0 = time.perf_counter()
     rng = np.random.default_rng(tcfg.seed)
     common = dict(patch_size=task_shape.patch_size, nodata=nodata, bands=bands,
                   val_fraction=val_fraction, test_fraction=test_fraction, min_valid_fraction=0.5)
     train_pool = sample_patches(inputs, region="train", count=pool_size, rng=rng, **common)
     val_pool = sample_patches(inputs, region="val", count=max(val_tasks, 16), rng=rng, **common)
+    out.mkdir(parents=True, exist_ok=True)  # only once the data is usable: no empty model directory
     flat = np.moveaxis(train_pool.values, 1, 0).reshape(train_pool.values.shape[1], -1)
     norm = Normalizer.fit(flat, np.isfinite(flat), seed=tcfg.seed)
     source = _gap_source(gap_source)
