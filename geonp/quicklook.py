@@ -8,6 +8,11 @@ from collections.abc import Sequence
 import numpy as np
 
 
+#: Colour of gaps and unfilled pixels: magenta, which no natural scene shows.
+GAP_RGB = (1.0, 0.0, 1.0)
+_COLOURS = ("red", "green", "blue")
+
+
 def _read_small(path: str | os.PathLike[str], bands: Sequence[int], max_side: int) -> tuple[np.ndarray, float | None]:
     import rasterio
 
@@ -18,13 +23,46 @@ def _read_small(path: str | os.PathLike[str], bands: Sequence[int], max_side: in
         return arr.astype(np.float64), src.nodata
 
 
+def rgb_bands(bands: Sequence[int], colorinterp: Sequence[str], descriptions: Sequence[str | None]) -> list[int]:
+    """Choose the bands shown as red, green and blue (or one band shown in grey).
+
+    The colour interpretation decides when it names red, green and blue; else band descriptions
+    that say so (``"B4 (red)"``); else a single band is shown in grey and three or more in
+    the order given (band 1 as red).
+
+    Args:
+        bands: 1-based bands that were filled.
+        colorinterp: Per-band colour interpretation names of the whole raster (``"red"``...).
+        descriptions: Per-band descriptions of the whole raster.
+
+    Returns:
+        One band (grey) or three bands (red, green, blue), 1-based.
+    """
+    for names in (colorinterp, [(d or "").lower() for d in descriptions]):
+        found = []
+        for colour in _COLOURS:
+            match = [b for b in bands if colour == names[b - 1] or colour in str(names[b - 1]).split("(")[-1]]
+            if match:
+                found.append(match[0])
+        if len(found) == 3 and len(set(found)) == 3:
+            return found
+    return list(bands)[:3] if len(bands) >= 3 else list(bands)[:1]
+
+
+def std_label(units: str | None) -> str:
+    """The colour bar's label: what the std is and in which unit."""
+    return f"predictive std ({units})" if units else "predictive std (the band's stored units)"
+
+
 def _display(arr: np.ndarray, valid: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
-    """Stretch 1 or 3 bands to [0, 1] RGB(A); invalid pixels transparent."""
+    """Stretch 1 or 3 bands (red, green, blue) to [0, 1] RGB; invalid pixels in :data:`GAP_RGB`."""
     img = (arr - lo[:, None, None]) / np.maximum(hi - lo, 1e-12)[:, None, None]
-    img = np.clip(img, 0, 1)
-    rgb = np.repeat(img[:1], 3, 0) if img.shape[0] < 3 else img[:3][::-1]  # B2,B3,B4 -> R,G,B
-    alpha = valid.all(0)[None].astype(float)
-    return np.moveaxis(np.concatenate([rgb, alpha]), 0, -1)
+    img = np.clip(np.nan_to_num(img), 0, 1)
+    rgb = np.repeat(img[:1], 3, 0) if img.shape[0] < 3 else img[:3]
+    gap = ~valid.all(0)
+    for i, value in enumerate(GAP_RGB):
+        rgb[i][gap] = value
+    return np.moveaxis(rgb, 0, -1)
 
 
 def write_quicklook(
@@ -46,26 +84,35 @@ def write_quicklook(
 
     from geonp.io.output import atomic_write_bytes
 
-    shown = list(bands)[:3]
+    import rasterio
+
+    with rasterio.open(input) as src:
+        names = [ci.name for ci in src.colorinterp]
+        rgb = rgb_bands(list(bands), names, src.descriptions)
+        units = src.units[rgb[0] - 1] or None
+    # Output and std rasters hold the filled bands in the order of ``bands``.
+    position = {b: i + 1 for i, b in enumerate(bands)}
+    shown = rgb
     raw, _ = _read_small(input, shown, max_side)
-    out, out_nodata = _read_small(filled, shown, max_side)
-    sd, _ = _read_small(std, shown, max_side)
-    valid = np.isfinite(raw) & ((raw != nodata) if nodata is not None else True)
-    if mask is not None:
-        gap, _ = _read_small(mask, [1], max_side)
-        valid &= gap[0] == 0
+    out, out_nodata = _read_small(filled, [position[b] for b in shown], max_side)
+    sd, _ = _read_small(std, [position[b] for b in shown], max_side)
+    # The std raster says exactly which pixels were observed (std 0), whatever made the gaps
+    # (nodata, --mask, --qa, alpha): so no mask is re-read here.
+    valid = np.isfinite(sd) & (sd == 0)
     lo = np.array([np.nanpercentile(np.where(valid[i], raw[i], np.nan), 2) for i in range(len(shown))])
     hi = np.array([np.nanpercentile(np.where(valid[i], raw[i], np.nan), 98) for i in range(len(shown))])
     out_valid = np.isfinite(out) & ((out != out_nodata) if out_nodata is not None else True)
     fig, axes = plt.subplots(1, 3, figsize=(15, 5.4), constrained_layout=True)
     axes[0].imshow(_display(raw, valid, lo, hi))
-    axes[0].set_title(f"input ({100 * (1 - valid.all(0).mean()):.1f}% gaps)")
+    axes[0].set_title(f"input ({100 * (1 - valid.all(0).mean()):.1f}% gaps, in magenta)")
     axes[1].imshow(_display(out, out_valid, lo, hi))
-    axes[1].set_title("filled")
-    sd_mean = np.nanmean(np.where(np.isfinite(sd), sd, np.nan), axis=0)
-    im = axes[2].imshow(sd_mean, cmap="magma")
-    axes[2].set_title("predictive std (mean over bands)")
-    fig.colorbar(im, ax=axes[2], shrink=0.8)
+    axes[1].set_title("filled (magenta: left unfilled)")
+    with np.errstate(all="ignore"):
+        sd_mean = np.nanmean(np.where(np.isfinite(sd), sd, np.nan), axis=0)
+    cmap = matplotlib.colormaps["viridis"].with_extremes(bad=(0.5, 0.5, 0.5))
+    im = axes[2].imshow(np.ma.masked_invalid(sd_mean), cmap=cmap)
+    axes[2].set_title("predictive std (mean over bands; grey: not filled)")
+    fig.colorbar(im, ax=axes[2], shrink=0.8, label=std_label(units))
     for ax in axes:
         ax.set_axis_off()
     import io
