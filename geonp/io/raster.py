@@ -53,6 +53,50 @@ def _one_line(err: BaseException) -> str:
     return ": ".join(parts) or type(err).__name__
 
 
+#: GDAL/curl phrases that mean the network, not the file, failed.
+_NETWORK_WORDS = ("could not resolve", "couldn't resolve", "failed to connect", "could not connect",
+                  "connection refused", "timed out", "timeout", "network is unreachable",
+                  "ssl", "http response code: 5", "curl error")
+#: Phrases that mean the credentials were missing or refused.
+_CREDENTIAL_WORDS = ("aws_secret_access_key", "credentials", "access denied", "accessdenied",
+                     "invalidaccesskeyid", "signaturedoesnotmatch", "http response code: 403",
+                     "http response code: 401", "expiredtoken", "google_application_credentials",
+                     "azure_storage")
+
+
+def remote_failure(name: str, text: str, *, role: str = "Input raster") -> InputRasterError | None:
+    """Name a failure to open a remote raster (``/vsicurl/``, ``s3://``...) for what it is.
+
+    A file that cannot be fetched is not "truncated or corrupt": say whether the network or the
+    credentials failed, or the object does not exist.
+
+    Args:
+        name: The path as given.
+        text: GDAL's one-line message.
+        role: What the file is, for messages.
+
+    Returns:
+        The error to raise, or None when ``name`` is a local file.
+    """
+    if not _is_virtual(name) or name.startswith(("/vsimem/", "/vsizip/", "/vsitar/", "/vsigzip/")):
+        return None
+    low = text.lower()
+    if any(w in low for w in _CREDENTIAL_WORDS):
+        return InputRasterError(
+            f"{role} {name} cannot be read: the credentials were missing or refused ({text}); set "
+            "them (for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE; for a public "
+            "bucket: AWS_NO_SIGN_REQUEST=YES) and run again."
+        )
+    if "http response code: 404" in low or "does not exist" in low or "nosuchkey" in low:
+        return InputRasterError(f"{role} {name} was not found on the server ({text}); check the URL or key.")
+    if any(w in low for w in _NETWORK_WORDS):
+        return InputRasterError(
+            f"{role} {name} cannot be fetched: a network error ({text}); check the address and "
+            "your connection (or proxy), and run again."
+        )
+    return None
+
+
 def _is_virtual(path: str) -> bool:
     """Tell whether GDAL resolves ``path`` itself (``/vsi...`` paths, URLs)."""
     return path.startswith("/vsi") or "://" in path
@@ -108,6 +152,9 @@ def open_raster(path: str | os.PathLike[str], *, role: str = "Input raster") -> 
         src = rasterio.open(name, "r")
     except rasterio.errors.RasterioIOError as err:
         text = _one_line(err)
+        remote = remote_failure(name, text, role=role)
+        if remote is not None:
+            raise remote from err
         if "not recognized as" in text or "not a supported file format" in text:
             raise InputRasterError(
                 f"{role} {name} is not a raster GDAL can read ({text}); give a GeoTIFF "
@@ -141,6 +188,9 @@ def open_raster(path: str | os.PathLike[str], *, role: str = "Input raster") -> 
         raise
     except (rasterio.errors.RasterioError, OSError, ValueError) as err:
         src.close()
+        remote = remote_failure(name, _one_line(err), role=role)
+        if remote is not None:
+            raise remote from err
         raise InputRasterError(
             f"{role} {name} is truncated or corrupt: reading its pixels failed "
             f"({_one_line(err)}); re-download or re-create it."
@@ -334,6 +384,9 @@ def read_window(src: DatasetReader, window: Window, bands: Sequence[int]) -> np.
 
 def _read_failed(src: DatasetReader, window: Window, err: BaseException) -> InputRasterError:
     """The error for pixels that cannot be read (a damaged block inside the file)."""
+    remote = remote_failure(str(src.name), _one_line(err), role="Raster")
+    if remote is not None:
+        return remote
     return InputRasterError(
         f"Raster {src.name} is truncated or corrupt: reading rows {int(window.row_off)}.."
         f"{int(window.row_off + window.height) - 1}, columns {int(window.col_off)}.."
