@@ -1,0 +1,144 @@
+"""Everything besides the raster itself that decides which pixels are gaps and which may be filled.
+
+One :class:`GapSources` is built per fill (picklable, so Dask workers get it whole) from the
+user's options: ``--mask`` (with ``--mask-values``/``--mask-bits``), ``--qa`` with
+``--qa-kind``/``--qa-classes``, and the footprint (computed, ``--footprint FILE`` or
+``--fill-outside``). The fill engine asks it two things per window:
+
+- :meth:`GapSources.extra_gaps`: pixels the masks call gaps (clouds, shadows...), added to
+  the raster's own nodata/NaN/alpha gaps;
+- :meth:`GapSources.fillable`: pixels a prediction may be written to (inside the footprint).
+  Gaps outside it stay nodata in the output and in the std raster.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from rasterio.io import DatasetReader
+from rasterio.windows import Window
+
+from geonp.errors import ConfigError
+from geonp.io.footprint import Footprint, compute_footprint, footprint_everywhere, load_footprint
+from geonp.io.masks import read_mask_file
+from geonp.io.qa import QA_KINDS, parse_int_list, resolve_classes
+from geonp.io.raster import RasterInfo
+
+__all__ = ["GapSources", "build_gap_sources"]
+
+
+@dataclass(frozen=True)
+class GapSources:
+    """The user's gap masks and the footprint of one fill (see the module docstring).
+
+    Attributes:
+        info: The input raster.
+        footprint: Where predictions may be written.
+        mask: ``--mask`` path, or None.
+        mask_values: ``--mask-values`` (values of ``mask`` that mean a gap), or None.
+        mask_bits: ``--mask-bits`` (bits of ``mask`` that mean a gap), or None.
+        qa: ``--qa`` path, or None.
+        qa_kind: ``--qa-kind``.
+        qa_classes: ``--qa-classes`` (resolved; the kind's defaults when not given).
+    """
+
+    info: RasterInfo
+    footprint: Footprint
+    mask: str | None = None
+    mask_values: tuple[int, ...] | None = None
+    mask_bits: tuple[int, ...] | None = None
+    qa: str | None = None
+    qa_kind: str | None = None
+    qa_classes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def inputs(self) -> list[str]:
+        """The files these sources read (outputs must not be any of them)."""
+        return [p for p in (self.mask, self.qa, self.footprint.source) if p is not None]
+
+    def extra_gaps(self, window: Window) -> np.ndarray | None:
+        """Gaps the masks add in a window: bool ``[h, w]`` (True = gap), or None without masks.
+
+        Pixels outside the raster count as gaps, as everywhere in geonp.
+        """
+        gaps = None
+        if self.mask is not None:
+            gaps = read_mask_file(self.mask, like=self.info, window=window,
+                                  mask_values=self.mask_values, mask_bits=self.mask_bits)
+        if self.qa is not None:
+            qa_gaps = read_mask_file(self.qa, like=self.info, window=window, qa_kind=self.qa_kind,
+                                     qa_classes=self.qa_classes)
+            gaps = qa_gaps if gaps is None else gaps | qa_gaps
+        return gaps
+
+    def fillable(self, window: Window) -> np.ndarray:
+        """Pixels of a window a prediction may be written to: bool ``[h, w]``."""
+        return self.footprint.fillable(window)
+
+
+def build_gap_sources(
+    src: DatasetReader,
+    *,
+    info: RasterInfo,
+    bands: Sequence[int],
+    nodata: float | None,
+    mask: str | os.PathLike[str] | None = None,
+    mask_values: str | Sequence[int] | None = None,
+    mask_bits: str | Sequence[int] | None = None,
+    qa: str | os.PathLike[str] | None = None,
+    qa_kind: str | None = None,
+    qa_classes: str | Sequence[str] | None = None,
+    footprint: str | os.PathLike[str] | None = None,
+    fill_outside: bool = False,
+) -> GapSources:
+    """Check the mask options and compute (or load) the footprint, before any fill work.
+
+    Args:
+        src: The open input.
+        info: Its description.
+        bands: 1-based bands being filled (a pixel has data when any of them is observed).
+        nodata: The nodata value in force.
+        mask: ``--mask FILE`` (a raster on any grid, or GeoJSON polygons).
+        mask_values: ``--mask-values``: values of the mask that mean a gap.
+        mask_bits: ``--mask-bits``: bits of the mask that mean a gap.
+        qa: ``--qa FILE``, a quality band.
+        qa_kind: ``--qa-kind``: how to read ``qa``.
+        qa_classes: ``--qa-classes``: which classes are gaps (default: the kind's defaults).
+        footprint: ``--footprint FILE``: the data footprint, instead of computing it.
+        fill_outside: ``--fill-outside``: fill every gap, the collar too.
+
+    Returns:
+        The gap sources.
+
+    Raises:
+        ConfigError: Conflicting or incomplete options.
+        InputRasterError: A mask or footprint file that cannot be used.
+    """
+    if mask_values is not None and mask_bits is not None:
+        raise ConfigError("--mask-values and --mask-bits read the mask in two ways; give one of them.")
+    if (mask_values is not None or mask_bits is not None) and mask is None:
+        raise ConfigError("--mask-values/--mask-bits say how to read a --mask FILE; give the mask too.")
+    if qa is not None and qa_kind is None:
+        raise ConfigError(f"--qa needs --qa-kind ({', '.join(QA_KINDS)}) to know how to read it.")
+    if qa is None and (qa_kind is not None or qa_classes is not None):
+        raise ConfigError("--qa-kind/--qa-classes say how to read a --qa FILE; give the QA band too.")
+    if footprint is not None and fill_outside:
+        raise ConfigError("--footprint and --fill-outside contradict each other; give one of them.")
+    values = parse_int_list(mask_values, option="--mask-values", low=-(2**63))
+    bits = parse_int_list(mask_bits, option="--mask-bits", high=63)
+    classes = resolve_classes(qa_kind, qa_classes) if qa_kind is not None else ()
+    if fill_outside:
+        fp = footprint_everywhere(info.width, info.height)
+    elif footprint is not None:
+        fp = load_footprint(footprint, like=info)
+    else:
+        fp = compute_footprint(src, info=info, bands=bands, nodata=nodata)
+    sources = GapSources(
+        info=info, footprint=fp, mask=None if mask is None else os.fspath(mask), mask_values=values,
+        mask_bits=bits, qa=None if qa is None else os.fspath(qa), qa_kind=qa_kind, qa_classes=classes,
+    )
+    sources.extra_gaps(Window(0, 0, 1, 1))  # a bad mask file fails here, before any work
+    return sources

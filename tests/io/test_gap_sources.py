@@ -1,0 +1,57 @@
+"""GapSources: option checks, masks combined, the footprint's choice."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+from rasterio.windows import Window
+
+from geonp.errors import ConfigError
+from geonp.io.gap_sources import build_gap_sources
+from geonp.io.raster import open_raster, raster_info
+from tests.conftest import write_raster
+
+
+def _sources(tmp_path: Path, **kw):
+    arr = np.full((1, 8, 8), 500, "uint16")
+    arr[0, :, 6:] = 0  # a collar on the right
+    path = write_raster(tmp_path / "in.tif", arr)
+    with open_raster(path) as src:
+        info = raster_info(src)
+        return build_gap_sources(src, info=info, bands=[1], nodata=0, **kw)
+
+
+@pytest.mark.parametrize(
+    ("kw", "message"),
+    [
+        ({"mask_values": "1", "mask_bits": "2"}, "give one of them"),
+        ({"mask_values": "1"}, "give the mask too"),
+        ({"qa": "x.tif"}, "--qa needs --qa-kind"),
+        ({"qa_kind": "fmask"}, "give the QA band too"),
+        ({"footprint": "f.tif", "fill_outside": True}, "contradict each other"),
+    ],
+)
+def test_option_conflicts(tmp_path, kw, message) -> None:
+    with pytest.raises(ConfigError, match=message):
+        _sources(tmp_path, **kw)
+
+
+def test_masks_combine_and_footprint_excludes_the_collar(tmp_path) -> None:
+    mask = np.zeros((8, 8), "uint8")
+    mask[1, 1] = 8
+    qa = np.full((8, 8), 21824, "uint16")
+    qa[2, 2] = 22280  # cloud
+    write_raster(tmp_path / "m.tif", mask)
+    write_raster(tmp_path / "qa.tif", qa)
+    src = _sources(tmp_path, mask=tmp_path / "m.tif", mask_values="8", qa=tmp_path / "qa.tif",
+                   qa_kind="landsat-c2")
+    gaps = src.extra_gaps(Window(0, 0, 8, 8))
+    assert np.flatnonzero(gaps).tolist() == [9, 18]
+    inside = src.fillable(Window(0, 0, 8, 8))
+    assert inside[:, :6].all() and not inside[:, 6:].any()
+    everywhere = _sources(tmp_path, fill_outside=True)
+    assert everywhere.fillable(Window(0, 0, 8, 8)).all() and everywhere.extra_gaps(Window(0, 0, 8, 8)) is None
+    assert src.inputs == [str(tmp_path / "m.tif"), str(tmp_path / "qa.tif")]
