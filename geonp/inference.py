@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from rasterio.enums import ColorInterp
 from rasterio.windows import Window
 from scipy import ndimage
 
@@ -24,7 +25,19 @@ from geonp._version import __version__
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.masks import read_mask_file, resolve_nodata
 from geonp.io.observed import read_observed
-from geonp.io.output import AtomicRasterWriter, check_output_path, copy_metadata, output_profile, parse_creation_options
+from geonp.io.gap_sources import GapSources, build_gap_sources
+from geonp.io.hints import untagged_nodata_hint
+from geonp.io.output import (
+    AtomicRasterWriter,
+    check_creation_options,
+    check_output_path,
+    copy_metadata,
+    copy_std_metadata,
+    output_driver,
+    output_profile,
+    parse_creation_options,
+)
+from geonp.io.validity import OutputValidity, alpha_values, finish_block, plan_output_validity
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window, select_bands
 from geonp.normalize import Normalizer
 from geonp.predict import TileOptions, predict_block
@@ -47,6 +60,9 @@ class FillReport:
         seconds: wall time.
         dry_run: True when nothing was written.
         plan: dry-run details (blocks, context sizes, memory and time estimates).
+        outside_pixels: missing pixels outside the data footprint (left nodata, not counted in
+            ``gap_pixels``).
+        hints: advice for the user (for example an untagged nodata value).
     """
 
     output: Path
@@ -58,6 +74,8 @@ class FillReport:
     seconds: float = 0.0
     dry_run: bool = False
     plan: dict[str, Any] = field(default_factory=dict)
+    outside_pixels: int = 0
+    hints: list[str] = field(default_factory=list)
 
     @property
     def unfilled_pixels(self) -> int:
@@ -130,6 +148,7 @@ def fill_block(
     max_distance: float | None,
     std_scale: Sequence[float] | None = None,
     progress: Callable[[int], None] | None = None,
+    fillable: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of one block's region, in the bands' units.
 
@@ -145,6 +164,7 @@ def fill_block(
         max_distance: leave gaps farther than this from observed pixels unfilled.
         std_scale: per-band post-hoc std calibration factors.
         progress: tiles-done callback.
+        fillable: bool ``[h, w]``: where predictions may go (the data footprint); None = all.
 
     Returns:
         ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
@@ -160,6 +180,8 @@ def fill_block(
         # tiles near the region's edge exactly as in the neighbouring block, which keeps blocks
         # seamless. predict_block only predicts inside the region.
         to_fill = ~obs & _within(obs, max_distance)
+        if fillable is not None:
+            to_fill &= fillable
         if not to_fill[r0:r1, c0:c1].any() or not obs.any():
             continue
         m, s = predict_block(model, normed[b], obs, to_fill, region, origin=origin, opts=opts,
@@ -222,6 +244,15 @@ def fill_raster(
     dry_run: bool = False,
     scheduler: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    mask_values: str | Sequence[int] | None = None,
+    mask_bits: str | Sequence[int] | None = None,
+    qa: str | os.PathLike[str] | None = None,
+    qa_kind: str | None = None,
+    qa_classes: str | Sequence[str] | None = None,
+    footprint: str | os.PathLike[str] | None = None,
+    fill_outside: bool = False,
+    std_creation_options: Sequence[str] | dict[str, str] | None = None,
+    format: str | None = None,
 ) -> FillReport:
     """Fill every gap of a raster file; write the filled raster and a std raster beside it.
 
@@ -248,6 +279,15 @@ def fill_raster(
         scheduler: address of a Dask distributed scheduler; blocks are spread over its workers
             (each loads the model once). The model must then be a name or a directory.
         progress: ``(tiles_done, tiles_total)`` callback.
+        mask_values: values of ``mask`` that mean a gap (``"8,9"``).
+        mask_bits: bits of ``mask`` that mean a gap when set (``"3,4"``).
+        qa: a quality band (``--qa``), read as ``qa_kind``.
+        qa_kind: ``landsat-c2``, ``sentinel2-scl`` or ``fmask``.
+        qa_classes: classes of ``qa_kind`` that are gaps (default: the kind's defaults).
+        footprint: the data footprint (raster, non-zero = inside, or GeoJSON); default computed.
+        fill_outside: fill gaps outside the data footprint too (the collar).
+        std_creation_options: creation options of the std raster (default: ``creation_options``).
+        format: GDAL driver of OUTPUT (default: from its extension).
 
     Returns:
         A :class:`FillReport`.
@@ -264,13 +304,28 @@ def fill_raster(
     if max_distance is not None and max_distance <= 0:
         raise ConfigError(f"--max-distance {max_distance} must be > 0 pixels")
     co = dict(creation_options) if isinstance(creation_options, dict) else parse_creation_options(creation_options)
+    std_co = co if std_creation_options is None else (
+        dict(std_creation_options) if isinstance(std_creation_options, dict)
+        else parse_creation_options(std_creation_options))
     out_path = Path(output)
     std_path = Path(uncertainty) if uncertainty is not None else default_uncertainty_path(output)
     with open_raster(input) as src:
         info = raster_info(src)
-        band_list = select_bands(info, bands)
+        select_bands(info, bands)  # range and duplicate checks
         nodata_v = resolve_nodata(info, nodata)
-        inputs = [input] + ([mask] if mask is not None else [])
+        validity = plan_output_validity(src, bands, nodata=info.nodata if nodata is None else nodata)
+        band_list = list(validity.bands)
+        out_driver = output_driver(out_path, format)
+        std_driver = output_driver(std_path, format if std_path.suffix == out_path.suffix else None)
+        # Both creation profiles, checked by GDAL with the real types before any work.
+        check_creation_options(co, dtype=info.dtype, count=validity.count, nodata=validity.nodata,
+                               driver=out_driver, cog=cog, width=info.width, height=info.height,
+                               crs=src.crs, transform=src.transform)
+        check_creation_options(std_co, dtype="float32", count=len(band_list), nodata=float("nan"),
+                               driver=std_driver, cog=cog, width=info.width, height=info.height,
+                               crs=src.crs, transform=src.transform, what="std raster",
+                               option="--co" if std_creation_options is None else "--std-co")
+        inputs = [p for p in (input, mask, qa, footprint) if p is not None]
         if not dry_run:
             out_path = check_output_path(out_path, inputs=inputs, overwrite=overwrite)
             std_path = check_output_path(std_path, inputs=inputs, overwrite=overwrite)
@@ -280,32 +335,41 @@ def fill_raster(
                 ql = check_output_path(quicklook, inputs=inputs, overwrite=overwrite)
                 if ql in (out_path, std_path):
                     raise ConfigError(f"--quicklook {quicklook} is one of the output rasters; give a .png path")
-        if mask is not None:
-            read_mask_file(mask, like=info, window=Window(0, 0, 1, 1))  # fail fast on a bad grid
+        sources = build_gap_sources(src, info=info, bands=band_list, nodata=nodata_v, mask=mask,
+                                    mask_values=mask_values, mask_bits=mask_bits, qa=qa, qa_kind=qa_kind,
+                                    qa_classes=qa_classes, footprint=footprint, fill_outside=fill_outside)
 
         def gaps_from(win: Window) -> np.ndarray | None:
-            return None if mask is None else read_mask_file(mask, like=info, window=win)
+            return sources.extra_gaps(win)
 
         # pass 1: count gaps and observed pixels, and tiles with gaps (for progress and dry run)
         blocks = _fill_blocks(info.height, info.width, block_size)
-        gap_pixels, obs_pixels, gap_tiles = 0, 0, 0
+        gap_pixels, obs_pixels, gap_tiles, outside_pixels = 0, 0, 0, 0
         for r0, r1, c0, c1 in blocks:
             win = Window(c0, r0, c1 - c0, r1 - r0)
             _, ok = read_observed(src, win, band_list, info=info, nodata=nodata_v)
             gap = gaps_from(win)
             if gap is not None:
                 ok &= ~gap[None]
-            gap_pixels += int((~ok).sum())
+            inside = sources.fillable(win)[None]
+            gap_pixels += int((~ok & inside).sum())
+            outside_pixels += int((~ok & ~inside).sum())
             obs_pixels += int(ok.sum())
             t = tile_size
-            padded = np.pad(~ok, ((0, 0), (0, (-ok.shape[1]) % t), (0, (-ok.shape[2]) % t)))
+            to_fill = ~ok & inside
+            padded = np.pad(to_fill, ((0, 0), (0, (-ok.shape[1]) % t), (0, (-ok.shape[2]) % t)))
             gap_tiles += int(padded.reshape(len(band_list), padded.shape[1] // t, t, -1, t).any((2, 4)).sum())
         if obs_pixels == 0:
             raise NoValidPixelsError(
                 f"{input} has no observed pixel in band(s) {band_list} (nodata={nodata_v}); nothing to fill "
                 "from. Check --nodata, --band or --mask"
             )
-        report = FillReport(out_path, std_path, loaded.name, gap_pixels=gap_pixels, tiles=gap_tiles)
+        report = FillReport(out_path, std_path, loaded.name, gap_pixels=gap_pixels, tiles=gap_tiles,
+                            outside_pixels=outside_pixels)
+        if gap_pixels == 0 and nodata is None:
+            hint = untagged_nodata_hint(src, band_list)
+            if hint:
+                report.hints.append(hint)
         if dry_run:
             report.dry_run = True
             report.plan = _plan(info, band_list, blocks, opts, gap_pixels, gap_tiles, block_size)
@@ -318,23 +382,29 @@ def fill_raster(
         norm = _normalizer_for(loaded, len(band_list),
                                lambda: _sample_for_stats(src, info, band_list, nodata_v, gaps_from))
         dtype = info.dtype
-        profile = output_profile(src.profile, count=len(band_list), dtype=dtype,
-                                 nodata=info.nodata if nodata is None else nodata,
-                                 creation_options=co, cog=cog)
+        convert = cog or out_driver != "GTiff"
+        profile = output_profile(src.profile, count=validity.count, dtype=dtype, nodata=validity.nodata,
+                                 creation_options={} if convert else co, cog=convert)
+        std_convert = cog or std_driver != "GTiff"
         std_profile = output_profile(src.profile, count=len(band_list), dtype="float32", nodata=float("nan"),
-                                     creation_options=co, cog=cog)
+                                     creation_options={} if std_convert else std_co, cog=std_convert)
         job = BlockJob(
-            input=str(input), bands=tuple(band_list), nodata=nodata_v, mask=None if mask is None else str(mask),
+            input=_absolute(input), bands=tuple(band_list), nodata=nodata_v, mask=None,
             model=_model_key(model, loaded), device=device, opts=opts, max_distance=max_distance,
             norm=norm.to_dict(), std_scale=(loaded.calibration or {}).get("std_scale"), dtype=dtype,
-            out_nodata=profile.get("nodata"),
+            out_nodata=profile.get("nodata"), sources=_absolute_sources(sources), validity=validity,
         )
-        tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__,
-                "GEONP_MODEL_PATH": str(loaded.path) if loaded.path else ""}
+        # The model's name only: an absolute local path would leak the user's directories.
+        tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__}
         done = [0]
-        with AtomicRasterWriter(out_path, profile, overwrite=overwrite, cog=cog, creation_options=co) as dst, \
-                AtomicRasterWriter(std_path, std_profile, overwrite=overwrite, cog=cog, creation_options=co) as dstd:
+        with AtomicRasterWriter(out_path, profile, overwrite=overwrite, cog=cog, creation_options=co,
+                                driver=out_driver) as dst, \
+                AtomicRasterWriter(std_path, std_profile, overwrite=overwrite, cog=cog, creation_options=std_co,
+                                   driver=std_driver, overview_resampling="RMS") as dstd:
             copy_metadata(src, dst, bands=band_list)
+            copy_std_metadata(src, dstd, bands=band_list)
+            if validity.alpha_band is not None:
+                dst.colorinterp = [*dst.colorinterp[:len(band_list)], ColorInterp.alpha]
             dst.update_tags(**tags)
             dstd.update_tags(**tags, GEONP_CONTENT="predictive standard deviation of the filled pixels; 0 = observed")
             for i, b in enumerate(band_list, start=1):
@@ -342,9 +412,11 @@ def fill_raster(
                 dstd.set_band_description(i, f"std of {desc}" if desc else f"std of band {b}")
             filled = 0
             for result in _run_blocks(job, blocks, scheduler):
-                (r0, r1, c0, c1), out, std_out, n_filled, n_tiles = result
+                (r0, r1, c0, c1), out, std_out, n_filled, n_tiles, valid = result
                 wwin = Window(c0, r0, c1 - c0, r1 - r0)
                 dst.write(out, window=wwin)
+                if validity.write_mask:
+                    dst.write_mask(np.where(valid, 255, 0).astype(np.uint8), window=wwin)
                 dstd.write(std_out, window=wwin)
                 filled += n_filled
                 done[0] += n_tiles
@@ -358,6 +430,24 @@ def fill_raster(
 
         write_quicklook(quicklook, input, out_path, std_path, bands=band_list, nodata=nodata_v, mask=mask)
     return report
+
+
+def _absolute(path: str | os.PathLike[str]) -> str:
+    """An absolute path for Dask workers started elsewhere (GDAL virtual paths as they are)."""
+    text = os.fspath(path)
+    if text.startswith("/vsi") or "://" in text:
+        return text
+    return str(Path(text).expanduser().absolute())
+
+
+def _absolute_sources(sources: GapSources) -> GapSources:
+    from dataclasses import replace
+
+    footprint = sources.footprint
+    if footprint.source is not None:
+        footprint = replace(footprint, source=_absolute(footprint.source))
+    return replace(sources, mask=None if sources.mask is None else _absolute(sources.mask),
+                   qa=None if sources.qa is None else _absolute(sources.qa), footprint=footprint)
 
 
 # Models handed in as objects (not paths) for in-process runs, by key.
@@ -388,10 +478,16 @@ class BlockJob:
     std_scale: Sequence[float] | None
     dtype: str
     out_nodata: float | None
+    sources: GapSources | None = None
+    validity: OutputValidity | None = None
 
 
-def run_block(job: BlockJob, block: tuple[int, int, int, int]) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray, int, int]:
+def run_block(job: BlockJob, block: tuple[int, int, int, int]) -> tuple[tuple[int, int, int, int], np.ndarray,
+                                                                       np.ndarray, int, int, np.ndarray]:
     """Fill one block ``(r0, r1, c0, c1)``; returns it with its output and std arrays.
+
+    Also returns the block's validity ``[h, w]`` (observed or filled in every band) for the
+    alpha band or internal mask.
 
     Runs in this process or on a Dask worker: it opens the raster itself and loads the model once
     per process (:func:`geonp.models.registry.cached_model`).
@@ -411,24 +507,34 @@ def run_block(job: BlockJob, block: tuple[int, int, int, int]) -> tuple[tuple[in
         raw, ok = read_observed(src, win, job.bands, info=info, nodata=job.nodata)
         if job.mask is not None:
             ok &= ~read_mask_file(job.mask, like=info, window=win)[None]
+        fillable = None
+        if job.sources is not None:
+            extra = job.sources.extra_gaps(win)
+            if extra is not None:
+                ok &= ~extra[None]
+            fillable = job.sources.fillable(win)
         region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
         mean, std = fill_block(module, raw, ok, region, origin=(r0 - halo, c0 - halo),
                                norm=Normalizer.from_dict(job.norm), opts=opts, device=dev,
                                max_distance=job.max_distance, std_scale=job.std_scale,
-                               progress=lambda n: tiles.__setitem__(0, tiles[0] + n))
+                               progress=lambda n: tiles.__setitem__(0, tiles[0] + n), fillable=fillable)
         # read_window gives float64 (exact for every GDAL integer type up to 32 bits) with clean errors
-        core_raw = _cast(read_window(src, Window(c0, r0, c1 - c0, r1 - r0), list(job.bands)), job.dtype)
+        core_win = Window(c0, r0, c1 - c0, r1 - r0)
+        core_raw = _cast(read_window(src, core_win, list(job.bands)), job.dtype)
+        alpha_raw = None
+        if job.validity is not None and job.validity.alpha_band is not None:
+            alpha_raw = read_window(src, core_win, [job.validity.alpha_band])[0]
     core_ok = ok[:, region[0]:region[1], region[2]:region[3]]
     has_pred = np.isfinite(mean) & ~core_ok
     out = core_raw.copy()
     out[has_pred] = _cast(mean[has_pred], job.dtype)
-    unfilled = ~core_ok & ~has_pred
-    if unfilled.any() and job.out_nodata is not None:
-        out[unfilled] = _cast(np.asarray(job.out_nodata, dtype=np.float64), job.dtype)
-    elif unfilled.any() and np.issubdtype(np.dtype(job.dtype), np.floating):
-        out[unfilled] = np.nan
+    validity = job.validity or OutputValidity(bands=job.bands, alpha_band=None, nodata=job.out_nodata,
+                                              dtype=job.dtype, write_mask=False)
+    out, valid = finish_block(out, observed=core_ok, filled=has_pred, mean=mean, plan=validity)
+    if alpha_raw is not None:
+        out = np.concatenate([out, alpha_values(valid, alpha_raw, job.dtype)[None]])
     std_out = np.where(core_ok, 0.0, np.where(has_pred, std, np.nan)).astype(np.float32)
-    return block, out, std_out, int(has_pred.sum()), tiles[0]
+    return block, out, std_out, int(has_pred.sum()), tiles[0], valid
 
 
 def _run_blocks(job: BlockJob, blocks: list[tuple[int, int, int, int]], scheduler: str | None) -> Any:
@@ -548,11 +654,11 @@ def fill(da: Any, *, model: str | os.PathLike[str] = "default", nodata: float | 
     result equals an in-memory fill.
 
     Returns:
-        An ``xarray.Dataset`` with ``filled`` (float64, gaps filled) and ``std`` (float32, 0 on
-        observed pixels), with the input's coordinates, attributes and CRS.
+        An ``xarray.Dataset`` with ``filled`` (in the input's dtype, nodata and CRS set the
+        rioxarray way) and ``uncertainty`` (float32 std, 0 on observed pixels, NaN where nothing
+        was filled), with the input's coordinates and attributes
+        (:func:`geonp.xarray_result.build_result`).
     """
-    import xarray as xr
-
     if da.ndim not in (2, 3):
         raise InputRasterError(f"expected a DataArray with dims (band, y, x) or (y, x), got {da.dims}")
     squeeze = da.ndim == 2
@@ -574,18 +680,11 @@ def fill(da: Any, *, model: str | os.PathLike[str] = "default", nodata: float | 
     else:
         values = np.asarray(data, dtype=np.float64)
         filled, std = fill_array(values, _valid(values, nodata), **kwargs)
-    coords = {k: v for k, v in arr3.coords.items()}
-    ds = xr.Dataset(
-        {"filled": (arr3.dims, filled), "std": (arr3.dims, std)}, coords=coords, attrs=dict(arr3.attrs)
-    )
+    from geonp.xarray_result import build_result
+
+    ds = build_result(filled, std, arr3, nodata=nodata)
     if squeeze:
         ds = ds.isel(band=0, drop=True)
-    try:
-        crs = da.rio.crs
-        if crs is not None:
-            ds = ds.rio.write_crs(crs)
-    except Exception:  # noqa: BLE001 - no rioxarray accessor or no CRS
-        pass
     return ds
 
 

@@ -15,10 +15,12 @@ The rule (the one documented in the README's "What geonp guarantees"):
    too), so every cloud, stripe or dropped pixel that has data on both sides is inside, also
    where it touches the footprint's edge, while the collar outside the straight scene edge is
    not.
-3. One exception for crops: an edge of the hull that runs from one side of the raster to
-   another (it cuts off a corner of the grid) and along which less than half of the pixels
-   just inside have data is not a scene edge but a cloud over the corner; the corner beyond it
-   is inside the footprint too.
+3. One exception for crops: a stretch of the hull's outline that runs from one side of the
+   raster to another (it cuts off a corner or a side of the grid) is a scene edge when the
+   pixels just inside it have data along at least half of it or along a straight run of 16
+   pixels (a cloud hugging the scene edge hides the rest), and the region beyond it, closed by
+   the raster's border, is at least 8 pixels deep on average. Otherwise it crosses a cloud
+   over that corner or along that side, and the region beyond it is inside the footprint too.
 
 The hull is computed from one pass over the raster in strips, on a read decimated so that at
 most ``max_pixels`` pixels are examined (exact for rasters up to 4 Mpx); with decimation the
@@ -56,8 +58,13 @@ __all__ = ["Footprint", "compute_footprint", "footprint_everywhere", "load_footp
 DEFAULT_MAX_PIXELS = 4 * 2**20
 #: Rows of the (decimated) raster read at a time.
 _STRIP_ROWS = 512
-#: Share of data pixels along a corner-cutting hull edge below which it is a cloud, not an edge.
+#: Share of data pixels along a corner-cutting stretch of the hull below which it crosses a cloud.
 _BRIDGE_SUPPORT = 0.5
+#: A straight run of data this long (pixels) along such a stretch makes it a scene edge anyway.
+_EDGE_RUN = 16
+#: A strip between the hull and the grid's border thinner than this (pixels, on average) is
+#: a cloud along the border, never a collar.
+_THIN_STRIP = 8
 
 
 @dataclass(frozen=True)
@@ -171,9 +178,8 @@ def compute_footprint(
     ys = np.floor((np.concatenate([rows, rows]) + 0.5) * sy) + 0.5
     xs = np.floor((np.concatenate([first, last]) + 0.5) * sx) + 0.5
     points = np.unique(np.stack([xs, ys], axis=1), axis=0)
-    planes = _hull_half_planes(points)
-    planes = _drop_corner_bridges(planes, points, has, sx=sx, sy=sy, width=info.width,
-                                  height=info.height)
+    planes = _footprint_half_planes(points, has, sx=sx, sy=sy, width=info.width,
+                                    height=info.height)
     fraction = float(has.mean())
     logger.info("footprint of %s: hull with %d edges, %.1f %% of the grid has data (step %d)",
                 info.path, len(planes), 100 * fraction, step)
@@ -214,78 +220,138 @@ def _has_data(src: DatasetReader, *, info: RasterInfo, bands: Sequence[int], nod
     return ok.any(axis=0)
 
 
-def _hull_half_planes(points: np.ndarray) -> np.ndarray:
-    """Half-planes ``a*x + b*y + c <= 0`` of the convex hull of 2D points (any count >= 1)."""
+def _hull_vertices(points: np.ndarray) -> np.ndarray | None:
+    """The convex hull's vertices in order around it, or None when the points are collinear."""
     from scipy.spatial import ConvexHull, QhullError
 
-    if len(points) >= 3:
-        try:
-            hull = ConvexHull(points)
-            return np.asarray(hull.equations, dtype=np.float64)
-        except QhullError:
-            pass  # collinear points: fall back to their bounding box
+    if len(points) < 3:
+        return None
+    try:
+        return points[ConvexHull(points).vertices]
+    except QhullError:
+        return None
+
+
+def _half_plane(p: np.ndarray, q: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """``(a, b, c)`` of the line through p and q with ``a*x + b*y + c <= 0`` on ``centre``'s side."""
+    a, b = q[1] - p[1], -(q[0] - p[0])
+    c = -(a * p[0] + b * p[1])
+    if a * centre[0] + b * centre[1] + c > 0:
+        a, b, c = -a, -b, -c
+    return np.array([a, b, c], dtype=np.float64)
+
+
+def _box_half_planes(points: np.ndarray) -> np.ndarray:
     (x0, y0), (x1, y1) = points.min(axis=0), points.max(axis=0)
     return np.array([[-1.0, 0.0, x0], [1.0, 0.0, -x1], [0.0, -1.0, y0], [0.0, 1.0, -y1]])
 
 
-def _edge_ends(plane: np.ndarray, points: np.ndarray) -> tuple[np.ndarray, np.ndarray] | None:
-    """The two extreme hull points lying on one half-plane's line."""
-    a, b, c = plane
-    scale = abs(a) + abs(b)
-    on = np.abs(points @ np.array([a, b]) + c) <= 1e-6 * (scale + abs(c) + 1.0)
-    pts = points[on]
-    if len(pts) < 2:
-        return None
-    direction = np.array([-b, a])
-    t = pts @ direction
-    return pts[t.argmin()], pts[t.argmax()]
-
-
-def _side(p: np.ndarray, width: int, height: int) -> set[str]:
-    """Which raster sides a pixel centre lies on (within one pixel)."""
+def _sides(p: np.ndarray, width: int, height: int, tol: float) -> frozenset[str]:
+    """Which raster sides a pixel centre lies on (within ``tol`` pixels of the outermost centres)."""
     x, y = p
     sides = set()
-    if x < 1.0:
+    if x < 0.5 + tol:
         sides.add("left")
-    if x > width - 1.0:
+    if x > width - 0.5 - tol:
         sides.add("right")
-    if y < 1.0:
+    if y < 0.5 + tol:
         sides.add("top")
-    if y > height - 1.0:
+    if y > height - 0.5 - tol:
         sides.add("bottom")
-    return sides
+    return frozenset(sides)
 
 
-def _drop_corner_bridges(planes: np.ndarray, points: np.ndarray, has: np.ndarray, *, sx: float,
-                         sy: float, width: int, height: int) -> np.ndarray:
-    """Remove hull edges that cut a corner off the grid across a gap (rule 3 of the module)."""
-    keep = []
+def _support(p: np.ndarray, q: np.ndarray, inward: np.ndarray, has: np.ndarray, sx: float,
+             sy: float) -> np.ndarray:
+    """Whether the pixels just inside the edge p-q have data (one-pixel spacing, 1.5 px inwards)."""
     dec_h, dec_w = has.shape
-    for plane in planes:
-        ends = _edge_ends(plane, points)
-        if ends is None:
-            keep.append(plane)
-            continue
-        p, q = ends
-        sp, sq = _side(p, width, height), _side(q, width, height)
-        if not sp or not sq or sp & sq:
-            keep.append(plane)  # not border to border, or runs along one side of the grid
-            continue
-        # Sample the pixels one pixel inside the edge, at one-pixel spacing along it.
-        a, b, _ = plane
-        normal = np.array([a, b]) / math.hypot(a, b)  # points out of the hull
-        n = max(2, int(math.hypot(*(q - p))))
-        t = np.linspace(0.0, 1.0, n)[:, None]
-        inner = p + t * (q - p) - 1.5 * normal * max(sx, sy)
-        cols = np.clip((inner[:, 0] / sx).astype(int), 0, dec_w - 1)
-        rows = np.clip((inner[:, 1] / sy).astype(int), 0, dec_h - 1)
-        support = float(has[rows, cols].mean())
-        if support >= _BRIDGE_SUPPORT:
-            keep.append(plane)
+    n = max(2, int(math.hypot(*(q - p))))
+    t = np.linspace(0.0, 1.0, n)[:, None]
+    inner = p + t * (q - p) + 1.5 * inward * max(sx, sy)
+    cols = np.clip((inner[:, 0] / sx).astype(int), 0, dec_w - 1)
+    rows = np.clip((inner[:, 1] / sy).astype(int), 0, dec_h - 1)
+    return has[rows, cols]
+
+
+def _region_area(planes: list[np.ndarray], chain: set[int], width: int, height: int) -> float:
+    """Area (pixels) of the grid beyond a chain of hull edges: inside every other edge, not these."""
+    step = max(1.0, math.sqrt(width * height / 250_000))
+    xs = np.arange(step / 2, width, step)
+    ys = np.arange(step / 2, height, step)
+    x, y = np.meshgrid(xs, ys)
+    inside_others = np.ones(x.shape, dtype=bool)
+    beyond = np.zeros(x.shape, dtype=bool)
+    for i, (a, b, c) in enumerate(planes):
+        side = a * x + b * y + c <= 1e-6 * (abs(a) + abs(b) + abs(c) + 1.0)
+        if i in chain:
+            beyond |= ~side
         else:
-            logger.info("footprint: hull edge %s-%s crosses a gap over a corner of the grid "
-                        "(%.0f %% data); the corner counts as inside", p, q, 100 * support)
-    return np.array(keep, dtype=np.float64).reshape(-1, 3)
+            inside_others &= side
+    return float(np.count_nonzero(inside_others & beyond)) * step * step
+
+
+def _longest_run(flags: np.ndarray) -> int:
+    """Length of the longest stretch of True values."""
+    best = run = 0
+    for flag in flags:
+        run = run + 1 if flag else 0
+        best = max(best, run)
+    return best
+
+
+def _footprint_half_planes(points: np.ndarray, has: np.ndarray, *, sx: float, sy: float, width: int,
+                           height: int) -> np.ndarray:
+    """Half-planes of the hull, without the chains of edges that cut a grid corner across gaps.
+
+    The hull's vertices on the raster's border split its outline into chains. A chain that
+    runs from one side of the raster to another is either a scene edge (the collar lies beyond
+    it, and the pixels just inside it have data) or a cloud over the grid's corner or edge (the
+    pixels just inside are gaps); the second kind is dropped, so the region beyond it, which the
+    raster's border closes, counts as inside.
+    """
+    verts = _hull_vertices(points)
+    if verts is None:
+        return _box_half_planes(points)
+    centre = verts.mean(axis=0)
+    n = len(verts)
+    tol = max(sx, sy)
+    sides = [_sides(v, width, height, tol) for v in verts]
+    planes = [_half_plane(verts[i], verts[(i + 1) % n], centre) for i in range(n)]
+    drop = [False] * n
+    border = [i for i in range(n) if sides[i]]
+    for k, start in enumerate(border):
+        end = border[(k + 1) % len(border)]
+        chain = []
+        i = start
+        while True:
+            chain.append(i)  # edge i runs from vertex i to vertex i + 1
+            i = (i + 1) % n
+            if i == end:
+                break
+        if sides[start] & sides[end]:
+            continue  # along one side of the raster (or the outline's only border vertex)
+        samples = []
+        for e in chain:
+            a, b, _ = planes[e]
+            inward = -np.array([a, b]) / max(math.hypot(a, b), 1e-12)
+            samples.append(_support(verts[e], verts[(e + 1) % n], inward, has, sx, sy))
+        flags = np.concatenate(samples)
+        length = sum(float(np.hypot(*(verts[(e + 1) % n] - verts[e]))) for e in chain)
+        # A scene edge: data along most of it, or along a straight stretch of _EDGE_RUN pixels
+        # (a cloud hugging the edge hides the rest), with a collar behind it deeper than
+        # _THIN_STRIP pixels on average. A thinner strip between the hull and the grid's border
+        # is a cloud along the border, not a collar.
+        scene_edge = flags.mean() >= _BRIDGE_SUPPORT or _longest_run(flags) * max(sx, sy) >= _EDGE_RUN
+        if scene_edge:
+            depth = _region_area(planes, set(chain), width, height) / max(length, 1.0)
+            if depth >= _THIN_STRIP:
+                continue
+        logger.info("footprint: the hull cuts a corner of the grid across gaps (%.0f %% data "
+                    "along it); that corner counts as inside", 100 * float(flags.mean()))
+        for e in chain:
+            drop[e] = True
+    kept = [pl for pl, d in zip(planes, drop, strict=True) if not d]
+    return np.array(kept, dtype=np.float64).reshape(-1, 3)
 
 
 # --------------------------------------------------------------------------------------------

@@ -159,8 +159,8 @@ def test_bad_inputs_give_one_line_errors_and_no_output(tmp_path, tiny_model):
     empty = write_raster(tmp_path / "empty.tif", np.zeros((1, 16, 16), "uint16"), nodata=0)
     with pytest.raises(NoValidPixelsError, match="no observed pixel"):
         geonp.fill_raster(empty, out, model=tiny_model)
-    other = write_raster(tmp_path / "m.tif", np.zeros((1, 10, 10), "uint8"))
-    with pytest.raises(InputRasterError, match="grid"):
+    other = write_raster(tmp_path / "m.tif", np.zeros((1, 10, 10), "uint8"), crs=None)
+    with pytest.raises(InputRasterError, match="another grid"):
         geonp.fill_raster(src, out, model=tiny_model, mask=other)
     assert not out.exists() and not (tmp_path / "o_std.tif").exists()
     out.write_bytes(b"x")
@@ -201,10 +201,10 @@ def test_fill_xarray_numpy_and_dask_agree(tiny_model):
     da = xr.DataArray(arr, dims=("band", "y", "x"), coords={"y": np.arange(48) * -30.0, "x": np.arange(48) * 30.0})
     eager = geonp.fill(da, model=str(tiny_model), search_radius=64)
     lazy = geonp.fill(da.chunk({"y": 24, "x": 24}), model=str(tiny_model), search_radius=64)
-    assert set(eager.data_vars) == {"filled", "std"}
+    assert set(eager.data_vars) == {"filled", "uncertainty"}
     assert hasattr(lazy["filled"].data, "dask")
     np.testing.assert_allclose(lazy["filled"].values, eager["filled"].values, rtol=1e-6)
-    np.testing.assert_allclose(lazy["std"].values, eager["std"].values, rtol=1e-5)
+    np.testing.assert_allclose(lazy["uncertainty"].values, eager["uncertainty"].values, rtol=1e-5)
     np.testing.assert_array_equal(eager["filled"].values[:, ~gap], arr[:, ~gap])
     assert np.isfinite(eager["filled"].values).all()
     np.testing.assert_array_equal(eager["y"].values, da["y"].values)

@@ -16,8 +16,8 @@ from tests.conftest import write_raster
 
 
 def _sources(tmp_path: Path, **kw):
-    arr = np.full((1, 8, 8), 500, "uint16")
-    arr[0, :, 6:] = 0  # a collar on the right
+    arr = np.full((1, 32, 32), 500, "uint16")
+    arr[0, :, 20:] = 0  # a collar on the right, 12 px deep
     path = write_raster(tmp_path / "in.tif", arr)
     with open_raster(path) as src:
         info = raster_info(src)
@@ -40,18 +40,19 @@ def test_option_conflicts(tmp_path, kw, message) -> None:
 
 
 def test_masks_combine_and_footprint_excludes_the_collar(tmp_path) -> None:
-    mask = np.zeros((8, 8), "uint8")
+    mask = np.zeros((32, 32), "uint8")
     mask[1, 1] = 8
-    qa = np.full((8, 8), 21824, "uint16")
+    qa = np.full((32, 32), 21824, "uint16")
     qa[2, 2] = 22280  # cloud
     write_raster(tmp_path / "m.tif", mask)
     write_raster(tmp_path / "qa.tif", qa)
     src = _sources(tmp_path, mask=tmp_path / "m.tif", mask_values="8", qa=tmp_path / "qa.tif",
                    qa_kind="landsat-c2")
-    gaps = src.extra_gaps(Window(0, 0, 8, 8))
-    assert np.flatnonzero(gaps).tolist() == [9, 18]
-    inside = src.fillable(Window(0, 0, 8, 8))
-    assert inside[:, :6].all() and not inside[:, 6:].any()
+    gaps = src.extra_gaps(Window(0, 0, 32, 32))
+    assert np.flatnonzero(gaps).tolist() == [33, 66]
+    inside = src.fillable(Window(0, 0, 32, 32))
+    assert inside[:, :20].all() and not inside[:, 20:].any()
     everywhere = _sources(tmp_path, fill_outside=True)
-    assert everywhere.fillable(Window(0, 0, 8, 8)).all() and everywhere.extra_gaps(Window(0, 0, 8, 8)) is None
+    assert everywhere.fillable(Window(0, 0, 32, 32)).all()
+    assert everywhere.extra_gaps(Window(0, 0, 32, 32)) is None
     assert src.inputs == [str(tmp_path / "m.tif"), str(tmp_path / "qa.tif")]
