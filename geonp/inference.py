@@ -17,7 +17,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from rasterio.enums import ColorInterp
 from rasterio.windows import Window
 from scipy import ndimage
 
@@ -403,8 +402,6 @@ def fill_raster(
                                    driver=std_driver, overview_resampling="RMS") as dstd:
             copy_metadata(src, dst, bands=band_list)
             copy_std_metadata(src, dstd, bands=band_list)
-            if validity.alpha_band is not None:
-                dst.colorinterp = [*dst.colorinterp[:len(band_list)], ColorInterp.alpha]
             dst.update_tags(**tags)
             dstd.update_tags(**tags, GEONP_CONTENT="predictive standard deviation of the filled pixels; 0 = observed")
             for i, b in enumerate(band_list, start=1):

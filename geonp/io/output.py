@@ -1049,7 +1049,8 @@ def copy_metadata(src: DatasetReader, dst: DatasetWriter, *, bands: Sequence[int
 
     Args:
         src: The open input.
-        dst: The open output (mode "w"), with ``len(bands)`` bands.
+        dst: The open output (mode "w"), with ``len(bands)`` bands, or one more: an alpha band
+            written after them (its colour interpretation is set to alpha).
         bands: 1-based source band indexes, in output order.
     """
     dst.update_tags(**src.tags())
@@ -1072,13 +1073,16 @@ def copy_metadata(src: DatasetReader, dst: DatasetWriter, *, bands: Sequence[int
         }
         if tags:
             dst.update_tags(out_band, **tags)
-    dst.scales = tuple(src.scales[b - 1] for b in bands)
-    dst.offsets = tuple(src.offsets[b - 1] for b in bands)
-    units = tuple(src.units[b - 1] or "" for b in bands)
+    extra = dst.count - len(bands)  # an alpha band geonp writes after the data bands
+    dst.scales = tuple(src.scales[b - 1] for b in bands) + (1.0,) * extra
+    dst.offsets = tuple(src.offsets[b - 1] for b in bands) + (0.0,) * extra
+    units = tuple(src.units[b - 1] or "" for b in bands) + ("",) * extra
     if any(units):
         dst.units = units
-    interp = [src.colorinterp[b - 1] for b in bands]
-    if not any(ci in _SKIPPED_COLORINTERP for ci in interp) and interp != list(dst.colorinterp):
+    interp = [src.colorinterp[b - 1] for b in bands] + list(dst.colorinterp[len(bands):])
+    if extra:
+        interp[-1] = ColorInterp.alpha
+    if not any(ci in _SKIPPED_COLORINTERP for ci in interp[:len(bands)]) and interp != list(dst.colorinterp):
         try:
             dst.colorinterp = interp
         except (rasterio.errors.RasterioError, ValueError) as err:
