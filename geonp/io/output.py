@@ -745,6 +745,10 @@ def _is_gdal_error(err: BaseException) -> bool:
     return type(err).__module__.startswith("rasterio")
 
 
+#: Free bytes below which a failed write is taken for a full disk.
+_NEARLY_FULL = 4 * 2**20
+
+
 def _write_failed(path: str | os.PathLike[str], err: BaseException, *, what: str = "") -> OutputError:
     """One-line error for a failed write; a full disk (or nearly full) is named as such.
 
@@ -752,9 +756,12 @@ def _write_failed(path: str | os.PathLike[str], err: BaseException, *, what: str
     that will not open afterwards), so little free space left counts as a full disk too.
     """
     free = _free_bytes(Path(os.fspath(path)).parent)
-    if _is_disk_full(err) or (free is not None and free < 4 * 2**20):
+    if _is_disk_full(err) or (free is not None and free < _NEARLY_FULL):
         return OutputError(_disk_full_message(path))
     text = " ".join(str(err).split()) or type(err).__name__
+    cause = err.__cause__ or err.__context__
+    if "See previous exception" in text and cause is not None:
+        text = " ".join(str(cause).split()) or text
     return OutputError(
         f"Writing {os.fspath(path)} failed: {what + ' ' if what else ''}({text}); check the disk "
         "and the path, and run again. No file was written."
@@ -889,15 +896,20 @@ class AtomicRasterWriter:
         outer = stack[-1] if stack else None
         dst, self._dst = self._dst, None
         if exc is not None:
+            # Measured before the partial file is removed: afterwards the disk has room again.
+            free = _free_bytes(self.path.parent)
             if dst is not None:
                 try:
                     dst.close()
                 except Exception as close_err:  # the original error matters more
                     logger.debug("closing %s after an error failed: %s", self.temp_path, close_err)
             self._cleanup()
-            if _is_disk_full(exc):
+            write_error = _is_gdal_error(exc) and (
+                "write failed" in str(exc).lower()
+                or (self.temp_path is not None and self.temp_path.name in str(exc)))
+            if _is_disk_full(exc) or (write_error and free is not None and free < _NEARLY_FULL):
                 raise OutputError(_disk_full_message(self.path)) from exc
-            if _is_gdal_error(exc) and self.temp_path is not None and self.temp_path.name in str(exc):
+            if write_error:
                 raise _write_failed(self.path, exc) from exc  # GDAL failed writing this file
             return False
         try:
@@ -931,7 +943,10 @@ class AtomicRasterWriter:
             _unlink_quietly(self.temp_path)
             _unlink_quietly(_aux_path(self.temp_path))
             ready = converted
-        verify_raster_file(ready, self.profile)
+        try:
+            verify_raster_file(ready, self.profile)
+        except OutputError as err:  # name the output the user asked for, not the partial file
+            raise _verify_failed(self.path, err.__cause__ or err) from err
         _fsync_path(ready)
         self._ready = ready
 
