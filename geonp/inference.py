@@ -372,6 +372,8 @@ def fill_raster(
         if dry_run:
             report.dry_run = True
             report.plan = _plan(info, band_list, blocks, opts, gap_pixels, gap_tiles, block_size)
+            report.plan["outside_footprint_pixels"] = outside_pixels
+            report.plan["footprint"] = sources.footprint.describe()
             report.seconds = time.perf_counter() - t0
             return report
         if getattr(loaded.config, "dim_y", 1) != 1:

@@ -32,9 +32,9 @@ def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
     models = builtin_models()
     if text in models:
         return models[text]
-    path = Path(text)
+    path = Path(text).expanduser()
     if path.exists():
-        return path
+        return path.absolute()  # Dask workers may run in another directory
     raise CheckpointError(
         f"unknown model {text!r}: not a built-in model ({', '.join(models) or 'none installed'}) "
         "and no such directory; see `geonp models`"
