@@ -62,3 +62,20 @@ def test_lazy_input_stays_lazy(tmp_path: Path) -> None:
     ds = build_result(filled, dask.zeros(filled.shape, chunks=(2, 4, 2)), da, nodata=0)
     assert ds.filled.chunks is not None and ds.filled.dtype == np.uint16
     np.testing.assert_array_equal(ds.filled.values, da.values)
+
+
+def test_accessor_and_api_fill_return_typed_filled(tmp_path: Path, tiny_model) -> None:
+    import geonp
+    import geonp.xarray_result  # noqa: F401 - registers da.geonp
+
+    arr = np.full((1, 32, 32), 1000, "uint16")
+    arr[0] += (np.arange(32) * 10).astype("uint16")[None, :]
+    arr[0, 10:15, 10:15] = 0
+    path = write_raster(tmp_path / "in.tif", arr, nodata=0)
+    da = rioxarray.open_rasterio(path)
+    ds = da.geonp.fill(model=str(tiny_model), device="cpu")
+    ref = geonp.fill(da, model=str(tiny_model), device="cpu")
+    assert ds.filled.dtype == np.uint16 and ds.filled.rio.nodata == 0 and ds.rio.crs.to_epsg() == 32621
+    np.testing.assert_array_equal(ds.filled.values, ref.filled.values)
+    assert (ds.filled.values[0, 10:15, 10:15] > 0).all() and (ds.uncertainty.values[0, 10:15, 10:15] > 0).all()
+    assert (ds.uncertainty.values[0, :10] == 0).all()
