@@ -4,32 +4,16 @@ from __future__ import annotations
 
 import click
 
-from geonp_cli.options import CountBar, band_option, device_option, model_option, nodata_option, overwrite_option
+from geonp_cli.options import CountBar, fill_config_options, workers_help
 
 
 @click.command(short_help="Fill the gaps of a raster; write the filled raster and its std.")
 @click.argument("input", type=click.Path(dir_okay=True))
 @click.argument("output", type=click.Path())
 @click.option("--uncertainty", type=click.Path(), help="Std raster path [default: <OUTPUT stem>_std.tif].")
-@model_option
 @click.option("--mask", type=click.Path(), help="Gap mask on the input's grid (non-zero = missing).")
-@nodata_option
-@band_option
-@device_option
-@click.option("--tile-size", type=click.IntRange(min=4), default=None,
-              help="Tile core edge (pixels) [default: the model's training core size, 48 for the default model].")
-@click.option("--overlap", type=click.IntRange(min=0), default=8, show_default=True, help="Tile blend margin (pixels).")
-@click.option("--max-context", type=click.IntRange(min=1), default=None,
-              help="Observed pixels per tile, nearest first [default: as the model was trained, 256 for the default model].")
-@click.option("--search-radius", type=click.IntRange(min=1), default=512, show_default=True,
-              help="How far (pixels) a tile looks for context.")
-@click.option("--max-distance", type=float, default=None, metavar="PIXELS",
-              help="Leave gaps farther than this from observed pixels as nodata (like gdal_fillnodata -md).")
-@click.option("--block-size", type=click.IntRange(min=16), default=512, show_default=True,
-              help="Pixels per read/write block; memory grows with its square.")
-@click.option("--co", "creation_options", multiple=True, metavar="KEY=VALUE", help="GTiff creation option (repeatable).")
-@click.option("--cog", is_flag=True, help="Write Cloud Optimized GeoTIFFs.")
-@overwrite_option
+@fill_config_options
+@click.option("--workers", type=click.IntRange(min=1), default=None, help=workers_help)
 @click.option("--quicklook", type=click.Path(dir_okay=False), help="Write a PNG: input, prediction, std.")
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler address (tcp://host:8786): spread the blocks over its workers.")
 @click.option("--dry-run", is_flag=True, help="Print tiles, context sizes, memory and time estimates; write nothing.")
@@ -48,7 +32,7 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
     import geonp
 
     _check_quicklook(input, output, opts)
-    with CountBar(ctx.obj.get("quiet", False), "filling", "tile") as progress:
+    with CountBar(ctx.obj.get("quiet", False), "filling", "px") as progress:
         report = geonp.fill_raster(input, output, bands=bands or None, progress=progress, **opts)  # type: ignore[arg-type]
     if report.dry_run:
         click.echo(f"Dry run of {input} with model {report.model} (nothing written):")

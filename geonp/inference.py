@@ -1,36 +1,31 @@
-"""``fill_raster`` (files, window by window) and ``fill`` (xarray, lazily with Dask).
+"""The public fill API: ``fill_raster`` (files), ``fill_array`` (numpy) and ``fill`` (xarray/Dask).
 
-A raster is processed in blocks of ``block_size`` pixels, each read with a halo of
-``search_radius`` pixels so that every tile finds its context; memory depends on the block size,
-never on the raster size. Observed pixels are copied bit for bit; only gaps are written.
+Every function takes a :class:`~geonp.config.FillConfig` and/or its fields as keywords. The block
+engine (reading with a halo, process pools, Dask, casting) is :mod:`geonp.engine`; the numeric
+core (tiles, tasks, batched model calls, blending) is :mod:`geonp.predict`.
 """
 
 from __future__ import annotations
 
-import logging
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 from rasterio.windows import Window
-from scipy import ndimage
 
+from geonp import engine
 from geonp._version import __version__
+from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.masks import read_mask_file, resolve_nodata
-from geonp.io.observed import read_observed
 from geonp.io.output import AtomicRasterWriter, check_output_path, copy_metadata, output_profile, parse_creation_options
-from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window, select_bands
-from geonp.normalize import Normalizer
-from geonp.predict import TileOptions, predict_block
-from geonp.tiling import make_tiles
-
-logger = logging.getLogger(__name__)
+from geonp.io.raster import open_raster, raster_info, select_bands
+from geonp.predict import Predictor
 
 
 @dataclass
@@ -71,213 +66,73 @@ def default_uncertainty_path(output: str | os.PathLike[str]) -> Path:
     return out.with_name(f"{out.stem}_std{out.suffix or '.tif'}")
 
 
-def tile_defaults(loaded: Any, tile_size: int | None, max_context: int | None) -> tuple[int, int]:
-    """Tile size and context cap: as given, else what the model was trained with (its card)."""
-    shape = loaded.card.get("task_shape") or {}
-    return (int(tile_size or shape.get("core_size", 48)), int(max_context or shape.get("max_context", 256)))
+def _load(model: Any) -> Any:
+    from geonp.models.registry import cached_model, load_model
+
+    if not isinstance(model, str | os.PathLike):
+        return model
+    return load_model(model, device="cpu") if Path(str(model)).exists() else cached_model(str(model), "cpu")
 
 
-def _resolve_device(device: str) -> Any:
-    import torch
-
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for but no CUDA device is available; use --device cpu or auto")
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
-def _normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:
-    """The model's per-band statistics when they fit the band count, else the input's own."""
-    stored = loaded.normalizer
-    if stored is not None and len(stored.get("mean", [])) == n_bands:
-        return Normalizer.from_dict(stored)
-    if loaded.card.get("any_band_count", True) is False:
-        raise InputRasterError(
-            f"model {loaded.name} was trained on {len(stored['mean'])} band(s) and cannot take "
-            f"{n_bands}; select matching bands with -b, or train a model on this sensor with geonp train"
-        )
-    values, valid = sample()
-    return Normalizer.fit(values, valid)
-
-
-def _fill_blocks(
-    height: int, width: int, block_size: int
-) -> list[tuple[int, int, int, int]]:
-    return [(t.row, t.row + t.height, t.col, t.col + t.width)
-            for t in make_tiles(height, width, tile_size=block_size)]
-
-
-def _within(observed: np.ndarray, max_distance: float | None) -> np.ndarray:
-    """Pixels within ``max_distance`` of an observed pixel (all pixels when None)."""
-    if max_distance is None:
-        return np.ones_like(observed)
-    if not observed.any():
-        return np.zeros_like(observed)
-    return ndimage.distance_transform_edt(~observed) <= max_distance
-
-
-def fill_block(
-    model: Any,
-    raw: np.ndarray,
-    observed: np.ndarray,
-    region: tuple[int, int, int, int],
-    *,
-    origin: tuple[int, int],
-    norm: Normalizer,
-    opts: TileOptions,
-    device: Any,
-    max_distance: float | None,
-    std_scale: Sequence[float] | None = None,
-    progress: Callable[[int], None] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Fill the gaps of one block's region, in the bands' units.
-
-    Args:
-        model: the torch module.
-        raw: ``[bands, h, w]`` values of the block with its halo.
-        observed: bool ``[bands, h, w]``.
-        region: ``(r0, r1, c0, c1)`` of the block's own pixels.
-        origin: the block array's offset in the raster.
-        norm: per-band normaliser.
-        opts: tiling options.
-        device: torch device.
-        max_distance: leave gaps farther than this from observed pixels unfilled.
-        std_scale: per-band post-hoc std calibration factors.
-        progress: tiles-done callback.
-
-    Returns:
-        ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
-    """
-    r0, r1, c0, c1 = region
-    n = raw.shape[0]
-    mean = np.full((n, r1 - r0, c1 - c0), np.nan)
-    std = np.full((n, r1 - r0, c1 - c0), np.nan)
-    normed = norm.apply(np.where(observed, raw, 0.0))
-    for b in range(n):
-        obs = observed[b]
-        # Gaps in the halo stay in to_fill: they shape the context choice and the tile splits of the
-        # tiles near the region's edge exactly as in the neighbouring block, which keeps blocks
-        # seamless. predict_block only predicts inside the region.
-        to_fill = ~obs & _within(obs, max_distance)
-        if not to_fill[r0:r1, c0:c1].any() or not obs.any():
-            continue
-        m, s = predict_block(model, normed[b], obs, to_fill, region, origin=origin, opts=opts,
-                             device=device, progress=progress)
-        scale = std_scale[b] if std_scale is not None and len(std_scale) == n else (
-            std_scale[0] if std_scale else 1.0)
-        mean[b] = m * norm.std[b] + norm.mean[b]
-        std[b] = s * norm.std[b] * scale
-    return mean, std
-
-
-def _cast(values: np.ndarray, dtype: str) -> np.ndarray:
-    """Round and clip to an integer dtype's range (never wrap); plain cast for floats."""
-    dt = np.dtype(dtype)
-    if np.issubdtype(dt, np.integer):
-        info = np.iinfo(dt)
-        return np.clip(np.rint(values), info.min, info.max).astype(dt)
-    return values.astype(dt)
-
-
-def _sample_for_stats(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
-                      gaps_from: Callable[[Window], np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
-    """Up to 16 windows of 256 px spread over the raster, for normalisation statistics."""
-    size = 256
-    rows = np.linspace(0, max(0, info.height - size), 4).astype(int)
-    cols = np.linspace(0, max(0, info.width - size), 4).astype(int)
-    vals, oks = [], []
-    for r in sorted(set(rows)):
-        for c in sorted(set(cols)):
-            win = Window(c, r, min(size, info.width), min(size, info.height))
-            arr, ok = read_observed(src, win, bands, info=info, nodata=nodata)
-            gap = gaps_from(win)
-            if gap is not None:
-                ok &= ~gap[None]
-            vals.append(arr.reshape(len(bands), -1))
-            oks.append(ok.reshape(len(bands), -1))
-    return np.concatenate(vals, 1), np.concatenate(oks, 1)
+def _check_model(loaded: Any) -> None:
+    if getattr(loaded.config, "dim_y", 1) != 1:
+        raise InputRasterError(f"model {loaded.name} predicts {loaded.config.dim_y} bands jointly; "
+                               "geonp fill needs a per-band model (dim_y=1)")
 
 
 def fill_raster(
     input: str | os.PathLike[str],
     output: str | os.PathLike[str],
+    config: FillConfig | None = None,
     *,
     uncertainty: str | os.PathLike[str] | None = None,
-    model: str | os.PathLike[str] | Any = "default",
     mask: str | os.PathLike[str] | None = None,
-    nodata: float | None = None,
-    bands: Sequence[int] | None = None,
-    device: str = "auto",
-    tile_size: int | None = None,
-    overlap: int = 8,
-    max_context: int | None = None,
-    search_radius: int = 512,
-    max_distance: float | None = None,
-    block_size: int = 512,
-    creation_options: Sequence[str] | dict[str, str] = (),
-    cog: bool = False,
-    overwrite: bool = False,
     quicklook: str | os.PathLike[str] | None = None,
     dry_run: bool = False,
     scheduler: str | None = None,
     progress: Callable[[int, int], None] | None = None,
+    **options: Any,
 ) -> FillReport:
     """Fill every gap of a raster file; write the filled raster and a std raster beside it.
 
     Args:
         input: the raster with gaps.
         output: the filled raster (same grid, bands, dtype, nodata, metadata).
+        config: fill options (:class:`~geonp.config.FillConfig`); keywords override its fields.
         uncertainty: the std raster (default ``<OUTPUT stem>_std.tif``).
-        model: a built-in model name, a model directory, or a loaded model.
-        mask: a gap mask on the input's grid (non-zero = missing), used instead of nodata.
-        nodata: nodata value overriding a missing or wrong tag.
-        bands: 1-based bands to fill (default all).
-        device: ``auto``, ``cpu`` or ``cuda``.
-        tile_size: tile core edge (pixels); default: the core size the model was trained with.
-        overlap: tile blend margin (pixels).
-        max_context: observed pixels per tile; default: the model's training context size.
-        search_radius: farthest a tile looks for context (pixels).
-        max_distance: leave gaps farther than this (pixels) from observed pixels as nodata.
-        block_size: pixels per read/write block (memory scales with its square).
-        creation_options: GTiff creation options (``KEY=VALUE`` strings or a dict).
-        cog: write Cloud Optimized GeoTIFFs.
-        overwrite: replace existing outputs.
+        mask: a gap mask on the input's grid (non-zero = missing), added to the nodata gaps.
         quicklook: write a PNG with input, prediction and std side by side.
         dry_run: only plan: tiles, context sizes, memory and time estimates.
         scheduler: address of a Dask distributed scheduler; blocks are spread over its workers
             (each loads the model once). The model must then be a name or a directory.
-        progress: ``(tiles_done, tiles_total)`` callback.
+        progress: ``(gap_pixels_done, gap_pixels_total)`` callback.
+        **options: any :class:`~geonp.config.FillConfig` field (``model``, ``nodata``, ``bands``,
+            ``device``, ``tile_size``, ``overlap``, ``max_context``, ``search_radius``,
+            ``max_distance``, ``block_size``, ``workers``, ``batch_rows``, ``creation_options``,
+            ``cog``, ``overwrite``).
 
     Returns:
         A :class:`FillReport`.
     """
     t0 = time.perf_counter()
-    from geonp.models.registry import load_model
-
-    loaded = model if not isinstance(model, str | os.PathLike) else load_model(model, device="cpu")
-    tile_size, max_context = tile_defaults(loaded, tile_size, max_context)
-    opts = TileOptions(tile_size=tile_size, overlap=overlap, max_context=max_context,
-                       search_radius=search_radius)
-    if block_size < 16:
-        raise ConfigError(f"--block-size {block_size} must be >= 16 pixels")
-    if max_distance is not None and max_distance <= 0:
-        raise ConfigError(f"--max-distance {max_distance} must be > 0 pixels")
-    co = dict(creation_options) if isinstance(creation_options, dict) else parse_creation_options(creation_options)
+    cfg = FillConfig.of(config, **options)
+    loaded = _load(cfg.model)
+    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
+    co = parse_creation_options(cfg.creation_options)
     out_path = Path(output)
     std_path = Path(uncertainty) if uncertainty is not None else default_uncertainty_path(output)
     with open_raster(input) as src:
         info = raster_info(src)
-        band_list = select_bands(info, bands)
-        nodata_v = resolve_nodata(info, nodata)
+        band_list = select_bands(info, cfg.bands)
+        nodata_v = resolve_nodata(info, cfg.nodata)
         inputs = [input] + ([mask] if mask is not None else [])
         if not dry_run:
-            out_path = check_output_path(out_path, inputs=inputs, overwrite=overwrite)
-            std_path = check_output_path(std_path, inputs=inputs, overwrite=overwrite)
+            out_path = check_output_path(out_path, inputs=inputs, overwrite=cfg.overwrite)
+            std_path = check_output_path(std_path, inputs=inputs, overwrite=cfg.overwrite)
             if out_path == std_path:
                 raise ConfigError(f"--uncertainty {std_path} is the same path as OUTPUT; give another path")
             if quicklook is not None:
-                ql = check_output_path(quicklook, inputs=inputs, overwrite=overwrite)
+                ql = check_output_path(quicklook, inputs=inputs, overwrite=cfg.overwrite)
                 if ql in (out_path, std_path):
                     raise ConfigError(f"--quicklook {quicklook} is one of the output rasters; give a .png path")
         if mask is not None:
@@ -286,54 +141,54 @@ def fill_raster(
         def gaps_from(win: Window) -> np.ndarray | None:
             return None if mask is None else read_mask_file(mask, like=info, window=win)
 
-        # pass 1: count gaps and observed pixels, and tiles with gaps (for progress and dry run)
-        blocks = _fill_blocks(info.height, info.width, block_size)
-        gap_pixels, obs_pixels, gap_tiles = 0, 0, 0
-        for r0, r1, c0, c1 in blocks:
-            win = Window(c0, r0, c1 - c0, r1 - r0)
-            _, ok = read_observed(src, win, band_list, info=info, nodata=nodata_v)
-            gap = gaps_from(win)
-            if gap is not None:
-                ok &= ~gap[None]
-            gap_pixels += int((~ok).sum())
-            obs_pixels += int(ok.sum())
-            t = tile_size
-            padded = np.pad(~ok, ((0, 0), (0, (-ok.shape[1]) % t), (0, (-ok.shape[2]) % t)))
-            gap_tiles += int(padded.reshape(len(band_list), padded.shape[1] // t, t, -1, t).any((2, 4)).sum())
+        blocks = engine.plan_blocks(info.height, info.width, cfg.block_size)
+        gap_pixels, obs_pixels, gap_tiles = engine.count_gaps(src, info, band_list, nodata_v, gaps_from,
+                                                              blocks, opts.tile_size)
         if obs_pixels == 0:
             raise NoValidPixelsError(
                 f"{input} has no observed pixel in band(s) {band_list} (nodata={nodata_v}); nothing to fill "
                 "from. Check --nodata, --band or --mask"
             )
         report = FillReport(out_path, std_path, loaded.name, gap_pixels=gap_pixels, tiles=gap_tiles)
+        device = engine.resolve_device(cfg.device)
+        workers = engine.pool_size(cfg.workers, device, gap_pixels, len(blocks))
         if dry_run:
             report.dry_run = True
-            report.plan = _plan(info, band_list, blocks, opts, gap_pixels, gap_tiles, block_size)
+            report.plan = engine.plan(info, band_list, blocks, opts, gap_pixels, gap_tiles, cfg.block_size,
+                                      workers)
             report.seconds = time.perf_counter() - t0
             return report
-        if getattr(loaded.config, "dim_y", 1) != 1:
-            raise InputRasterError(f"model {loaded.name} predicts {loaded.config.dim_y} bands jointly; "
-                                   "geonp fill needs a per-band model (dim_y=1)")
-        _resolve_device(device)
-        norm = _normalizer_for(loaded, len(band_list),
-                               lambda: _sample_for_stats(src, info, band_list, nodata_v, gaps_from))
+        _check_model(loaded)
+        norm = engine.normalizer_for(
+            loaded, len(band_list), lambda: engine.sample_for_stats(src, info, band_list, nodata_v, gaps_from))
         dtype = info.dtype
         profile = output_profile(src.profile, count=len(band_list), dtype=dtype,
-                                 nodata=info.nodata if nodata is None else nodata,
-                                 creation_options=co, cog=cog)
+                                 nodata=info.nodata if cfg.nodata is None else cfg.nodata,
+                                 creation_options=co, cog=cfg.cog)
         std_profile = output_profile(src.profile, count=len(band_list), dtype="float32", nodata=float("nan"),
-                                     creation_options=co, cog=cog)
-        job = BlockJob(
-            input=str(input), bands=tuple(band_list), nodata=nodata_v, mask=None if mask is None else str(mask),
-            model=_model_key(model, loaded), device=device, opts=opts, max_distance=max_distance,
-            norm=norm.to_dict(), std_scale=(loaded.calibration or {}).get("std_scale"), dtype=dtype,
+                                     creation_options=co, cog=cfg.cog)
+        job = engine.BlockJob(
+            input=str(Path(input).absolute()) if scheduler and Path(input).exists() else str(input),
+            bands=tuple(band_list), nodata=nodata_v,
+            mask=None if mask is None else str(Path(mask).absolute()) if scheduler else str(mask),
+            model=engine.model_key(cfg.model, loaded), device=cfg.device, opts=opts,
+            batch_rows=cfg.batch_rows, max_distance=cfg.max_distance, norm=norm.to_dict(),
+            std_scale=tuple(engine.std_scales(loaded.calibration, len(band_list))), dtype=dtype,
             out_nodata=profile.get("nodata"),
         )
         tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__,
                 "GEONP_MODEL_PATH": str(loaded.path) if loaded.path else ""}
         done = [0]
-        with AtomicRasterWriter(out_path, profile, overwrite=overwrite, cog=cog, creation_options=co) as dst, \
-                AtomicRasterWriter(std_path, std_profile, overwrite=overwrite, cog=cog, creation_options=co) as dstd:
+        total = max(gap_pixels, 1)
+
+        def moved(n: int) -> None:
+            done[0] += n
+            if progress is not None:
+                progress(min(done[0], total), total)
+
+        with AtomicRasterWriter(out_path, profile, overwrite=cfg.overwrite, cog=cfg.cog, creation_options=co) as dst, \
+                AtomicRasterWriter(std_path, std_profile, overwrite=cfg.overwrite, cog=cfg.cog,
+                                   creation_options=co) as dstd:
             copy_metadata(src, dst, bands=band_list)
             dst.update_tags(**tags)
             dstd.update_tags(**tags, GEONP_CONTENT="predictive standard deviation of the filled pixels; 0 = observed")
@@ -341,15 +196,14 @@ def fill_raster(
                 desc = src.descriptions[b - 1]
                 dstd.set_band_description(i, f"std of {desc}" if desc else f"std of band {b}")
             filled = 0
-            for result in _run_blocks(job, blocks, scheduler):
-                (r0, r1, c0, c1), out, std_out, n_filled, n_tiles = result
+            for (r0, r1, c0, c1), out, std_out, n_filled, _ in engine.run_blocks(
+                    job, blocks, scheduler=scheduler, workers=workers, progress=moved):
                 wwin = Window(c0, r0, c1 - c0, r1 - r0)
                 dst.write(out, window=wwin)
                 dstd.write(std_out, window=wwin)
                 filled += n_filled
-                done[0] += n_tiles
-                if progress is not None:
-                    progress(min(done[0], max(gap_tiles, 1)), max(gap_tiles, 1))
+            if progress is not None:
+                progress(total, total)
             dst.update_tags(GEONP_FILLED_PIXELS=str(filled), GEONP_GAP_PIXELS=str(gap_pixels))
         report.filled_pixels = filled
         report.seconds = time.perf_counter() - t0
@@ -360,186 +214,52 @@ def fill_raster(
     return report
 
 
-# Models handed in as objects (not paths) for in-process runs, by key.
-_LOCAL_MODELS: dict[str, Any] = {}
-
-
-def _model_key(model: Any, loaded: Any) -> str:
-    if isinstance(model, str | os.PathLike):
-        return str(loaded.path) if loaded.path is not None else str(model)
-    key = f"object:{id(loaded)}"
-    _LOCAL_MODELS[key] = loaded
-    return key
-
-
-@dataclass(frozen=True)
-class BlockJob:
-    """Everything a worker needs to fill one block of a raster (picklable; no open handles)."""
-
-    input: str
-    bands: tuple[int, ...]
-    nodata: float | None
-    mask: str | None
-    model: str
-    device: str
-    opts: TileOptions
-    max_distance: float | None
-    norm: dict[str, Any]
-    std_scale: Sequence[float] | None
-    dtype: str
-    out_nodata: float | None
-
-
-def run_block(job: BlockJob, block: tuple[int, int, int, int]) -> tuple[tuple[int, int, int, int], np.ndarray, np.ndarray, int, int]:
-    """Fill one block ``(r0, r1, c0, c1)``; returns it with its output and std arrays.
-
-    Runs in this process or on a Dask worker: it opens the raster itself and loads the model once
-    per process (:func:`geonp.models.registry.cached_model`).
-    """
-    from geonp.models.registry import cached_model
-
-    loaded = _LOCAL_MODELS.get(job.model) or cached_model(job.model, "cpu")
-    dev = _resolve_device(job.device)
-    module = loaded.module.to(dev).eval()
-    r0, r1, c0, c1 = block
-    opts = job.opts
-    halo = opts.search_radius + opts.overlap + opts.tile_size
-    tiles = [0]
-    with open_raster(job.input) as src:
-        info = raster_info(src)
-        win = Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo)
-        raw, ok = read_observed(src, win, job.bands, info=info, nodata=job.nodata)
-        if job.mask is not None:
-            ok &= ~read_mask_file(job.mask, like=info, window=win)[None]
-        region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
-        mean, std = fill_block(module, raw, ok, region, origin=(r0 - halo, c0 - halo),
-                               norm=Normalizer.from_dict(job.norm), opts=opts, device=dev,
-                               max_distance=job.max_distance, std_scale=job.std_scale,
-                               progress=lambda n: tiles.__setitem__(0, tiles[0] + n))
-        # read_window gives float64 (exact for every GDAL integer type up to 32 bits) with clean errors
-        core_raw = _cast(read_window(src, Window(c0, r0, c1 - c0, r1 - r0), list(job.bands)), job.dtype)
-    core_ok = ok[:, region[0]:region[1], region[2]:region[3]]
-    has_pred = np.isfinite(mean) & ~core_ok
-    out = core_raw.copy()
-    out[has_pred] = _cast(mean[has_pred], job.dtype)
-    unfilled = ~core_ok & ~has_pred
-    if unfilled.any() and job.out_nodata is not None:
-        out[unfilled] = _cast(np.asarray(job.out_nodata, dtype=np.float64), job.dtype)
-    elif unfilled.any() and np.issubdtype(np.dtype(job.dtype), np.floating):
-        out[unfilled] = np.nan
-    std_out = np.where(core_ok, 0.0, np.where(has_pred, std, np.nan)).astype(np.float32)
-    return block, out, std_out, int(has_pred.sum()), tiles[0]
-
-
-def _run_blocks(job: BlockJob, blocks: list[tuple[int, int, int, int]], scheduler: str | None) -> Any:
-    """Yield block results, computed here or on a Dask cluster (in completion order)."""
-    if scheduler is None:
-        for block in blocks:
-            yield run_block(job, block)
-        return
-    if job.model.startswith("object:"):
-        raise ConfigError("--scheduler needs the model as a name or directory, not an in-memory object")
-    try:
-        from distributed import Client, as_completed
-    except ImportError as err:  # pragma: no cover - distributed is a core dependency
-        from geonp.errors import MissingDependencyError
-
-        raise MissingDependencyError("dask.distributed is not installed; pip install 'dask[distributed]'") from err
-    try:
-        client = Client(scheduler, timeout="10s")
-    except OSError as err:
-        raise ConfigError(f"cannot reach the Dask scheduler at {scheduler} ({err}); check the address") from err
-    try:
-        futures = client.map(run_block, [job] * len(blocks), blocks, pure=False)
-        for future in as_completed(futures):
-            yield future.result()
-    finally:
-        client.close()
-
-
-def _plan(info: RasterInfo, bands: list[int], blocks: list[tuple[int, int, int, int]], opts: TileOptions,
-          gap_pixels: int, gap_tiles: int, block_size: int) -> dict[str, Any]:
-    halo = opts.search_radius + opts.overlap + opts.tile_size
-    side = block_size + 2 * halo
-    block_bytes = side * side * len(bands) * (8 + 1 + 8 + 8)  # values, mask, normalised, distance
-    q = (opts.tile_size + 2 * opts.overlap) ** 2
-    attn_bytes = opts.batch_tiles * 4 * (opts.max_context + q) * opts.max_context * 4 * 3
-    # measured on the 2-core development CPU (1 thread, benchmarks/fill.py): ~0.15 s per 48 px tile
-    # with gaps at 256 context pixels; cost grows about with the square of the context
-    seconds_per_tile = 0.15 * (opts.max_context / 256) ** 2
-    return {
-        "raster": f"{info.width}x{info.height}, {len(bands)} band(s), {info.dtype}",
-        "blocks": len(blocks),
-        "block_pixels_with_halo": f"{side}x{side}",
-        "tiles_with_gaps": gap_tiles,
-        "gap_pixels": gap_pixels,
-        "context_per_tile": opts.max_context,
-        "queries_per_tile_max": q,
-        "estimated_peak_memory_mb": round((block_bytes + attn_bytes) / 2**20 + 400),
-        "estimated_cpu_seconds": round(gap_tiles * seconds_per_tile * 1.3, 1),
-    }
-
-
 def fill_array(
     values: np.ndarray,
     valid: np.ndarray,
+    config: FillConfig | None = None,
     *,
-    model: str | os.PathLike[str] | Any = "default",
-    device: str = "auto",
-    tile_size: int | None = None,
-    overlap: int = 8,
-    max_context: int | None = None,
-    search_radius: int = 512,
-    max_distance: float | None = None,
     origin: tuple[int, int] = (0, 0),
     region: tuple[int, int, int, int] | None = None,
+    **options: Any,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of an in-memory ``[bands, h, w]`` array.
 
     Args:
         values: band values (anything where not valid).
         valid: bool, True where observed (same shape as ``values`` or ``[h, w]``).
-        model: built-in name, model directory, or a loaded model.
-        device: ``auto``, ``cpu`` or ``cuda``.
-        tile_size: tile core edge.
-        overlap: tile blend margin.
-        max_context: observed pixels per tile.
-        search_radius: farthest a tile looks for context.
-        max_distance: leave gaps farther than this unfilled.
+        config: fill options; keywords override its fields (``model`` may be a loaded model).
         origin: the array's offset in a larger raster (keeps tiles aligned across chunks).
         region: ``(r0, r1, c0, c1)`` to fill (default all); the rest is context only.
+        **options: :class:`~geonp.config.FillConfig` fields.
 
     Returns:
         ``(filled float64, std float32)``: observed pixels unchanged and std 0 there; unfilled gaps NaN.
     """
-    from geonp.models.registry import cached_model
-
+    cfg = FillConfig.of(config, **options)
     if values.ndim == 2:
         values = values[None]
     valid = np.broadcast_to(valid, values.shape) & np.isfinite(values)
     if not valid.any():
         raise NoValidPixelsError("the array has no valid pixel to fill from")
-    loaded = model if not isinstance(model, str | os.PathLike) else cached_model(str(model), "cpu")
-    tile_size, max_context = tile_defaults(loaded, tile_size, max_context)
-    dev = _resolve_device(device)
-    module = loaded.module.to(dev).eval()
-    norm = _normalizer_for(loaded, values.shape[0], lambda: (values.reshape(values.shape[0], -1),
-                                                              valid.reshape(values.shape[0], -1)))
-    opts = TileOptions(tile_size=tile_size, overlap=overlap, max_context=max_context, search_radius=search_radius)
+    loaded = _load(cfg.model)
+    _check_model(loaded)
+    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
+    predictor = Predictor(loaded.module, opts, engine.resolve_device(cfg.device), batch_rows=cfg.batch_rows)
+    n = values.shape[0]
+    norm = engine.normalizer_for(loaded, n, lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
     h, w = values.shape[1:]
     r0, r1, c0, c1 = region or (0, h, 0, w)
-    mean, std = fill_block(module, values.astype(np.float64), valid, (r0, r1, c0, c1), origin=origin,
-                           norm=norm, opts=opts, device=dev, max_distance=max_distance,
-                           std_scale=(loaded.calibration or {}).get("std_scale"))
+    mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
+                                      origin=origin, norm=norm, max_distance=cfg.max_distance,
+                                      std_scale=engine.std_scales(loaded.calibration, n))
     core = (slice(None), slice(r0, r1), slice(c0, c1))
     filled = np.where(valid[core], values[core], mean)
     std_out = np.where(valid[core], 0.0, std).astype(np.float32)
     return filled, std_out
 
 
-def fill(da: Any, *, model: str | os.PathLike[str] = "default", nodata: float | None = None,
-         device: str = "auto", tile_size: int | None = None, overlap: int = 8, max_context: int | None = None,
-         search_radius: int = 512, max_distance: float | None = None) -> Any:
+def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
     """Fill the gaps of an ``xarray.DataArray`` (``[band,] y, x``); lazy when it is Dask-backed.
 
     Missing pixels are NaN/Inf, ``nodata`` (default ``da.rio.nodata`` or ``da.attrs["_FillValue"]``).
@@ -557,23 +277,22 @@ def fill(da: Any, *, model: str | os.PathLike[str] = "default", nodata: float | 
         raise InputRasterError(f"expected a DataArray with dims (band, y, x) or (y, x), got {da.dims}")
     squeeze = da.ndim == 2
     arr3 = da.expand_dims("band") if squeeze else da
+    cfg = FillConfig.of(config, **options)
+    nodata = cfg.nodata
     if nodata is None:
         nodata = arr3.attrs.get("_FillValue", arr3.attrs.get("nodata"))
         try:
             nodata = arr3.rio.nodata if arr3.rio.nodata is not None else nodata
         except Exception:  # noqa: BLE001 - rioxarray not imported or no CRS: fall back to attrs
             pass
-    from geonp.models.registry import cached_model
-
-    tile_size, max_context = tile_defaults(cached_model(str(model), "cpu"), tile_size, max_context)
-    kwargs = dict(model=model, device=device, tile_size=tile_size, overlap=overlap, max_context=max_context,
-                  search_radius=search_radius, max_distance=max_distance)
+    loaded = _load(cfg.model)
+    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     data = arr3.data
     if hasattr(data, "dask"):
-        filled, std = _fill_dask(data, nodata, kwargs, halo=search_radius + tile_size + overlap)
+        filled, std = _fill_dask(data, nodata, cfg, halo=opts.halo)
     else:
         values = np.asarray(data, dtype=np.float64)
-        filled, std = fill_array(values, _valid(values, nodata), **kwargs)
+        filled, std = fill_array(values, _valid(values, nodata), cfg)
     coords = {k: v for k, v in arr3.coords.items()}
     ds = xr.Dataset(
         {"filled": (arr3.dims, filled), "std": (arr3.dims, std)}, coords=coords, attrs=dict(arr3.attrs)
@@ -596,7 +315,7 @@ def _valid(values: np.ndarray, nodata: float | None) -> np.ndarray:
     return ok
 
 
-def _fill_dask(data: Any, nodata: float | None, kwargs: dict[str, Any], *, halo: int) -> tuple[Any, Any]:
+def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int) -> tuple[Any, Any]:
     """Build lazy filled/std arrays, one delayed task per output chunk (input read with a halo)."""
     import dask
     import dask.array as dsa
@@ -609,7 +328,7 @@ def _fill_dask(data: Any, nodata: float | None, kwargs: dict[str, Any], *, halo:
     @dask.delayed(pure=True)
     def one(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int]) -> np.ndarray:
         values = np.asarray(block, dtype=np.float64)
-        filled, std = fill_array(values, _valid(values, nodata), origin=(r0, c0), region=region, **kwargs)
+        filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region)
         return np.stack([filled, std.astype(np.float64)])
 
     rows = []

@@ -1,15 +1,23 @@
-"""Predict the gap pixels of a region, tile by tile, from a model (the numeric core of ``fill``).
+"""Predict the gap pixels of a block: tiles -> tasks -> batched model calls -> blended maps.
 
-Everything here works on arrays already in memory for one *block* (a region plus a halo of
-``search_radius`` pixels around it), so memory is bounded by the block size, not the raster size.
-A tile's context comes from a search window that grows around its query window until
-``max_context`` observed pixels are found (or ``search_radius`` is reached); its predictions are
-the same whichever block computes it, so blocks and tiles leave no seams.
+Everything here works on arrays already in memory for one *block* (a region plus a halo around
+it), so memory is bounded by the block size, not the raster size. The work is split in three
+steps that training and filling share where they can:
+
+1. :func:`block_tasks` cuts the block into tiles laid on the raster's global grid and turns each
+   tile's gaps into a :class:`TileTask` (context choice, coordinates, standardisation); a tile's
+   task is the same whichever block builds it, so blocks leave no seams.
+2. :class:`Predictor` runs all tasks of a block: sorted by size, packed into large batches under
+   a row budget, with as few model calls as possible, and blends the tiles' predictions by
+   scatter-add (on the model's device).
+3. :func:`reference_predict` is the slow, obviously correct twin: one model call per tile and a
+   plain ``np.add.at`` blend. Tests tie the two together.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import copy
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -17,7 +25,7 @@ import torch
 from scipy import ndimage
 
 from geonp.data.tasks import Task, collate, standardize
-from geonp.tiling import Tile, make_tiles, nearest_context, pixel_weights
+from geonp.tiling import Tile, nearest_context, pixel_weights
 
 
 @dataclass(frozen=True)
@@ -29,16 +37,12 @@ class TileOptions:
         overlap: blend margin in pixels around each core.
         max_context: observed pixels per tile, nearest first.
         search_radius: farthest a tile looks for context, in pixels beyond its query window.
-        batch_tiles: tiles per model call.
-        query_chunk: targets decoded at a time within a model call.
     """
 
     tile_size: int = 48
     overlap: int = 8
     max_context: int = 256
     search_radius: int = 512
-    batch_tiles: int = 16
-    query_chunk: int = 4096
 
     def __post_init__(self) -> None:
         if self.tile_size < 4 or self.overlap < 0 or self.max_context < 1 or self.search_radius < 1:
@@ -46,6 +50,31 @@ class TileOptions:
                 f"tile_size={self.tile_size} (>= 4), overlap={self.overlap} (>= 0), "
                 f"max_context={self.max_context} (>= 1), search_radius={self.search_radius} (>= 1)"
             )
+
+    @property
+    def halo(self) -> int:
+        """Pixels a block must be read beyond its region so that every tile finds its context."""
+        return self.search_radius + self.overlap + self.tile_size
+
+
+@dataclass
+class TileTask:
+    """One tile of one band, ready for the model.
+
+    Attributes:
+        band: index of the band in the block.
+        task: coordinates relative to the query window's corner, standardised context values.
+        index: ``[Nt]`` flat index of each target in the ``[bands, region rows, region cols]``
+            output.
+        weights: ``[Nt]`` blend weight of each target (1 on the tile core).
+        core: targets on the tile's core (each gap pixel is on exactly one core).
+    """
+
+    band: int
+    task: Task
+    index: np.ndarray
+    weights: np.ndarray
+    core: int
 
 
 def _search(observed: np.ndarray, queries: np.ndarray, qb: tuple[int, int, int, int], opts: TileOptions,
@@ -76,8 +105,43 @@ def _search(observed: np.ndarray, queries: np.ndarray, qb: tuple[int, int, int, 
         radius *= 2
 
 
-def predict_block(
-    model: torch.nn.Module,
+_MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
+
+
+def _neighbours(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, int, int]) -> int:
+    """Observed pixels of a query window that touch (8-neighbourhood) a pixel to fill."""
+    r0, r1, c0, c1 = qb
+    near = ndimage.binary_dilation(to_fill[r0:r1, c0:c1], structure=np.ones((3, 3), bool))
+    return int(np.count_nonzero(near & observed[r0:r1, c0:c1]))
+
+
+def _quarters(tile: Tile) -> list[Tile]:
+    """Four sub-tiles of a tile, with an overlap scaled to their size."""
+    h1, w1 = tile.height // 2, tile.width // 2
+    o = max(2, min(tile.overlap, h1 // 3))
+    return [Tile(tile.row + dr, tile.col + dc, hh, ww, o)
+            for dr, hh in ((0, h1), (h1, tile.height - h1))
+            for dc, ww in ((0, w1), (w1, tile.width - w1))]
+
+
+def block_tiles(region: tuple[int, int, int, int], origin: tuple[int, int], opts: TileOptions) -> list[Tile]:
+    """Tiles (in block coordinates) whose query window touches ``region``, on the global grid.
+
+    Tiles are laid on the *global* grid so that every block cuts the same tiles; a tile on the
+    region's edge is shared with the neighbouring block, each predicting its own pixels.
+    """
+    r0, r1, c0, c1 = region
+    size, o = opts.tile_size, opts.overlap
+    first_r = ((origin[0] + r0 - o) // size) * size
+    first_c = ((origin[1] + c0 - o) // size) * size
+    return [
+        Tile(tr - origin[0], tc - origin[1], size, size, o)
+        for tr in range(first_r, origin[0] + r1 + o, size)
+        for tc in range(first_c, origin[1] + c1 + o, size)
+    ]
+
+
+def band_tasks(
     values: np.ndarray,
     observed: np.ndarray,
     to_fill: np.ndarray,
@@ -85,62 +149,29 @@ def predict_block(
     *,
     origin: tuple[int, int],
     opts: TileOptions,
-    device: torch.device,
-    progress: Callable[[int], None] | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Predict ``to_fill`` pixels inside ``region`` of a block.
+    band: int = 0,
+) -> list[TileTask]:
+    """The tasks of one band of a block.
 
     Args:
-        model: a model with ``forward(xc, yc, xt, context_valid, query_chunk=)``, ``dim_y = 1``.
         values: ``[h, w]`` normalised values of the block (anything where not observed).
         observed: bool ``[h, w]``, True where a pixel may serve as context.
-        to_fill: bool ``[h, w]``, True where a prediction is wanted.
+        to_fill: bool ``[h, w]``, True where a prediction is wanted (halo included: it shapes the
+            context choice and the splits of tiles near the region's edge as in the neighbouring
+            block).
         region: ``(r0, r1, c0, c1)`` of the block's own pixels (the rest is halo).
-        origin: the block's offset in the full raster (pixel coordinates are absolute).
+        origin: the block's offset in the full raster.
         opts: tiling options.
-        device: where the model runs.
-        progress: called with the number of tiles done after each model call.
+        band: the band's index in the block (for the output index).
 
     Returns:
-        ``(mean, std)``, each ``[r1 - r0, c1 - c0]``, in normalised units, NaN where not filled.
+        One task per tile (or split tile) with gap pixels in the region and some context.
     """
     r0, r1, c0, c1 = region
     h, w = observed.shape
-    # Tiles are laid on the *global* grid so that every block cuts the same tiles; a tile whose
-    # query window touches the region is predicted here (ring tiles are shared with neighbours).
-    size, o = opts.tile_size, opts.overlap
-    g_r0, g_c0 = origin[0] + r0, origin[1] + c0
-    first_r = ((g_r0 - o) // size) * size
-    first_c = ((g_c0 - o) // size) * size
-    tiles = [
-        Tile(tr - origin[0], tc - origin[1], size, size, o)
-        for tr in range(first_r, origin[0] + r1 + o, size)
-        for tc in range(first_c, origin[1] + c1 + o, size)
-    ]
-    acc_mean = np.zeros((r1 - r0, c1 - c0))
-    acc_std = np.zeros((r1 - r0, c1 - c0))
-    acc_w = np.zeros((r1 - r0, c1 - c0))
-    pending: list[tuple[Task, np.ndarray, np.ndarray, np.ndarray]] = []
-
-    def flush() -> None:
-        if not pending:
-            return
-        batch = collate([p[0] for p in pending]).to(device)
-        with torch.no_grad():
-            mean, std = model(batch.xc, batch.yc, batch.xt, batch.context_valid, query_chunk=opts.query_chunk)
-        mean, std = mean.cpu().numpy()[..., 0], std.cpu().numpy()[..., 0]
-        for i, (task, rows, cols, wts) in enumerate(pending):
-            n = rows.size
-            m = mean[i, :n] * task.scale[0] + task.shift[0]
-            s = std[i, :n] * task.scale[0]
-            np.add.at(acc_mean, (rows - r0, cols - c0), wts * m)
-            np.add.at(acc_std, (rows - r0, cols - c0), wts * s)
-            np.add.at(acc_w, (rows - r0, cols - c0), wts)
-        if progress is not None:
-            progress(len(pending))
-        pending.clear()
-
-    work = list(reversed(tiles))
+    rh, rw = r1 - r0, c1 - c0
+    out: list[TileTask] = []
+    work = list(reversed(block_tiles(region, origin, opts)))
     while work:
         tile = work.pop()
         o = tile.overlap
@@ -169,36 +200,140 @@ def predict_block(
         rel_c = np.stack([crow - qr0, ccol - qc0], -1).astype(np.float32)
         rel_t = np.stack([trow - qr0, tcol - qc0], -1).astype(np.float32)
         task = Task(xc=rel_c, yc=yc.astype(np.float32), xt=rel_t, yt=None, shift=shift, scale=scale)
-        pending.append((task, trow, tcol, wts))
-        if len(pending) >= opts.batch_tiles:
-            flush()
-    flush()
+        index = (band * rh + (trow - r0)) * rw + (tcol - c0)
+        out.append(TileTask(band, task, index.astype(np.int64), wts, int(np.count_nonzero(wts >= 1.0))))
+    return out
+
+
+def block_tasks(
+    values: np.ndarray,
+    observed: np.ndarray,
+    to_fill: np.ndarray,
+    region: tuple[int, int, int, int],
+    *,
+    origin: tuple[int, int],
+    opts: TileOptions,
+) -> list[TileTask]:
+    """The tasks of every band of a block (``values``, ``observed``, ``to_fill``: ``[bands, h, w]``)."""
+    tasks: list[TileTask] = []
+    for b in range(values.shape[0]):
+        if to_fill[b].any() and observed[b].any():
+            tasks += band_tasks(values[b], observed[b], to_fill[b], region, origin=origin, opts=opts, band=b)
+    return tasks
+
+
+def pack(sizes: Sequence[int], batch_rows: int, *, max_tiles: int = 1024) -> list[list[int]]:
+    """Group task indices into batches of similar size.
+
+    Tasks are sorted by size (largest first) and cut into runs whose padded rows (tasks x the run's
+    largest size) stay within ``batch_rows``; a task larger than the budget runs alone.
+    """
+    order = sorted(range(len(sizes)), key=lambda i: -sizes[i])
+    batches: list[list[int]] = []
+    for i in order:
+        if batches and (len(batches[-1]) + 1) * sizes[batches[-1][0]] <= batch_rows \
+                and len(batches[-1]) < max_tiles:
+            batches[-1].append(i)
+        else:
+            batches.append([i])
+    return batches
+
+
+class Predictor:
+    """Runs the tasks of blocks through a model: sorted, packed, batched, blended on the device.
+
+    Built once per process (or Dask worker) and reused for every block.
+
+    Args:
+        module: a per-band model (``dim_y = 1``) with ``forward(xc, yc, xt, context_valid,
+            query_chunk=)``.
+        opts: tiling options.
+        device: where the model runs.
+        batch_rows: padded query rows (tiles x targets) per model call.
+        chunk_rows: query rows the model decodes at a time inside a call (bounds attention memory).
+    """
+
+    def __init__(self, module: torch.nn.Module, opts: TileOptions, device: torch.device | str = "cpu", *,
+                 batch_rows: int = 32768, chunk_rows: int | None = None) -> None:
+        self.device = torch.device(device)
+        on_device = all(p.device == self.device for p in module.parameters())
+        # a copy on another device: the caller's module stays where it is
+        self.module = (module if on_device else copy.deepcopy(module).to(self.device)).eval()
+        self.opts = opts
+        self.batch_rows = batch_rows
+        self.chunk_rows = chunk_rows or (batch_rows if self.device.type == "cuda" else 8192)
+
+    def predict(
+        self,
+        values: np.ndarray,
+        observed: np.ndarray,
+        to_fill: np.ndarray,
+        region: tuple[int, int, int, int],
+        *,
+        origin: tuple[int, int],
+        progress: Callable[[int], None] | None = None,
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """Predict the ``to_fill`` pixels of a block's region (all bands).
+
+        Args:
+            values: ``[bands, h, w]`` normalised values (anything where not observed).
+            observed: bool ``[bands, h, w]``.
+            to_fill: bool ``[bands, h, w]``.
+            region: ``(r0, r1, c0, c1)`` of the block's own pixels.
+            origin: the block's offset in the full raster.
+            progress: called with the number of region gap pixels (tile cores) done per batch.
+
+        Returns:
+            ``(mean, std)``, each ``[bands, r1 - r0, c1 - c0]``, normalised units, NaN where not
+            filled.
+        """
+        tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=self.opts)
+        return self.run(tasks, (values.shape[0], region[1] - region[0], region[3] - region[2]), progress)
+
+    def run(self, tasks: Sequence[TileTask], shape: tuple[int, int, int],
+            progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
+        """Run ``tasks`` and blend them into ``(mean, std)`` maps of ``shape``."""
+        n = int(np.prod(shape))
+        dev = self.device
+        acc = torch.zeros((3, n), dtype=torch.float64, device=dev)  # weighted mean, weighted std, weight
+        for batch in pack([t.task.xt.shape[0] for t in tasks], self.batch_rows):
+            group = [tasks[i] for i in batch]
+            b = collate([t.task for t in group]).to(dev)
+            chunk = max(1, self.chunk_rows // len(group))
+            with torch.inference_mode():
+                mean, std = self.module(b.xc, b.yc, b.xt, b.context_valid, query_chunk=chunk)
+            shift = torch.tensor([float(t.task.shift[0]) for t in group], device=dev)[:, None]
+            scale = torch.tensor([float(t.task.scale[0]) for t in group], device=dev)[:, None]
+            valid = b.target_valid
+            index = torch.from_numpy(np.concatenate([t.index for t in group])).to(dev)
+            wts = torch.from_numpy(np.concatenate([t.weights for t in group])).to(dev)
+            m = (mean[..., 0] * scale + shift)[valid].double()
+            s = (std[..., 0] * scale)[valid].double()
+            acc.index_add_(1, index, torch.stack([wts * m, wts * s, wts]))
+            if progress is not None:
+                progress(sum(t.core for t in group))
+        return _normalise_blend(acc.cpu().numpy(), shape)
+
+
+def _normalise_blend(acc: np.ndarray, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
+    w = acc[2]
     with np.errstate(invalid="ignore", divide="ignore"):
-        mean_out = np.where(acc_w > 0, acc_mean / acc_w, np.nan)
-        std_out = np.where(acc_w > 0, acc_std / acc_w, np.nan)
-    return mean_out, std_out
+        mean = np.where(w > 0, acc[0] / w, np.nan).reshape(shape)
+        std = np.where(w > 0, acc[1] / w, np.nan).reshape(shape)
+    return mean, std
 
 
-_MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
-
-
-def _neighbours(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, int, int]) -> int:
-    """Observed pixels of a query window that touch (8-neighbourhood) a pixel to fill."""
-    r0, r1, c0, c1 = qb
-    near = ndimage.binary_dilation(to_fill[r0:r1, c0:c1], structure=np.ones((3, 3), bool))
-    return int(np.count_nonzero(near & observed[r0:r1, c0:c1]))
-
-
-def _quarters(tile: Tile) -> list[Tile]:
-    """Four sub-tiles of a tile, with an overlap scaled to their size."""
-    h1, w1 = tile.height // 2, tile.width // 2
-    o = max(2, min(tile.overlap, h1 // 3))
-    return [Tile(tile.row + dr, tile.col + dc, hh, ww, o)
-            for dr, hh in ((0, h1), (h1, tile.height - h1))
-            for dc, ww in ((0, w1), (w1, tile.width - w1))]
-
-
-
-def count_tiles(height: int, width: int, opts: TileOptions) -> int:
-    """Number of tile cores covering a raster."""
-    return len(make_tiles(height, width, tile_size=opts.tile_size))
+def reference_predict(module: torch.nn.Module, tasks: Sequence[TileTask], shape: tuple[int, int, int]
+                      ) -> tuple[np.ndarray, np.ndarray]:
+    """The Predictor's slow twin: one model call per tile, blended with ``np.add.at``."""
+    acc = np.zeros((3, int(np.prod(shape))))
+    for t in tasks:
+        b = collate([t.task])
+        with torch.no_grad():
+            mean, std = module(b.xc, b.yc, b.xt, b.context_valid)
+        m = mean[0, :, 0].double().numpy() * t.task.scale[0] + t.task.shift[0]
+        s = std[0, :, 0].double().numpy() * t.task.scale[0]
+        np.add.at(acc[0], t.index, t.weights * m)
+        np.add.at(acc[1], t.index, t.weights * s)
+        np.add.at(acc[2], t.index, t.weights)
+    return _normalise_blend(acc, shape)
