@@ -15,9 +15,10 @@ import ctypes
 import logging
 import multiprocessing
 import os
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 from rasterio.windows import Window
@@ -28,14 +29,26 @@ from geonp.io.masks import read_mask_file
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.normalize import Normalizer
-from geonp.predict import Predictor, TileOptions
+from geonp.predict import HaloTooSmall, Predictor, TileOptions
 from geonp.tiling import make_tiles
 
 logger = logging.getLogger(__name__)
 
 Block = tuple[int, int, int, int]
-BlockResult = tuple[Block, np.ndarray, np.ndarray, int, int]
 
+
+class BlockResult(NamedTuple):
+    """One filled block: its window, output and std arrays, counts and stage timings (seconds)."""
+
+    block: Block
+    out: np.ndarray
+    std: np.ndarray
+    filled: int
+    done: int
+    timings: dict[str, float]
+
+# Context search radius the first, narrow read of a block covers (see BlockRunner._halos).
+_NARROW_SEARCH = 64
 # Below this many gap pixels a process pool costs more to start (torch import, model load) than
 # it saves.
 _POOL_MIN_GAP_PIXELS = 150_000
@@ -103,6 +116,7 @@ def predict_region(
     max_distance: float | None,
     std_scale: Sequence[float],
     progress: Callable[[int], None] | None = None,
+    limit: int | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of one block's region, in the bands' units.
 
@@ -116,15 +130,19 @@ def predict_region(
         max_distance: leave gaps farther than this from observed pixels unfilled.
         std_scale: per-band post-hoc std calibration factors.
         progress: gap-pixels-done callback.
+        limit: the largest context search radius the block's halo holds (None: all of it).
 
     Returns:
         ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
+
+    Raises:
+        HaloTooSmall: a tile needs context beyond ``limit``.
     """
     normed = norm.apply(np.where(observed, raw, 0.0))
     # Gaps in the halo stay in to_fill: they shape the context choice and the tile splits of the
     # tiles near the region's edge exactly as in the neighbouring block, which keeps blocks seamless.
     to_fill = np.stack([~obs & within(obs, max_distance) for obs in observed])
-    mean, std = predictor.predict(normed, observed, to_fill, region, origin=origin, progress=progress)
+    mean, std = predictor.predict(normed, observed, to_fill, region, origin=origin, progress=progress, limit=limit)
     n = raw.shape[0]
     ms, ss = np.asarray(norm.mean).reshape(n, 1, 1), np.asarray(norm.std).reshape(n, 1, 1)
     return mean * ss + ms, std * ss * np.asarray(std_scale, dtype=np.float64).reshape(n, 1, 1)
@@ -197,6 +215,16 @@ class BlockRunner:
         """Close the raster."""
         self.src.close()
 
+    def _halos(self) -> list[tuple[int, int | None]]:
+        """``(halo, search limit)`` to try in turn: narrow first where it can be enough, then full."""
+        opts = self.job.opts
+        margin = 2 * opts.overlap + opts.tile_size
+        narrow = _NARROW_SEARCH + margin
+        needs_far = self.job.max_distance is not None and self.job.max_distance + margin > narrow
+        if narrow >= opts.halo or needs_far:
+            return [(opts.halo, None)]
+        return [(narrow, _NARROW_SEARCH), (opts.halo, None)]
+
     def read(self, win: Window) -> tuple[np.ndarray, np.ndarray]:
         """Values and observed flags ``[bands, h, w]`` of a window (outside the raster: not observed)."""
         job = self.job
@@ -209,9 +237,7 @@ class BlockRunner:
         """Fill one block; returns it with its output and std arrays, filled and done pixel counts."""
         job = self.job
         r0, r1, c0, c1 = block
-        halo = job.opts.halo
-        raw, ok = self.read(Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo))
-        region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
+        before = dict(self.predictor.timings)
         done = [0]
 
         def count(n: int) -> None:
@@ -219,9 +245,23 @@ class BlockRunner:
             if progress is not None:
                 progress(n)
 
-        mean, std = predict_region(self.predictor, raw, ok, region, origin=(r0 - halo, c0 - halo),
-                                   norm=self.norm, max_distance=job.max_distance, std_scale=job.std_scale,
-                                   progress=count)
+        t_read = 0.0
+        # The halo is sized by need: most tiles find their context close by, so the block is first
+        # read with a narrow halo, and again with the full one only if a tile searches farther
+        # (the context of every tile is the same either way).
+        for halo, limit in self._halos():
+            t0 = time.perf_counter()
+            raw, ok = self.read(Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo))
+            region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
+            t_read += time.perf_counter() - t0
+            try:
+                mean, std = predict_region(self.predictor, raw, ok, region, origin=(r0 - halo, c0 - halo),
+                                           norm=self.norm, max_distance=job.max_distance,
+                                           std_scale=job.std_scale, progress=count, limit=limit)
+                break
+            except HaloTooSmall:
+                continue
+        t0 = time.perf_counter()
         # read_window gives float64 (exact for every GDAL integer type up to 32 bits) with clean errors
         core_raw = cast(read_window(self.src, Window(c0, r0, c1 - c0, r1 - r0), list(job.bands)), job.dtype)
         core_ok = ok[:, region[0]:region[1], region[2]:region[3]]
@@ -234,7 +274,10 @@ class BlockRunner:
         elif unfilled.any() and np.issubdtype(np.dtype(job.dtype), np.floating):
             out[unfilled] = np.nan
         std_out = np.where(core_ok, 0.0, np.where(has_pred, std, np.nan)).astype(np.float32)
-        return block, out, std_out, int(has_pred.sum()), done[0]
+        timings = {k: v - before[k] for k, v in self.predictor.timings.items()}
+        timings["read"] = t_read
+        timings["cast"] = time.perf_counter() - t0
+        return BlockResult(block, out, std_out, int(has_pred.sum()), done[0], timings)
 
 
 _RUNNER: list[BlockRunner] = []  # this process's runner (the last job's)
@@ -308,7 +351,7 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
                 for future in finished:
                     result = future.result()
                     if progress is not None:
-                        progress(result[4])
+                        progress(result.done)
                     yield result
         finally:
             for future in pending:
@@ -329,7 +372,7 @@ def _run_dask(job: BlockJob, blocks: list[Block], scheduler: str,
         for future in as_completed(futures):
             result = future.result()
             if progress is not None:
-                progress(result[4])
+                progress(result.done)
             yield result
     finally:
         client.close()

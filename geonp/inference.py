@@ -42,6 +42,9 @@ class FillReport:
         seconds: wall time.
         dry_run: True when nothing was written.
         plan: dry-run details (blocks, context sizes, memory and time estimates).
+        timings: seconds per stage summed over blocks and processes (``read``, ``context``,
+            ``model``, ``blend``, ``cast``, ``write``).
+        workers: processes that filled blocks.
     """
 
     output: Path
@@ -53,6 +56,8 @@ class FillReport:
     seconds: float = 0.0
     dry_run: bool = False
     plan: dict[str, Any] = field(default_factory=dict)
+    timings: dict[str, float] = field(default_factory=dict)
+    workers: int = 1
 
     @property
     def unfilled_pixels(self) -> int:
@@ -196,16 +201,23 @@ def fill_raster(
                 desc = src.descriptions[b - 1]
                 dstd.set_band_description(i, f"std of {desc}" if desc else f"std of band {b}")
             filled = 0
-            for (r0, r1, c0, c1), out, std_out, n_filled, _ in engine.run_blocks(
-                    job, blocks, scheduler=scheduler, workers=workers, progress=moved):
+            timings: dict[str, float] = {"write": 0.0}
+            for result in engine.run_blocks(job, blocks, scheduler=scheduler, workers=workers, progress=moved):
+                t_write = time.perf_counter()
+                r0, r1, c0, c1 = result.block
                 wwin = Window(c0, r0, c1 - c0, r1 - r0)
-                dst.write(out, window=wwin)
-                dstd.write(std_out, window=wwin)
-                filled += n_filled
+                dst.write(result.out, window=wwin)
+                dstd.write(result.std, window=wwin)
+                filled += result.filled
+                for key, value in result.timings.items():
+                    timings[key] = timings.get(key, 0.0) + value
+                timings["write"] += time.perf_counter() - t_write
             if progress is not None:
                 progress(total, total)
             dst.update_tags(GEONP_FILLED_PIXELS=str(filled), GEONP_GAP_PIXELS=str(gap_pixels))
-        report.filled_pixels = filled
+            t_write = time.perf_counter()
+        timings["write"] += time.perf_counter() - t_write  # the atomic writers' close and read-back
+        report.filled_pixels, report.timings, report.workers = filled, timings, workers
         report.seconds = time.perf_counter() - t0
     if quicklook is not None:
         from geonp.quicklook import write_quicklook
@@ -264,7 +276,7 @@ def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
 
     Missing pixels are NaN/Inf, ``nodata`` (default ``da.rio.nodata`` or ``da.attrs["_FillValue"]``).
     A Dask-backed array is filled chunk by chunk: each output chunk reads its input chunk with a
-    halo of ``search_radius + tile_size + overlap`` pixels, so tiles align across chunks and the
+    halo of ``search_radius + tile_size + 2 * overlap`` pixels, so tiles align across chunks and the
     result equals an in-memory fill.
 
     Returns:

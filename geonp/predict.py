@@ -17,6 +17,7 @@ steps that training and filling share where they can:
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
@@ -53,8 +54,12 @@ class TileOptions:
 
     @property
     def halo(self) -> int:
-        """Pixels a block must be read beyond its region so that every tile finds its context."""
-        return self.search_radius + self.overlap + self.tile_size
+        """Pixels a block must be read beyond its region so that every tile finds its context.
+
+        A tile whose query window touches the region starts up to ``tile_size + 2 * overlap``
+        pixels before it, and searches ``search_radius`` pixels beyond its query window.
+        """
+        return self.search_radius + 2 * self.overlap + self.tile_size
 
 
 @dataclass
@@ -77,18 +82,25 @@ class TileTask:
     core: int
 
 
+class HaloTooSmall(Exception):
+    """A tile's context search needs more pixels around the block than were read."""
+
+
 def _search(observed: np.ndarray, queries: np.ndarray, qb: tuple[int, int, int, int], opts: TileOptions,
-            origin: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+            origin: tuple[int, int], limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Context rows/cols (array coordinates) for the queries of a window, growing the search window.
 
     Observed pixels are ranked by their distance to the nearest query pixel, so every gap keeps
-    its immediate neighbours as context.
+    its immediate neighbours as context. ``limit`` is the largest radius the block array holds
+    (None: ``search_radius``); a search that must grow past it raises :class:`HaloTooSmall`.
     """
     h, w = observed.shape
     r0, r1, c0, c1 = qb
     radius = 32
     while True:
         radius = min(radius, opts.search_radius)
+        if limit is not None and radius > limit:
+            raise HaloTooSmall(f"context search radius {radius} > {limit}")
         s0, s1 = max(0, r0 - radius), min(h, r1 + radius)
         t0, t1 = max(0, c0 - radius), min(w, c1 + radius)
         win = observed[s0:s1, t0:t1]
@@ -150,6 +162,7 @@ def band_tasks(
     origin: tuple[int, int],
     opts: TileOptions,
     band: int = 0,
+    limit: int | None = None,
 ) -> list[TileTask]:
     """The tasks of one band of a block.
 
@@ -163,6 +176,7 @@ def band_tasks(
         origin: the block's offset in the full raster.
         opts: tiling options.
         band: the band's index in the block (for the output index).
+        limit: the largest context search radius the block array holds (see :func:`_search`).
 
     Returns:
         One task per tile (or split tile) with gap pixels in the region and some context.
@@ -187,7 +201,7 @@ def band_tasks(
             # this tile's pixels only, so every block splits alike).
             work.extend(reversed(_quarters(tile)))
             continue
-        crow, ccol = _search(observed, to_fill, (qr0, qr1, qc0, qc1), opts, origin)
+        crow, ccol = _search(observed, to_fill, (qr0, qr1, qc0, qc1), opts, origin, limit)
         if crow.size == 0:
             continue
         trow, tcol = np.nonzero(to_fill[rr0:rr1, cc0:cc1])
@@ -213,12 +227,14 @@ def block_tasks(
     *,
     origin: tuple[int, int],
     opts: TileOptions,
+    limit: int | None = None,
 ) -> list[TileTask]:
     """The tasks of every band of a block (``values``, ``observed``, ``to_fill``: ``[bands, h, w]``)."""
     tasks: list[TileTask] = []
     for b in range(values.shape[0]):
         if to_fill[b].any() and observed[b].any():
-            tasks += band_tasks(values[b], observed[b], to_fill[b], region, origin=origin, opts=opts, band=b)
+            tasks += band_tasks(values[b], observed[b], to_fill[b], region, origin=origin, opts=opts, band=b,
+                                limit=limit)
     return tasks
 
 
@@ -262,6 +278,8 @@ class Predictor:
         self.opts = opts
         self.batch_rows = batch_rows
         self.chunk_rows = chunk_rows or (batch_rows if self.device.type == "cuda" else 8192)
+        #: seconds spent per stage (``context``, ``model``, ``blend``), accumulated over calls
+        self.timings: dict[str, float] = {"context": 0.0, "model": 0.0, "blend": 0.0}
 
     def predict(
         self,
@@ -272,6 +290,7 @@ class Predictor:
         *,
         origin: tuple[int, int],
         progress: Callable[[int], None] | None = None,
+        limit: int | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Predict the ``to_fill`` pixels of a block's region (all bands).
 
@@ -282,12 +301,16 @@ class Predictor:
             region: ``(r0, r1, c0, c1)`` of the block's own pixels.
             origin: the block's offset in the full raster.
             progress: called with the number of region gap pixels (tile cores) done per batch.
+            limit: the largest context search radius the block's halo holds; a tile that needs
+                more raises :class:`HaloTooSmall` before any model call.
 
         Returns:
             ``(mean, std)``, each ``[bands, r1 - r0, c1 - c0]``, normalised units, NaN where not
             filled.
         """
-        tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=self.opts)
+        t0 = time.perf_counter()
+        tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=self.opts, limit=limit)
+        self.timings["context"] += time.perf_counter() - t0
         return self.run(tasks, (values.shape[0], region[1] - region[0], region[3] - region[2]), progress)
 
     def run(self, tasks: Sequence[TileTask], shape: tuple[int, int, int],
@@ -297,11 +320,16 @@ class Predictor:
         dev = self.device
         acc = torch.zeros((3, n), dtype=torch.float64, device=dev)  # weighted mean, weighted std, weight
         for batch in pack([t.task.xt.shape[0] for t in tasks], self.batch_rows):
+            t0 = time.perf_counter()
             group = [tasks[i] for i in batch]
             b = collate([t.task for t in group]).to(dev)
             chunk = max(1, self.chunk_rows // len(group))
             with torch.inference_mode():
                 mean, std = self.module(b.xc, b.yc, b.xt, b.context_valid, query_chunk=chunk)
+            if dev.type == "cuda":
+                torch.cuda.synchronize(dev)  # one sync per batch, for honest stage timings
+            t1 = time.perf_counter()
+            self.timings["model"] += t1 - t0
             shift = torch.tensor([float(t.task.shift[0]) for t in group], device=dev)[:, None]
             scale = torch.tensor([float(t.task.scale[0]) for t in group], device=dev)[:, None]
             valid = b.target_valid
@@ -310,9 +338,13 @@ class Predictor:
             m = (mean[..., 0] * scale + shift)[valid].double()
             s = (std[..., 0] * scale)[valid].double()
             acc.index_add_(1, index, torch.stack([wts * m, wts * s, wts]))
+            self.timings["blend"] += time.perf_counter() - t1
             if progress is not None:
                 progress(sum(t.core for t in group))
-        return _normalise_blend(acc.cpu().numpy(), shape)
+        t0 = time.perf_counter()
+        out = _normalise_blend(acc.cpu().numpy(), shape)
+        self.timings["blend"] += time.perf_counter() - t0
+        return out
 
 
 def _normalise_blend(acc: np.ndarray, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:

@@ -9,7 +9,7 @@ import rasterio
 import geonp
 from geonp.data.gaps import cloud_mask
 from geonp.models.registry import load_model
-from geonp.predict import Predictor, TileOptions, block_tasks, pack, reference_predict
+from geonp.predict import HaloTooSmall, Predictor, TileOptions, band_tasks, block_tasks, pack, reference_predict
 from tests.conftest import DEVICES, smooth_field, write_raster
 
 
@@ -90,3 +90,26 @@ def test_fill_raster_same_on_blocks_workers_and_devices(tmp_path, tiny_model, de
         np.testing.assert_array_equal(a.read(), b.read())
     with rasterio.open(tmp_path / "one_std.tif") as a, rasterio.open(tmp_path / "pool_std.tif") as b:
         np.testing.assert_allclose(a.read(), b.read(), rtol=1e-4, atol=1e-3)
+
+
+def test_narrow_halo_reads_give_the_same_fill_as_full_halo_reads(tmp_path, tiny_model, monkeypatch):
+    """Blocks are read with a narrow halo first; a tile deep in a big gap forces the full halo."""
+    from geonp import engine
+
+    size = 200
+    arr = smooth_field((size, size), seed=7).astype("float32")
+    arr[20:190, 20:190] = np.nan  # a 170-px cloud: its centre needs a context search past 64 px
+    arr[np.random.default_rng(1).random((size, size)) < 0.05] = np.nan
+    opts = TileOptions(tile_size=24, overlap=6, max_context=64, search_radius=160)
+    obs = np.isfinite(arr)
+    with pytest.raises(HaloTooSmall):
+        band_tasks(np.nan_to_num(arr), obs, ~obs, (96, 120, 96, 120), origin=(0, 0), opts=opts, limit=64)
+    src = write_raster(tmp_path / "in.tif", arr, nodata=float("nan"))
+    kw = dict(model=str(tiny_model), tile_size=24, overlap=6, max_context=64, search_radius=160, workers=1,
+              block_size=64)
+    geonp.fill_raster(src, tmp_path / "narrow.tif", **kw)
+    monkeypatch.setattr(engine, "_NARROW_SEARCH", 10**6)  # always the full halo
+    geonp.fill_raster(src, tmp_path / "full.tif", **kw)
+    for name in ("", "_std"):
+        with rasterio.open(tmp_path / f"narrow{name}.tif") as a, rasterio.open(tmp_path / f"full{name}.tif") as b:
+            np.testing.assert_array_equal(a.read(), b.read())
