@@ -201,11 +201,11 @@ class BlockRunner:
     One per process (or Dask worker) and job; see :func:`run_block`.
     """
 
-    def __init__(self, job: BlockJob) -> None:
+    def __init__(self, job: BlockJob, loaded: Any = None) -> None:
         from geonp.models.registry import cached_model
 
         self.job = job
-        loaded = LOCAL_MODELS.get(job.model) or cached_model(job.model, "cpu")
+        loaded = loaded or LOCAL_MODELS.get(job.model) or cached_model(job.model, "cpu")
         self.predictor = Predictor(loaded.module, job.opts, resolve_device(job.device), batch_rows=job.batch_rows)
         self.norm = Normalizer.from_dict(job.norm)
         self.src = open_raster(job.input)
@@ -317,16 +317,17 @@ def cpu_count() -> int:
 
 
 def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, workers: int,
-               progress: Callable[[int], None] | None = None) -> Iterator[BlockResult]:
+               progress: Callable[[int], None] | None = None, loaded: Any = None) -> Iterator[BlockResult]:
     """Yield block results (in completion order): here, in ``workers`` processes, or on Dask.
 
     In this process ``progress`` moves as model batches finish; elsewhere, as blocks finish.
+    ``loaded`` is the model already loaded in this process (other processes load it once each).
     """
     if scheduler is not None:
         yield from _run_dask(job, blocks, scheduler, progress)
         return
     if workers <= 1 or len(blocks) < 2 or job.model.startswith("object:"):
-        runner = BlockRunner(job)
+        runner = BlockRunner(job, loaded)
         try:
             for block in blocks:
                 yield runner(block, progress)
@@ -425,9 +426,9 @@ def sample_for_stats(src: Any, info: RasterInfo, bands: list[int], nodata: float
     return np.concatenate(vals, 1), np.concatenate(oks, 1)
 
 
-# Measured with benchmarks/fill.py on the 2-core development CPU (both cores, 1024² 3-band crop,
-# 30 % cloud): seconds per gap pixel at 256 context pixels; cost grows about linearly with context.
-_SECONDS_PER_GAP_PIXEL = 60e-6
+# CPU seconds per gap pixel at 256 context pixels, one thread of the 2-core development CPU
+# (512² 3-band Landsat crop, 30 % cloud); cost grows about linearly with the context.
+_CPU_SECONDS_PER_GAP_PIXEL = 125e-6
 
 
 def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOptions, gap_pixels: int,
@@ -437,6 +438,7 @@ def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOpti
     block_bytes = side * side * len(bands) * (8 + 1 + 8 + 8)  # values, mask, normalised, distance
     q = (opts.tile_size + 2 * opts.overlap) ** 2
     attn_bytes = 8192 * 4 * opts.max_context * (8 + 4 + 4)  # bias index, bias, logits per chunk
+    cpu_seconds = gap_pixels * _CPU_SECONDS_PER_GAP_PIXEL * opts.max_context / 256
     return {
         "raster": f"{info.width}x{info.height}, {len(bands)} band(s), {info.dtype}",
         "blocks": len(blocks),
@@ -447,5 +449,6 @@ def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOpti
         "queries_per_tile_max": q,
         "processes": workers,
         "estimated_peak_memory_mb": round(workers * ((block_bytes + attn_bytes) / 2**20 + 400)),
-        "estimated_cpu_seconds": round(gap_pixels * _SECONDS_PER_GAP_PIXEL * opts.max_context / 256, 1),
+        "estimated_cpu_seconds": round(cpu_seconds, 1),
+        "estimated_seconds": round(cpu_seconds / workers, 1),
     }

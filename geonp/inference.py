@@ -202,7 +202,8 @@ def fill_raster(
                 dstd.set_band_description(i, f"std of {desc}" if desc else f"std of band {b}")
             filled = 0
             timings: dict[str, float] = {"write": 0.0}
-            for result in engine.run_blocks(job, blocks, scheduler=scheduler, workers=workers, progress=moved):
+            for result in engine.run_blocks(job, blocks, scheduler=scheduler, workers=workers, progress=moved,
+                                            loaded=loaded):
                 t_write = time.perf_counter()
                 r0, r1, c0, c1 = result.block
                 wwin = Window(c0, r0, c1 - c0, r1 - r0)
