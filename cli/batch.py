@@ -7,7 +7,7 @@ from typing import Any
 
 import click
 
-from geonp_cli.options import CountBar, band_option, device_option, model_option, nodata_option, overwrite_option
+from geonp_cli.options import CountBar, fill_config_options
 
 
 @click.command(short_help="Fill every raster of a directory in parallel (Dask).")
@@ -15,27 +15,12 @@ from geonp_cli.options import CountBar, band_option, device_option, model_option
 @click.argument("output_dir", type=click.Path(file_okay=False))
 @click.option("--pattern", default="*.tif", show_default=True, help="Glob pattern of the input files.")
 @click.option("-r", "--recursive", is_flag=True, help="Match --pattern in subdirectories too.")
-@model_option
-@nodata_option
-@band_option
-@device_option
-@click.option("--tile-size", type=click.IntRange(min=4), default=None, help="Tile core edge (pixels) [default: as geonp fill].")
-@click.option("--overlap", type=click.IntRange(min=0), default=None, help="Tile blend margin (pixels) [default: as geonp fill].")
-@click.option("--max-context", type=click.IntRange(min=1), default=None,
-              help="Observed pixels per tile, nearest first [default: as geonp fill].")
-@click.option("--search-radius", type=click.IntRange(min=1), default=None,
-              help="How far (pixels) a tile looks for context [default: as geonp fill].")
-@click.option("--max-distance", type=float, default=None, metavar="PIXELS",
-              help="Leave gaps farther than this from observed pixels as nodata.")
-@click.option("--block-size", type=click.IntRange(min=16), default=None,
-              help="Pixels per read/write block; memory grows with its square [default: as geonp fill].")
-@click.option("--co", "creation_options", multiple=True, metavar="KEY=VALUE", help="GTiff creation option (repeatable).")
-@click.option("--cog", is_flag=True, help="Write Cloud Optimized GeoTIFFs.")
-@overwrite_option
+@fill_config_options
 @click.option("--skip-existing/--no-skip-existing", default=True, show_default=True,
               help="Skip files a previous run completed; --no-skip-existing fills them again.")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Worker processes of the local cluster [default: CPU count / --threads-per-worker].")
+              help="Worker processes of the local cluster, one file each at a time [default: CPU count / "
+                   "--threads-per-worker].")
 @click.option("--threads-per-worker", type=click.IntRange(min=1), default=1, show_default=True,
               help="Files each local worker fills at once.")
 @click.option("--scheduler", metavar="ADDRESS",

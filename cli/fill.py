@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import click
 
-from geonp_cli.options import CountBar, band_option, device_option, model_option, nodata_option, overwrite_option
+from geonp_cli.options import CountBar, fill_config_options, workers_help
 
 
 @click.command(short_help="Fill the gaps of a raster; write the filled raster and its std.")
 @click.argument("input", type=click.Path(dir_okay=True))
 @click.argument("output", type=click.Path())
 @click.option("--uncertainty", type=click.Path(), help="Std raster path [default: <OUTPUT stem>_std.tif].")
-@model_option
 @click.option("--mask", type=click.Path(),
               help="Gap mask: a raster on any grid or CRS (non-zero = missing) or GeoJSON polygons.")
 @click.option("--mask-values", metavar="V,V,...", help="Values of --mask that mean a gap (e.g. 8,9).")
@@ -23,30 +22,10 @@ from geonp_cli.options import CountBar, band_option, device_option, model_option
               help="QA classes that are gaps, e.g. cloud,shadow,cirrus [default: fill, clouds, shadow, cirrus].")
 @click.option("--footprint", type=click.Path(),
               help="The data footprint (raster, non-zero = inside, or GeoJSON) instead of computing it.")
-@click.option("--fill-outside", is_flag=True,
-              help="Also fill gaps outside the data footprint (the scene's nodata collar).")
-@nodata_option
-@band_option
-@device_option
-@click.option("--tile-size", type=click.IntRange(min=4), default=None,
-              help="Tile core edge (pixels) [default: the model's training core size, 48 for the default model].")
-@click.option("--overlap", type=click.IntRange(min=0), default=8, show_default=True, help="Tile blend margin (pixels).")
-@click.option("--max-context", type=click.IntRange(min=1), default=None,
-              help="Observed pixels per tile, nearest first [default: as the model was trained, 256 for the default model].")
-@click.option("--search-radius", type=click.IntRange(min=1), default=512, show_default=True,
-              help="How far (pixels) a tile looks for context.")
-@click.option("--max-distance", type=float, default=None, metavar="PIXELS",
-              help="Leave gaps farther than this from observed pixels as nodata (like gdal_fillnodata -md).")
-@click.option("--block-size", type=click.IntRange(min=16), default=512, show_default=True,
-              help="Pixels per read/write block; memory grows with its square.")
-@click.option("--co", "creation_options", multiple=True, metavar="KEY=VALUE",
-              help="GDAL creation option of OUTPUT (and of the std raster unless --std-co; repeatable).")
-@click.option("--std-co", "std_creation_options", multiple=True, metavar="KEY=VALUE",
-              help="GDAL creation option of the std raster (repeatable).")
 @click.option("-f", "--format", "format", metavar="DRIVER",
               help="GDAL driver of OUTPUT [default: from its extension; .tif = GTiff].")
-@click.option("--cog", is_flag=True, help="Write Cloud Optimized GeoTIFFs.")
-@overwrite_option
+@fill_config_options
+@click.option("--workers", type=click.IntRange(min=1), default=None, help=workers_help)
 @click.option("--quicklook", type=click.Path(dir_okay=False), help="Write a PNG: input, prediction, std.")
 @click.option("--scheduler", metavar="ADDRESS", help="Dask scheduler address (tcp://host:8786): spread the blocks over its workers.")
 @click.option("--dry-run", is_flag=True, help="Print tiles, context sizes, memory and time estimates; write nothing.")
@@ -56,9 +35,10 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
 
     Gaps are the nodata value, NaN/Inf, the GDAL mask/alpha band, and the --mask and --qa pixels.
     Only gaps inside the data footprint are filled: the footprint is the convex hull of the
-    pixels that have data (a scene's collar stays nodata; a cloud over a corner of a crop is
-    inside). --fill-outside fills everything, --footprint FILE gives it. Unfilled pixels read as
-    nodata (or masked). Observed pixels are copied bit for bit; metadata, CRS and transform are kept.
+    pixels that have data, so a scene's collar stays nodata while clouds touching the scene's
+    edge are filled (a cloud over a corner of a cropped grid counts as inside). --fill-outside
+    fills everything; --footprint FILE gives the footprint. Unfilled pixels read as nodata (or
+    masked). Observed pixels are copied bit for bit; metadata, CRS and transform are kept.
 
     \b
     Examples:
@@ -68,9 +48,7 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
     import geonp
 
     _check_quicklook(input, output, opts)
-    if opts.get("std_creation_options") == ():
-        opts["std_creation_options"] = None
-    with CountBar(ctx.obj.get("quiet", False), "filling", "tile") as progress:
+    with CountBar(ctx.obj.get("quiet", False), "filling", "px") as progress:
         report = geonp.fill_raster(input, output, bands=bands or None, progress=progress, **opts)  # type: ignore[arg-type]
     if report.dry_run:
         click.echo(f"Dry run of {input} with model {report.model} (nothing written):")
@@ -78,8 +56,9 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
             click.echo(f"  {key}: {value}")
         return
     if report.gap_pixels == 0:
-        click.echo(f"{input} has no missing pixel{' inside its data footprint' if report.outside_pixels else ''}: "
-                   f"copied it unchanged to {report.output}; std (all 0) in {report.uncertainty}")
+        where = " inside its data footprint" if report.outside_pixels else ""
+        click.echo(f"{input} has no missing pixel{where}: copied it unchanged to {report.output}; "
+                   f"std (all 0) in {report.uncertainty}")
         for hint in report.hints:
             click.echo(f"Hint: {hint}", err=True)
         return
@@ -104,7 +83,7 @@ def _check_quicklook(input: str, output: str, opts: dict[str, object]) -> None:
     from geonp.io.output import check_output_path
 
     std = opts.get("uncertainty") or default_uncertainty_path(output)
-    others = [p for p in (input, opts.get("mask")) if p is not None]
+    others = [p for p in (input, opts.get("mask"), opts.get("qa"), opts.get("footprint")) if p is not None]
     ql = check_output_path(str(quicklook), inputs=others, overwrite=bool(opts.get("overwrite")),
                            role="--quicklook")
     for name, path in (("OUTPUT", output), ("--uncertainty", std)):

@@ -31,6 +31,58 @@ band_option = click.option(
 overwrite_option = click.option("--overwrite", is_flag=True, help="Replace outputs that exist.")
 
 
+def _fill_option_list() -> list[F]:
+    """The click options of every FillConfig field, with its defaults (declared once, here)."""
+    from geonp.config import FillConfig
+
+    d = FillConfig()
+    return [
+        model_option, nodata_option, band_option, device_option,
+        click.option("--tile-size", type=click.IntRange(min=4), default=d.tile_size,
+                     help="Tile core edge (pixels) [default: the model's training core size, 48 for the "
+                          "default model]."),
+        click.option("--overlap", type=click.IntRange(min=0), default=d.overlap, show_default=True,
+                     help="Tile blend margin (pixels)."),
+        click.option("--max-context", type=click.IntRange(min=1), default=d.max_context,
+                     help="Observed pixels per tile, nearest first [default: as the model was trained, 256 "
+                          "for the default model]."),
+        click.option("--search-radius", type=click.IntRange(min=1), default=d.search_radius, show_default=True,
+                     help="How far (pixels) a tile looks for context."),
+        click.option("--max-distance", type=float, default=d.max_distance, metavar="PIXELS",
+                     help="Leave gaps farther than this from observed pixels as nodata (like gdal_fillnodata -md)."),
+        click.option("--block-size", type=click.IntRange(min=16), default=d.block_size, show_default=True,
+                     help="Pixels per read/write block; memory grows with its square."),
+        click.option("--batch-rows", type=click.IntRange(min=1), default=d.batch_rows, show_default=True,
+                     help="Query rows (tiles x gap pixels) per model call; memory grows with it."),
+        click.option("--co", "creation_options", multiple=True, metavar="KEY=VALUE",
+                     help="GDAL creation option of OUTPUT, and of the std raster unless --std-co is given "
+                          "(repeatable; checked by GDAL before any work)."),
+        click.option("--std-co", "std_creation_options", multiple=True, metavar="KEY=VALUE",
+                     callback=_none_if_empty, help="GDAL creation option of the std raster (repeatable)."),
+        click.option("--cog", is_flag=True, help="Write Cloud Optimized GeoTIFFs."),
+        overwrite_option,
+        click.option("--fill-outside", is_flag=True,
+                     help="Also fill gaps outside the data footprint (the convex hull of the pixels that "
+                          "have data): the scene's nodata collar, which stays nodata by default."),
+    ]
+
+
+def _none_if_empty(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
+    """An unused repeatable option means "not given" (None), not "no values"."""
+    return value or None
+
+
+def fill_config_options(f: F) -> F:
+    """Add every fill option (the fields of :class:`geonp.config.FillConfig`) to a command."""
+    for option in reversed(_fill_option_list()):
+        f = option(f)
+    return f
+
+
+workers_help = ("Worker processes: blocks of the raster in parallel [default: one per CPU core for large "
+                "fills on the CPU, else 1].")
+
+
 def expand_rasters(paths: tuple[str, ...]) -> list[str]:
     """Files as given; directories expanded to the rasters directly inside them (sorted)."""
     out: list[str] = []

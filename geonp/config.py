@@ -159,3 +159,97 @@ class TrainConfig:
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Build from a mapping, rejecting unknown keys."""
         return _from_dict(cls, data, "training")
+
+
+@dataclass(frozen=True)
+class FillConfig:
+    """Every option of a fill, declared once: the API, ``geonp fill`` and ``geonp batch`` use it.
+
+    The click options (``geonp_cli.options.fill_options``) are generated from these fields and
+    their defaults, and ``geonp.jobs`` keys its resume records on them.
+
+    Attributes:
+        model: built-in model name or model directory (the API also takes a loaded model).
+        nodata: nodata value overriding a missing or wrong tag.
+        bands: 1-based bands to fill (None = all).
+        device: ``auto``, ``cpu`` or ``cuda``.
+        tile_size: tile core edge in pixels (None = the model's training core size).
+        overlap: tile blend margin in pixels.
+        max_context: observed pixels per tile (None = the model's training context size).
+        search_radius: farthest a tile looks for context, in pixels.
+        max_distance: leave gaps farther than this (pixels) from observed pixels as nodata.
+        block_size: pixels per read/write block (memory grows with its square).
+        workers: CPU processes filling blocks in parallel (None = one per core on the CPU, one
+            on CUDA). ``geonp batch`` uses them for files instead.
+        batch_rows: query rows (tiles x targets) per model call; bounds the model's memory.
+        creation_options: GDAL creation options, ``KEY=VALUE`` strings (a dict is accepted).
+        std_creation_options: creation options of the std raster (None = ``creation_options``).
+        cog: write Cloud Optimized GeoTIFFs.
+        overwrite: replace existing outputs.
+        fill_outside: also fill gaps outside the data footprint (a scene's nodata collar).
+    """
+
+    model: Any = "default"
+    nodata: float | None = None
+    bands: tuple[int, ...] | None = None
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    tile_size: int | None = None
+    overlap: int = 8
+    max_context: int | None = None
+    search_radius: int = 512
+    max_distance: float | None = None
+    block_size: int = 512
+    workers: int | None = None
+    batch_rows: int = 32768
+    creation_options: tuple[str, ...] = ()
+    std_creation_options: tuple[str, ...] | None = None
+    cog: bool = False
+    overwrite: bool = False
+    fill_outside: bool = False
+
+    def __post_init__(self) -> None:
+        if self.device not in ("auto", "cpu", "cuda"):
+            raise ConfigError(f"--device {self.device!r} must be auto, cpu or cuda")
+        for name, low in (("tile_size", 4), ("max_context", 1)):
+            value = getattr(self, name)
+            if value is not None:
+                _check_int(name, value, low)
+        _check_int("overlap", self.overlap, 0)
+        _check_int("search_radius", self.search_radius, 1)
+        _check_int("batch_rows", self.batch_rows, 1)
+        if self.workers is not None:
+            _check_int("workers", self.workers, 1)
+        if self.block_size < 16:
+            raise ConfigError(f"--block-size {self.block_size} must be >= 16 pixels")
+        if self.max_distance is not None and not self.max_distance > 0:
+            raise ConfigError(f"--max-distance {self.max_distance} must be > 0 pixels")
+        if self.bands is not None:
+            object.__setattr__(self, "bands", tuple(int(b) for b in self.bands))
+        for name in ("creation_options", "std_creation_options"):
+            co = getattr(self, name)
+            if co is None:
+                continue
+            items = [f"{k}={v}" for k, v in co.items()] if isinstance(co, dict) else [str(i) for i in co]
+            object.__setattr__(self, name, tuple(items))
+
+    @classmethod
+    def of(cls, config: FillConfig | None = None, **options: Any) -> FillConfig:
+        """A config from another one and/or option values (None values keep the default)."""
+        valid = {f.name for f in fields(cls)}
+        unknown = sorted(set(options) - valid)
+        if unknown:
+            raise ConfigError(f"unknown fill option(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
+        given = {k: v for k, v in options.items() if v is not None}
+        if config is None:
+            return cls(**given)
+        return cls(**{**{f.name: getattr(config, f.name) for f in fields(cls)}, **given})
+
+    def key_values(self) -> dict[str, Any]:
+        """Options that change the outputs (for resume keys): all but device, workers, overwrite."""
+        skip = ("device", "workers", "overwrite", "batch_rows")
+        return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+
+
+def _check_int(name: str, value: Any, low: int) -> None:
+    if not isinstance(value, int) or isinstance(value, bool) or value < low:
+        raise ConfigError(f"{name}={value!r} must be an integer >= {low}")

@@ -37,3 +37,8 @@ class CheckpointError(GeonpError):
 
 class MissingDependencyError(GeonpError, ImportError):
     """An optional dependency is not installed."""
+
+
+def one_line(text: str) -> str:
+    """``text`` with every run of whitespace (newlines included) folded into one space."""
+    return " ".join(str(text).split())

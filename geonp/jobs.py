@@ -15,10 +15,10 @@ Inputs and outputs must be on a file system that every worker sees under the sam
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import hashlib
 import importlib.util
-import inspect
 import json
 import logging
 import os
@@ -32,7 +32,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from geonp._version import __version__
-from geonp.errors import ConfigError, GeonpError, OutputError
+from geonp.config import FillConfig
+from geonp.errors import ConfigError, GeonpError, OutputError, one_line
 from geonp.io.output import remove_stale_partials
 
 logger = logging.getLogger(__name__)
@@ -43,13 +44,8 @@ __all__ = ["MANIFEST_NAME", "FileRecord", "JobReport", "fill_many"]
 MANIFEST_NAME = "geonp_batch.json"
 _MANIFEST_FORMAT = "geonp-batch-manifest"
 _MANIFEST_VERSION = 1
-#: ``fill_raster`` keywords that ``fill_many`` passes through (the rest are per file or its own).
-FILL_OPTIONS = (
-    "model", "nodata", "bands", "device", "tile_size", "overlap", "max_context", "search_radius",
-    "max_distance", "block_size", "creation_options", "cog", "overwrite",
-)
-#: Options that do not change the outputs, left out of the resume key.
-_NOT_IN_KEY = ("device", "overwrite")
+#: Options of each file's fill: the fields of FillConfig (``workers`` is the batch's own).
+FILL_OPTIONS = tuple(f.name for f in dataclasses.fields(FillConfig) if f.name != "workers")
 _GEOTIFF_SUFFIXES = (".tif", ".tiff")
 
 
@@ -186,10 +182,6 @@ class _FileTask:
     options: tuple[tuple[str, Any], ...]
 
 
-def _one_line(text: str) -> str:
-    return " ".join(text.split())
-
-
 def _fill_one(task: _FileTask) -> dict[str, Any]:
     """Fill one file on a worker; never raises (a failure comes back as its one-line reason)."""
     t0 = time.perf_counter()
@@ -199,15 +191,15 @@ def _fill_one(task: _FileTask) -> dict[str, Any]:
 
         Path(task.output).parent.mkdir(parents=True, exist_ok=True)
         report = fill_raster(task.input, task.output, uncertainty=task.uncertainty,
-                             model=cached_model(task.model, "cpu"), overwrite=task.overwrite,
+                             model=cached_model(task.model, "cpu"), overwrite=task.overwrite, workers=1,
                              **dict(task.options))
         return {"status": "done", "seconds": time.perf_counter() - t0,
                 "filled_pixels": report.filled_pixels, "gap_pixels": report.gap_pixels,
                 "tiles": report.tiles}
     except GeonpError as err:
-        reason = _one_line(str(err)) or type(err).__name__
+        reason = one_line(str(err)) or type(err).__name__
     except Exception as err:  # noqa: BLE001 - one bad file must not stop the batch
-        reason = _one_line(f"{type(err).__name__}: {err}")
+        reason = one_line(f"{type(err).__name__}: {err}")
     return {"status": "failed", "reason": reason, "seconds": time.perf_counter() - t0}
 
 
@@ -291,7 +283,6 @@ def _check_dirs(input_dir: str | os.PathLike[str], output_dir: str | os.PathLike
 
 def _fill_options(fill_options: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Check the fill options; returns the model path, the options to pass, all effective values."""
-    from geonp.inference import fill_raster
     from geonp.io.output import parse_creation_options
     from geonp.models.registry import load_model, resolve_model_path
 
@@ -306,24 +297,22 @@ def _fill_options(fill_options: Mapping[str, Any]) -> tuple[str, dict[str, Any],
     model_path = str(resolve_model_path(model).resolve())
     load_model(model_path)  # a corrupt model fails here, once, not once per file
     passed = {k: v for k, v in fill_options.items() if k not in ("model", "overwrite")}
-    if "creation_options" in passed:
-        co = passed["creation_options"]
-        passed["creation_options"] = dict(co) if isinstance(co, Mapping) else parse_creation_options(co)
-        from geonp.io.output import check_creation_options
+    cfg = FillConfig.of(**passed)  # checks every value once, before any file
+    from geonp.io.output import check_creation_options
 
-        # Keys and keyword values now, by GDAL; each file's types are checked by its own fill.
-        check_creation_options(passed["creation_options"], dtype="uint8", count=1, nodata=None,
-                               cog=bool(fill_options.get("cog")), names_only=True)
-    if passed.get("bands") is not None:
-        passed["bands"] = tuple(passed["bands"])
-    defaults = {name: p.default for name, p in inspect.signature(fill_raster).parameters.items()
-                if name in FILL_OPTIONS}
-    effective = {**defaults, **passed, "model": model_path}
+    # Keys and keyword values by GDAL now, before any file; each file's types are checked by its
+    # own fill.
+    for options in (cfg.creation_options, cfg.std_creation_options):
+        if options is not None:
+            check_creation_options(parse_creation_options(options), dtype="uint8", count=1, nodata=None,
+                                   cog=cfg.cog, names_only=True)
+    passed = {k: v for k, v in dataclasses.asdict(cfg).items() if k in passed}
+    effective = {**cfg.key_values(), "model": model_path}
     return model_path, passed, effective
 
 
 def _options_key(effective: Mapping[str, Any]) -> str:
-    keyed = {k: v for k, v in sorted(effective.items()) if k not in _NOT_IN_KEY}
+    keyed = dict(sorted(effective.items()))
     return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
@@ -376,11 +365,9 @@ def _client(scheduler: str | None, workers: int | None, threads_per_worker: int,
     from distributed import Client, LocalCluster
 
     if scheduler is not None:
-        try:
-            client = Client(scheduler, timeout="10s")
-        except (OSError, TimeoutError) as err:
-            raise ConfigError(f"cannot reach the Dask scheduler at {scheduler} ({_one_line(str(err))}); "
-                              "check the address (tcp://host:8786) and that the scheduler runs") from err
+        from geonp.dask_client import connect
+
+        client = connect(scheduler)
         try:
             yield client, client.dashboard_link, scheduler
         finally:
@@ -594,7 +581,7 @@ def fill_many(
                     try:
                         result = future.result()
                     except Exception as err:  # noqa: BLE001 - a lost worker fails only its file
-                        result = {"status": "failed", "reason": _one_line(f"{type(err).__name__}: {err}")}
+                        result = {"status": "failed", "reason": one_line(f"{type(err).__name__}: {err}")}
                     _apply(rec, result)
                     manifest.put(rec)
                     finished += 1

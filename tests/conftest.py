@@ -11,6 +11,23 @@ def _seed_torch():
     torch.set_num_threads(2)
 
 
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return torch.cuda.is_available()
+
+
+#: Parametrise a test over every device present: ``@pytest.mark.parametrize("device", DEVICES)``.
+#: CUDA cases carry the ``gpu`` mark (deselected by default; ``-m gpu`` selects them).
+DEVICES = [
+    pytest.param("cpu", id="cpu"),
+    pytest.param("cuda", id="cuda", marks=[pytest.mark.gpu, pytest.mark.skipif(not _cuda_available(),
+                                                                                 reason="needs CUDA")]),
+]
+
+
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory):
     """A small untrained TNP-KR model directory (mechanics tests do not need a trained model)."""

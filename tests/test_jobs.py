@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import os
 from pathlib import Path
@@ -14,6 +13,7 @@ from affine import Affine
 
 import geonp
 from geonp import jobs
+from geonp.config import FillConfig
 from geonp.errors import ConfigError, OutputError
 from geonp.inference import fill_raster
 
@@ -136,7 +136,7 @@ def test_incomplete_or_stale_outputs_are_filled_again(scenes, tmp_path, tiny_mod
     third = run(scenes, out, tiny_model, cluster, max_context=64)
     assert third.counts == {"done": 3, "skipped": 0, "failed": 1}
     # the same effective options, a default spelled out, another device: still complete
-    overlap = inspect.signature(fill_raster).parameters["overlap"].default
+    overlap = FillConfig().overlap
     fourth = run(scenes, out, tiny_model, cluster, max_context=64, overlap=overlap, device="auto")
     assert fourth.counts == {"done": 0, "skipped": 3, "failed": 1}
 

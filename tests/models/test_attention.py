@@ -25,7 +25,7 @@ def _inputs(grid: bool, seed: int = 0):
 
 
 def _grads(out, tensors):
-    weights = torch.linspace(-1, 1, out.numel()).reshape(out.shape)
+    weights = torch.linspace(-1, 1, out.numel(), device=out.device).reshape(out.shape)
     return torch.autograd.grad((out * weights).sum(), tensors)
 
 

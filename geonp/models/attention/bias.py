@@ -49,22 +49,58 @@ def shared_distances() -> Iterator[None]:
 def _grid_sq(
     qi: torch.Tensor, ki: torch.Tensor, key_valid: torch.Tensor | None, sentinel: int, qs: slice, ks: slice
 ) -> torch.Tensor:
-    """Squared distances ``[B, Qc, Kc]`` (int32); invalid keys point at the ``sentinel`` entry."""
+    """Squared distances ``[B, Qc, Kc]`` (int64); invalid keys point at the ``sentinel`` entry.
+
+    Every layer of a forward pass asks for the same tiles, so they are cached for the pass; the
+    cache is bounded (oldest tiles dropped first), which keeps scan attention's linear memory on
+    large contexts while query chunks, decoded one after the other through all layers, still hit.
+    """
     cache = _SQ_CACHE.get()
     kv_ptr = None if key_valid is None else key_valid.data_ptr()
     key = (qi.data_ptr(), ki.data_ptr(), kv_ptr, sentinel, tuple(qi.shape), tuple(ki.shape),
            qs.start, qs.stop, ks.start, ks.stop)
     if cache is not None and key in cache:
         return cache[key]
-    diff = qi[:, qs, None, :] - ki[:, None, ks, :]  # [B, Qc, Kc, P] int32
-    sq = (diff * diff).sum(-1, dtype=torch.int32)  # [B, Qc, Kc]
+    # per coordinate, not a sum over a trailing axis of 2: several times faster on the CPU
+    dr = qi[:, qs, None, 0] - ki[:, None, ks, 0]
+    dc = qi[:, qs, None, 1] - ki[:, None, ks, 1]
+    sq = (dr * dr + dc * dc).long()  # [B, Qc, Kc]
     if key_valid is not None:
         sq = sq.masked_fill(~key_valid[:, None, ks], sentinel)
-    if cache is not None and cache.get("bytes", 0) + sq.numel() * 4 <= _MAX_CACHE_BYTES:
-        # bounded, so that large contexts keep scan attention's linear memory
-        cache[key] = sq
-        cache["bytes"] = cache.get("bytes", 0) + sq.numel() * 4
+    if cache is not None:
+        _remember(cache, key, sq)
     return sq
+
+
+def _remember(cache: dict, key: tuple, sq: torch.Tensor) -> None:
+    """Cache a tile of squared distances, dropping the oldest tiles beyond the byte budget."""
+    size = sq.numel() * sq.element_size()
+    if size > _MAX_CACHE_BYTES:
+        return
+    tiles = cache.setdefault("tiles", {})  # insertion-ordered: oldest first
+    while tiles and cache.get("bytes", 0) + size > _MAX_CACHE_BYTES:
+        old = next(iter(tiles))
+        cache["bytes"] -= tiles.pop(old)
+        del cache[old]
+    tiles[key] = size
+    cache[key] = sq
+    cache["bytes"] = cache.get("bytes", 0) + size
+
+
+def _gather(table: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
+    """``table [H, T]`` at squared distances ``sq [B, Qc, Kc]``: the bias tile ``[B, H, Qc, Kc]``.
+
+    Without gradients each head is one ``index_select`` into a contiguous ``[H, B, Qc, Kc]``
+    buffer (a permuted view of which is returned), about 3x faster on the CPU than advanced
+    indexing; with gradients (training) advanced indexing, whose backward autograd knows.
+    """
+    if torch.is_grad_enabled() and table.requires_grad:
+        return table[:, sq].permute(1, 0, 2, 3)
+    out = table.new_empty((table.shape[0], *sq.shape))
+    flat = sq.reshape(-1)
+    for h in range(table.shape[0]):
+        torch.index_select(table[h], 0, flat, out=out[h].view(-1))
+    return out.permute(1, 0, 2, 3)
 
 
 @dataclass
@@ -136,6 +172,23 @@ class RBFNetworkBias(nn.Module):
             out = out + ai * torch.exp(-bi.abs() * (dist - ci) ** 2)
         return out
 
+    def _table(self, params: tuple[torch.Tensor, ...], max_sq: int, like: torch.Tensor) -> torch.Tensor:
+        """The bias at every squared distance ``0..max_sq``, plus a -inf sentinel: ``[H, max_sq + 2]``.
+
+        Without gradients (inference) it is computed once per forward pass and layer.
+        """
+        cache = _SQ_CACHE.get()
+        key = ("table", id(self), max_sq, like.device, like.dtype)
+        cacheable = cache is not None and not (torch.is_grad_enabled() and self.a.requires_grad)
+        if cacheable and key in cache:
+            return cache[key]
+        dist = torch.arange(max_sq + 1, device=like.device, dtype=like.dtype).sqrt()
+        table = self.evaluate(params, dist)  # [H, T]
+        table = torch.cat([table, table.new_full((table.shape[0], 1), float("-inf"))], 1)
+        if cacheable:
+            cache[key] = table
+        return table
+
     def tiles(
         self, q_pos: torch.Tensor, k_pos: torch.Tensor, key_valid: torch.Tensor | None = None
     ) -> BiasTiles:
@@ -148,16 +201,12 @@ class RBFNetworkBias(nn.Module):
         if self.grid_fast_path:
             max_sq = _max_sq_dist(q_pos, k_pos)
             if max_sq is not None and max_sq < _MAX_TABLE:
-                dist = torch.arange(max_sq + 1, device=q_pos.device, dtype=q_pos.dtype).sqrt()
-                table = self.evaluate(params, dist)  # [H, T]
-                if key_valid is not None:  # entry T: -inf, where invalid keys point
-                    table = torch.cat([table, table.new_full((table.shape[0], 1), float("-inf"))], 1)
-                sentinel = max_sq + 1
+                sentinel = max_sq + 1  # entry T: -inf, where invalid keys point
+                table = self._table(params, max_sq, q_pos)  # [H, T + 1]
                 qi, ki = _as_int(q_pos), _as_int(k_pos)
 
                 def gather(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
-                    sq = _grid_sq(qi, ki, key_valid, sentinel, qs, ks)  # [B, Qc, Kc]
-                    return tensors[0][:, sq].permute(1, 0, 2, 3)  # [B, H, Qc, Kc]
+                    return _gather(tensors[0], _grid_sq(qi, ki, key_valid, sentinel, qs, ks))
 
                 return BiasTiles((table,), gather, masks_keys=key_valid is not None)
 
@@ -182,7 +231,22 @@ def _as_int(pos: torch.Tensor) -> torch.Tensor:
 
 
 def _max_sq_dist(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:
-    """Largest squared distance if all coordinates are integers, else None."""
+    """Largest squared distance if all coordinates are integers, else None.
+
+    It reads values back to the host (a device sync), so within a forward pass it is computed once
+    per pair of position tensors, not once per layer.
+    """
+    cache = _SQ_CACHE.get()
+    key = ("max_sq", q_pos.data_ptr(), k_pos.data_ptr(), tuple(q_pos.shape), tuple(k_pos.shape))
+    if cache is not None and key in cache:
+        return cache[key]
+    out = _compute_max_sq(q_pos, k_pos)
+    if cache is not None:
+        cache[key] = out
+    return out
+
+
+def _compute_max_sq(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:
     if q_pos.numel() == 0 or k_pos.numel() == 0:
         return None
     if not (torch.equal(q_pos, q_pos.round()) and torch.equal(k_pos, k_pos.round())):

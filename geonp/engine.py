@@ -1,0 +1,485 @@
+"""The raster engine behind ``fill_raster``: blocks read with a halo, predicted, cast, written.
+
+A raster is processed in blocks of ``block_size`` pixels, each read with a halo of
+``TileOptions.halo`` pixels so that every tile finds its context; memory depends on the block
+size, never on the raster size. Blocks run in this process, in a pool of CPU processes (one torch
+thread each: on a small CPU two 1-thread processes give about twice the throughput of one
+2-thread process), or on a Dask cluster. Each process loads the model once and opens the raster
+once (:class:`BlockRunner`). Observed pixels are copied bit for bit; only gaps are written.
+"""
+
+from __future__ import annotations
+
+import concurrent.futures as cf
+import ctypes
+import logging
+import multiprocessing
+import os
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+from rasterio.windows import Window
+from scipy import ndimage
+
+from geonp.errors import ConfigError, InputRasterError
+from geonp.io.gap_sources import GapSources
+from geonp.io.masks import read_mask_file
+from geonp.io.observed import read_observed
+from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
+from geonp.io.validity import OutputValidity, alpha_values, finish_block
+from geonp.normalize import Normalizer
+from geonp.predict import HaloTooSmall, Predictor, TileOptions
+from geonp.tiling import make_tiles
+
+logger = logging.getLogger(__name__)
+
+Block = tuple[int, int, int, int]
+
+
+class BlockResult(NamedTuple):
+    """One filled block: its window, output and std arrays, counts and stage timings (seconds)."""
+
+    block: Block
+    out: np.ndarray
+    std: np.ndarray
+    filled: int
+    done: int
+    timings: dict[str, float]
+    valid: np.ndarray | None = None  # [h, w]: observed or filled in every band (alpha / mask)
+
+# Context search radius the first, narrow read of a block covers (see BlockRunner._halos).
+_NARROW_SEARCH = 64
+# Below this many gap pixels a process pool costs more to start (torch import, model load) than
+# it saves.
+_POOL_MIN_GAP_PIXELS = 150_000
+
+
+def resolve_device(device: str) -> Any:
+    """``auto`` = CUDA when available; ``cuda`` without a CUDA device is a ConfigError."""
+    import torch
+
+    if device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for but no CUDA device is available; use --device cpu or auto")
+    if device == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
+def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, overlap: int,
+                 search_radius: int) -> TileOptions:
+    """Tiling options; tile size and context cap default to what the model was trained with."""
+    shape = loaded.card.get("task_shape") or {}
+    return TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap,
+                       max_context=int(max_context or shape.get("max_context", 256)),
+                       search_radius=search_radius)
+
+
+def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:
+    """The model's per-band statistics when they fit the band count, else the input's own."""
+    stored = loaded.normalizer
+    if stored is not None and len(stored.get("mean", [])) == n_bands:
+        return Normalizer.from_dict(stored)
+    if loaded.card.get("any_band_count", True) is False:
+        raise InputRasterError(
+            f"model {loaded.name} was trained on {len(stored['mean'])} band(s) and cannot take "
+            f"{n_bands}; select matching bands with -b, or train a model on this sensor with geonp train"
+        )
+    values, valid = sample()
+    return Normalizer.fit(values, valid)
+
+
+def std_scales(calibration: dict[str, Any] | None, n_bands: int) -> list[float]:
+    """Per-band std factors of a model's calibration (1 when there is none)."""
+    scale = (calibration or {}).get("std_scale")
+    if not scale:
+        return [1.0] * n_bands
+    return [float(s) for s in scale] if len(scale) == n_bands else [float(scale[0])] * n_bands
+
+
+def within(observed: np.ndarray, max_distance: float | None) -> np.ndarray:
+    """Pixels within ``max_distance`` of an observed pixel (all pixels when None)."""
+    if max_distance is None:
+        return np.ones_like(observed)
+    if not observed.any():
+        return np.zeros_like(observed)
+    return ndimage.distance_transform_edt(~observed) <= max_distance
+
+
+def predict_region(
+    predictor: Predictor,
+    raw: np.ndarray,
+    observed: np.ndarray,
+    region: Block,
+    *,
+    origin: tuple[int, int],
+    norm: Normalizer,
+    max_distance: float | None,
+    std_scale: Sequence[float],
+    progress: Callable[[int], None] | None = None,
+    limit: int | None = None,
+    fillable: np.ndarray | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fill the gaps of one block's region, in the bands' units.
+
+    Args:
+        predictor: the process's predictor.
+        raw: ``[bands, h, w]`` values of the block with its halo.
+        observed: bool ``[bands, h, w]``.
+        region: ``(r0, r1, c0, c1)`` of the block's own pixels.
+        origin: the block array's offset in the raster.
+        norm: per-band normaliser.
+        max_distance: leave gaps farther than this from observed pixels unfilled.
+        std_scale: per-band post-hoc std calibration factors.
+        progress: gap-pixels-done callback.
+        limit: the largest context search radius the block's halo holds (None: all of it).
+        fillable: bool ``[h, w]``: where predictions may go (the data footprint); None = all.
+
+    Returns:
+        ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
+
+    Raises:
+        HaloTooSmall: a tile needs context beyond ``limit``.
+    """
+    normed = norm.apply(np.where(observed, raw, 0.0))
+    # Gaps in the halo stay in to_fill: they shape the context choice and the tile splits of the
+    # tiles near the region's edge exactly as in the neighbouring block, which keeps blocks seamless.
+    to_fill = np.stack([~obs & within(obs, max_distance) for obs in observed])
+    if fillable is not None:
+        to_fill &= fillable
+    mean, std = predictor.predict(normed, observed, to_fill, region, origin=origin, progress=progress, limit=limit)
+    n = raw.shape[0]
+    ms, ss = np.asarray(norm.mean).reshape(n, 1, 1), np.asarray(norm.std).reshape(n, 1, 1)
+    return mean * ss + ms, std * ss * np.asarray(std_scale, dtype=np.float64).reshape(n, 1, 1)
+
+
+def cast(values: np.ndarray, dtype: str) -> np.ndarray:
+    """Round and clip to an integer dtype's range (never wrap); plain cast for floats."""
+    dt = np.dtype(dtype)
+    if np.issubdtype(dt, np.integer):
+        info = np.iinfo(dt)
+        return np.clip(np.rint(values), info.min, info.max).astype(dt)
+    return values.astype(dt)
+
+
+def plan_blocks(height: int, width: int, block_size: int) -> list[Block]:
+    """Blocks ``(r0, r1, c0, c1)`` covering the raster, row-major."""
+    return [(t.row, t.row + t.height, t.col, t.col + t.width)
+            for t in make_tiles(height, width, tile_size=block_size)]
+
+
+# Models handed in as objects (not paths) for in-process runs, by key.
+LOCAL_MODELS: dict[str, Any] = {}
+
+
+def model_key(model: Any, loaded: Any) -> str:
+    """A picklable reference to a model: its directory, or a key into :data:`LOCAL_MODELS`."""
+    if isinstance(model, str | os.PathLike):
+        return str(loaded.path) if loaded.path is not None else str(model)
+    key = f"object:{id(loaded)}"
+    LOCAL_MODELS[key] = loaded
+    return key
+
+
+@dataclass(frozen=True)
+class BlockJob:
+    """Everything a worker needs to fill blocks of a raster (picklable; no open handles)."""
+
+    input: str
+    bands: tuple[int, ...]
+    nodata: float | None
+    mask: str | None
+    model: str
+    device: str
+    opts: TileOptions
+    batch_rows: int
+    max_distance: float | None
+    norm: dict[str, Any]
+    std_scale: tuple[float, ...]
+    dtype: str
+    out_nodata: float | None
+    sources: GapSources | None = None  # --mask/--qa gaps and the data footprint
+    validity: OutputValidity | None = None  # how unfilled pixels are marked (nodata, alpha, mask)
+
+
+class BlockRunner:
+    """Fills blocks of one job: the model loaded, the predictor built and the raster opened once.
+
+    One per process (or Dask worker) and job; see :func:`run_block`.
+    """
+
+    def __init__(self, job: BlockJob, loaded: Any = None) -> None:
+        from geonp.models.registry import cached_model
+
+        self.job = job
+        loaded = loaded or LOCAL_MODELS.get(job.model) or cached_model(job.model, "cpu")
+        self.predictor = Predictor(loaded.module, job.opts, resolve_device(job.device), batch_rows=job.batch_rows)
+        self.norm = Normalizer.from_dict(job.norm)
+        self.src = open_raster(job.input)
+        self.info: RasterInfo = raster_info(self.src)
+
+    def close(self) -> None:
+        """Close the raster."""
+        self.src.close()
+
+    def _halos(self) -> list[tuple[int, int | None]]:
+        """``(halo, search limit)`` to try in turn: narrow first where it can be enough, then full."""
+        opts = self.job.opts
+        margin = 2 * opts.overlap + opts.tile_size
+        narrow = _NARROW_SEARCH + margin
+        needs_far = self.job.max_distance is not None and self.job.max_distance + margin > narrow
+        if narrow >= opts.halo or needs_far:
+            return [(opts.halo, None)]
+        return [(narrow, _NARROW_SEARCH), (opts.halo, None)]
+
+    def read(self, win: Window) -> tuple[np.ndarray, np.ndarray]:
+        """Values and observed flags ``[bands, h, w]`` of a window (outside the raster: not observed)."""
+        job = self.job
+        raw, ok = read_observed(self.src, win, job.bands, info=self.info, nodata=job.nodata)
+        if job.mask is not None:
+            ok &= ~read_mask_file(job.mask, like=self.info, window=win)[None]
+        if job.sources is not None:
+            extra = job.sources.extra_gaps(win)
+            if extra is not None:
+                ok &= ~extra[None]
+        return raw, ok
+
+    def __call__(self, block: Block, progress: Callable[[int], None] | None = None) -> BlockResult:
+        """Fill one block; returns it with its output and std arrays, filled and done pixel counts."""
+        job = self.job
+        r0, r1, c0, c1 = block
+        before = dict(self.predictor.timings)
+        done = [0]
+
+        def count(n: int) -> None:
+            done[0] += n
+            if progress is not None:
+                progress(n)
+
+        t_read = 0.0
+        # The halo is sized by need: most tiles find their context close by, so the block is first
+        # read with a narrow halo, and again with the full one only if a tile searches farther
+        # (the context of every tile is the same either way).
+        for halo, limit in self._halos():
+            t0 = time.perf_counter()
+            raw, ok = self.read(Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo))
+            region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
+            fillable = None if job.sources is None else job.sources.fillable(
+                Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo))
+            t_read += time.perf_counter() - t0
+            try:
+                mean, std = predict_region(self.predictor, raw, ok, region, origin=(r0 - halo, c0 - halo),
+                                           norm=self.norm, max_distance=job.max_distance,
+                                           std_scale=job.std_scale, progress=count, limit=limit,
+                                           fillable=fillable)
+                break
+            except HaloTooSmall:
+                continue
+        t0 = time.perf_counter()
+        # read_window gives float64 (exact for every GDAL integer type up to 32 bits) with clean errors
+        core_win = Window(c0, r0, c1 - c0, r1 - r0)
+        core_raw = cast(read_window(self.src, core_win, list(job.bands)), job.dtype)
+        core_ok = ok[:, region[0]:region[1], region[2]:region[3]]
+        has_pred = np.isfinite(mean) & ~core_ok
+        out = core_raw.copy()
+        out[has_pred] = cast(mean[has_pred], job.dtype)
+        # Unfilled pixels get nodata (NaN for floats without one), predictions equal to nodata
+        # move one step away, and the alpha band is rewritten, never filled (geonp.io.validity).
+        validity = job.validity or OutputValidity(bands=job.bands, alpha_band=None, nodata=job.out_nodata,
+                                                  dtype=job.dtype, write_mask=False)
+        out, valid = finish_block(out, observed=core_ok, filled=has_pred, mean=mean, plan=validity)
+        if validity.alpha_band is not None:
+            alpha = read_window(self.src, core_win, [validity.alpha_band])[0]
+            out = np.concatenate([out, alpha_values(valid, alpha, job.dtype)[None]])
+        std_out = np.where(core_ok, 0.0, np.where(has_pred, std, np.nan)).astype(np.float32)
+        timings = {k: v - before[k] for k, v in self.predictor.timings.items()}
+        timings["read"] = t_read
+        timings["cast"] = time.perf_counter() - t0
+        return BlockResult(block, out, std_out, int(has_pred.sum()), done[0], timings, valid)
+
+
+_RUNNER: list[BlockRunner] = []  # this process's runner (the last job's)
+
+
+def run_block(job: BlockJob, block: Block) -> BlockResult:
+    """Fill one block ``(r0, r1, c0, c1)`` with this process's runner for ``job``."""
+    if not _RUNNER or _RUNNER[0].job != job:
+        while _RUNNER:
+            _RUNNER.pop().close()
+        _RUNNER.append(BlockRunner(job))
+    result = _RUNNER[0](block)
+    _trim_heap()
+    return result
+
+
+def _trim_heap() -> None:
+    """Give freed heap memory back to the system (glibc keeps it otherwise and RSS creeps up)."""
+    try:
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
+    except (OSError, AttributeError):  # not glibc
+        pass
+
+
+def _init_worker() -> None:
+    import torch
+
+    torch.set_num_threads(1)
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # pragma: no cover - not Linux
+        return os.cpu_count() or 1
+
+
+def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, workers: int,
+               progress: Callable[[int], None] | None = None, loaded: Any = None) -> Iterator[BlockResult]:
+    """Yield block results (in completion order): here, in ``workers`` processes, or on Dask.
+
+    In this process ``progress`` moves as model batches finish; elsewhere, as blocks finish.
+    ``loaded`` is the model already loaded in this process (other processes load it once each).
+    """
+    if scheduler is not None:
+        yield from _run_dask(job, blocks, scheduler, progress)
+        return
+    if workers <= 1 or len(blocks) < 2 or job.model.startswith("object:"):
+        runner = BlockRunner(job, loaded)
+        try:
+            for block in blocks:
+                yield runner(block, progress)
+                _trim_heap()
+        finally:
+            runner.close()
+        return
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
+        pending: set[cf.Future[BlockResult]] = set()
+        todo = iter(blocks)
+        try:
+            while True:
+                # a bounded queue: results wait in memory for at most 2 blocks per worker
+                for block in todo:
+                    pending.add(pool.submit(run_block, job, block))
+                    if len(pending) >= 2 * workers:
+                        break
+                if not pending:
+                    return
+                finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+                for future in finished:
+                    result = future.result()
+                    if progress is not None:
+                        progress(result.done)
+                    yield result
+        finally:
+            for future in pending:
+                future.cancel()
+
+
+def _run_dask(job: BlockJob, blocks: list[Block], scheduler: str,
+              progress: Callable[[int], None] | None) -> Iterator[BlockResult]:
+    if job.model.startswith("object:"):
+        raise ConfigError("--scheduler needs the model as a name or directory, not an in-memory object")
+    from distributed import as_completed
+
+    from geonp.dask_client import connect
+
+    client = connect(scheduler)
+    try:
+        futures = client.map(run_block, [job] * len(blocks), blocks, pure=False)
+        for future in as_completed(futures):
+            result = future.result()
+            if progress is not None:
+                progress(result.done)
+            yield result
+    finally:
+        client.close()
+
+
+def pool_size(workers: int | None, device: Any, gap_pixels: int, n_blocks: int) -> int:
+    """Processes to use: as asked, else one per CPU on the CPU for large jobs, one on CUDA."""
+    if workers is not None:
+        return workers
+    if getattr(device, "type", str(device)) != "cpu" or gap_pixels < _POOL_MIN_GAP_PIXELS:
+        return 1
+    return max(1, min(cpu_count(), n_blocks))
+
+
+def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
+               gaps_from: Callable[[Window], np.ndarray | None], blocks: list[Block],
+               tile_size: int, fillable_from: Callable[[Window], np.ndarray] | None = None,
+               outside: list[int] | None = None) -> tuple[int, int, int]:
+    """Gap pixels, observed pixels and tiles with gaps (over all bands), block by block.
+
+    With ``fillable_from`` (the data footprint) only gaps inside it count; those outside are
+    added to ``outside[0]``.
+    """
+    gap_pixels, obs_pixels, gap_tiles = 0, 0, 0
+    for r0, r1, c0, c1 in blocks:
+        win = Window(c0, r0, c1 - c0, r1 - r0)
+        _, ok = read_observed(src, win, bands, info=info, nodata=nodata)
+        gap = gaps_from(win)
+        if gap is not None:
+            ok &= ~gap[None]
+        to_fill = ~ok
+        if fillable_from is not None:
+            inside = fillable_from(win)[None]
+            if outside is not None:
+                outside[0] += int((to_fill & ~inside).sum())
+            to_fill = to_fill & inside
+        gap_pixels += int(to_fill.sum())
+        obs_pixels += int(ok.sum())
+        t = tile_size
+        padded = np.pad(to_fill, ((0, 0), (0, (-ok.shape[1]) % t), (0, (-ok.shape[2]) % t)))
+        gap_tiles += int(padded.reshape(len(bands), padded.shape[1] // t, t, -1, t).any((2, 4)).sum())
+    return gap_pixels, obs_pixels, gap_tiles
+
+
+def sample_for_stats(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
+                     gaps_from: Callable[[Window], np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
+    """Up to 16 windows of 256 px spread over the raster, for normalisation statistics."""
+    size = 256
+    rows = np.linspace(0, max(0, info.height - size), 4).astype(int)
+    cols = np.linspace(0, max(0, info.width - size), 4).astype(int)
+    vals, oks = [], []
+    for r in sorted(set(rows)):
+        for c in sorted(set(cols)):
+            win = Window(c, r, min(size, info.width), min(size, info.height))
+            arr, ok = read_observed(src, win, bands, info=info, nodata=nodata)
+            gap = gaps_from(win)
+            if gap is not None:
+                ok &= ~gap[None]
+            vals.append(arr.reshape(len(bands), -1))
+            oks.append(ok.reshape(len(bands), -1))
+    return np.concatenate(vals, 1), np.concatenate(oks, 1)
+
+
+# CPU seconds per gap pixel at 256 context pixels, one thread of the 2-core development CPU
+# (512² 3-band Landsat crop, 30 % cloud); cost grows about linearly with the context.
+_CPU_SECONDS_PER_GAP_PIXEL = 125e-6
+
+
+def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOptions, gap_pixels: int,
+         gap_tiles: int, block_size: int, workers: int) -> dict[str, Any]:
+    """What a dry run prints: blocks, tiles, context sizes, memory and time estimates."""
+    side = block_size + 2 * opts.halo
+    block_bytes = side * side * len(bands) * (8 + 1 + 8 + 8)  # values, mask, normalised, distance
+    q = (opts.tile_size + 2 * opts.overlap) ** 2
+    attn_bytes = 8192 * 4 * opts.max_context * (8 + 4 + 4)  # bias index, bias, logits per chunk
+    cpu_seconds = gap_pixels * _CPU_SECONDS_PER_GAP_PIXEL * opts.max_context / 256
+    return {
+        "raster": f"{info.width}x{info.height}, {len(bands)} band(s), {info.dtype}",
+        "blocks": len(blocks),
+        "block_pixels_with_halo": f"{side}x{side}",
+        "tiles_with_gaps": gap_tiles,
+        "gap_pixels": gap_pixels,
+        "context_per_tile": opts.max_context,
+        "queries_per_tile_max": q,
+        "processes": workers,
+        "estimated_peak_memory_mb": round(workers * ((block_bytes + attn_bytes) / 2**20 + 400)),
+        "estimated_cpu_seconds": round(cpu_seconds, 1),
+        "estimated_seconds": round(cpu_seconds / workers, 1),
+    }

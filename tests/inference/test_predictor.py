@@ -1,0 +1,115 @@
+"""The batched Predictor against its slow per-tile twin, and invariance to batching and blocks."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import rasterio
+
+import geonp
+from geonp.data.gaps import cloud_mask
+from geonp.models.registry import load_model
+from geonp.predict import HaloTooSmall, Predictor, TileOptions, band_tasks, block_tasks, pack, reference_predict
+from tests.conftest import DEVICES, smooth_field, write_raster
+
+
+def _block(size=150, seed=0):
+    """Normalised values, observed and to-fill masks ``[2, size, size]`` with clouds and dropped pixels."""
+    rng = np.random.default_rng(seed)
+    values = np.stack([smooth_field((size, size), seed=s, scale=1.0, offset=0.0) for s in (seed, seed + 1)])
+    gaps = np.stack([cloud_mask((size, size), coverage=0.25, rng=seed),
+                     rng.random((size, size)) < 0.4])  # band 2: scattered gaps -> split tiles
+    return values, ~gaps, gaps
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_batched_predictor_equals_per_tile_reference(tiny_model, device):
+    model = load_model(tiny_model).module
+    values, observed, to_fill = _block()
+    opts = TileOptions(tile_size=24, overlap=6, max_context=64, search_radius=64)
+    region, origin = (20, 130, 10, 140), (300, 700)  # a block with a halo, somewhere in a raster
+    tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=opts)
+    shape = (2, 110, 130)
+    sizes = {t.task.xt.shape[0] for t in tasks}
+    assert len(sizes) > 3 and any(t.task.xt.shape[0] < 24 * 24 for t in tasks)  # split and clipped tiles
+    ref_mean, ref_std = reference_predict(model, tasks, shape)
+    predictor = Predictor(model, opts, device, batch_rows=4096)
+    mean, std = predictor.predict(values, observed, to_fill, region, origin=origin)
+    gap = to_fill[:, 20:130, 10:140]
+    assert np.isfinite(mean[gap]).all() and np.isnan(mean[~gap]).all()
+    np.testing.assert_allclose(mean, ref_mean, atol=1e-5)
+    np.testing.assert_allclose(std, ref_std, atol=1e-5)
+    assert next(model.parameters()).device.type == "cpu"  # the caller's model was not moved
+
+
+def test_results_do_not_depend_on_batch_size(tiny_model):
+    model = load_model(tiny_model).module
+    values, observed, to_fill = _block(seed=3)
+    opts = TileOptions(tile_size=20, overlap=4, max_context=48, search_radius=40)
+    region = (10, 140, 10, 140)
+    runs = [Predictor(model, opts, batch_rows=rows, chunk_rows=chunk).predict(
+        values, observed, to_fill, region, origin=(0, 0)) for rows, chunk in ((1, 100), (2048, 512), (10**6, 10**6))]
+    for mean, std in runs[1:]:
+        np.testing.assert_allclose(mean, runs[0][0], atol=1e-5)
+        np.testing.assert_allclose(std, runs[0][1], atol=1e-5)
+
+
+def test_progress_counts_every_gap_pixel_of_the_region(tiny_model):
+    model = load_model(tiny_model).module
+    values, observed, to_fill = _block(seed=5)
+    opts = TileOptions(tile_size=24, overlap=6, max_context=64, search_radius=64)
+    region = (20, 130, 10, 140)
+    done = []
+    Predictor(model, opts, batch_rows=2048).predict(values, observed, to_fill, region, origin=(0, 0),
+                                                    progress=done.append)
+    assert len(done) > 1  # moves batch by batch
+    assert sum(done) == int(to_fill[:, 20:130, 10:140].sum())
+
+
+def test_pack_sorts_and_respects_the_row_budget():
+    sizes = [5, 400, 30, 400, 12, 900, 7]
+    batches = pack(sizes, batch_rows=820)
+    assert sorted(i for b in batches for i in b) == list(range(len(sizes)))
+    assert batches[0] == [5]  # larger than the budget: alone
+    for b in batches:
+        assert [sizes[i] for i in b] == sorted((sizes[i] for i in b), reverse=True)
+        assert len(b) == 1 or len(b) * sizes[b[0]] <= 820
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_fill_raster_same_on_blocks_workers_and_devices(tmp_path, tiny_model, device):
+    """Block size, worker processes and device leave the output unchanged."""
+    size = 150
+    arr = np.stack([smooth_field((size, size), seed=s) for s in (1, 2)]).astype("uint16")
+    arr[:, cloud_mask((size, size), coverage=0.3, rng=4)] = 0
+    src = write_raster(tmp_path / "in.tif", arr, nodata=0)
+    kw = dict(model=str(tiny_model), tile_size=24, overlap=6, max_context=64, search_radius=48)
+    geonp.fill_raster(src, tmp_path / "one.tif", block_size=512, workers=1, device="cpu", **kw)
+    geonp.fill_raster(src, tmp_path / "pool.tif", block_size=64, workers=2, device=device, **kw)
+    with rasterio.open(tmp_path / "one.tif") as a, rasterio.open(tmp_path / "pool.tif") as b:
+        np.testing.assert_array_equal(a.read(), b.read())
+    with rasterio.open(tmp_path / "one_std.tif") as a, rasterio.open(tmp_path / "pool_std.tif") as b:
+        np.testing.assert_allclose(a.read(), b.read(), rtol=1e-4, atol=1e-3)
+
+
+def test_narrow_halo_reads_give_the_same_fill_as_full_halo_reads(tmp_path, tiny_model, monkeypatch):
+    """Blocks are read with a narrow halo first; a tile deep in a big gap forces the full halo."""
+    from geonp import engine
+
+    size = 200
+    arr = smooth_field((size, size), seed=7).astype("float32")
+    arr[20:190, 20:190] = np.nan  # a 170-px cloud: its centre needs a context search past 64 px
+    arr[np.random.default_rng(1).random((size, size)) < 0.05] = np.nan
+    opts = TileOptions(tile_size=24, overlap=6, max_context=64, search_radius=160)
+    obs = np.isfinite(arr)
+    with pytest.raises(HaloTooSmall):
+        band_tasks(np.nan_to_num(arr), obs, ~obs, (96, 120, 96, 120), origin=(0, 0), opts=opts, limit=64)
+    src = write_raster(tmp_path / "in.tif", arr, nodata=float("nan"))
+    kw = dict(model=str(tiny_model), tile_size=24, overlap=6, max_context=64, search_radius=160, workers=1,
+              block_size=64)
+    geonp.fill_raster(src, tmp_path / "narrow.tif", **kw)
+    monkeypatch.setattr(engine, "_NARROW_SEARCH", 10**6)  # always the full halo
+    geonp.fill_raster(src, tmp_path / "full.tif", **kw)
+    for name in ("", "_std"):
+        with rasterio.open(tmp_path / f"narrow{name}.tif") as a, rasterio.open(tmp_path / f"full{name}.tif") as b:
+            np.testing.assert_array_equal(a.read(), b.read())
