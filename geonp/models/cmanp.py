@@ -26,8 +26,7 @@ from torch.nn import functional as F
 
 from geonp.models.attention.dense import dense_attention
 from geonp.models.heads import GaussianHead
-from geonp.models.layers import MLP, MultiHeadProjection, decode_in_chunks
-from geonp.models.tnpkr import _check_shapes
+from geonp.models.layers import MLP, MultiHeadProjection, check_shapes, decode_in_chunks
 
 
 @dataclass(frozen=True)
@@ -330,6 +329,6 @@ class CMANP(nn.Module):
         Returns:
             ``(mean, std)``, each ``[B, Nt, dy]``.
         """
-        _check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
+        check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
         latents = self.latents_of(self.encode_context(xc, yc, context_valid, context_chunk=context_chunk))
         return decode_in_chunks(lambda x: self.decode(latents, x), xt, query_chunk)

@@ -72,3 +72,30 @@ def decode_in_chunks(
         return decode(xt)
     parts = [decode(xt[:, i : i + query_chunk]) for i in range(0, xt.shape[1], query_chunk)]
     return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
+
+
+def check_shapes(
+    xc: torch.Tensor,
+    yc: torch.Tensor,
+    xt: torch.Tensor,
+    context_valid: torch.Tensor | None,
+    dim_x: int,
+    dim_y: int,
+) -> None:
+    """Raise ValueError unless ``xc [B, Nc, P], yc [B, Nc, dy], xt [B, Nt, P], context_valid [B, Nc]``.
+
+    Every neural process of geonp checks its inputs with it.
+    """
+    ok = (
+        xc.dim() == 3 and yc.dim() == 3 and xt.dim() == 3
+        and xc.shape[:2] == yc.shape[:2] and xt.shape[0] == xc.shape[0]
+        and xc.shape[-1] == dim_x and xt.shape[-1] == dim_x and yc.shape[-1] == dim_y
+        and (context_valid is None or context_valid.shape == xc.shape[:2])
+    )
+    if not ok:
+        cv = None if context_valid is None else tuple(context_valid.shape)
+        raise ValueError(
+            f"expected xc [B, Nc, {dim_x}], yc [B, Nc, {dim_y}], xt [B, Nt, {dim_x}], context_valid "
+            f"[B, Nc]; got xc {tuple(xc.shape)}, yc {tuple(yc.shape)}, xt {tuple(xt.shape)}, "
+            f"context_valid {cv}"
+        )

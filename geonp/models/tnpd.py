@@ -12,8 +12,7 @@ from torch import nn
 
 from geonp.models.attention.dense import dense_attention
 from geonp.models.heads import GaussianHead
-from geonp.models.layers import MLP, MultiHeadProjection, decode_in_chunks
-from geonp.models.tnpkr import _check_shapes
+from geonp.models.layers import MLP, MultiHeadProjection, check_shapes, decode_in_chunks
 
 
 class _EncoderLayer(nn.Module):
@@ -72,7 +71,7 @@ class TNPD(nn.Module):
         query_chunk: int | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Predictive mean and std at ``xt``; same arguments as ``TNPKR.forward``."""
-        _check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
+        check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
         if query_chunk is not None and query_chunk < xt.shape[1]:
             return decode_in_chunks(lambda x: self.forward(xc, yc, x, context_valid), xt, query_chunk)
         b, nc, nt = xc.shape[0], xc.shape[1], xt.shape[1]

@@ -7,11 +7,11 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from geonp.models.attention import ATTENTIONS, DeepKernelAttention, PerformerAttention
-from geonp.models.attention.bias import BIASES, shared_distances
+from geonp.models.attention import make_attention
+from geonp.models.attention.bias import shared_distances
 from geonp.models.blocks import KRBlock
 from geonp.models.heads import GaussianHead
-from geonp.models.layers import MLP, decode_in_chunks
+from geonp.models.layers import MLP, check_shapes, decode_in_chunks
 
 
 @dataclass
@@ -93,19 +93,12 @@ class TNPKR(nn.Module):
         super().__init__()
         self.dim_y, self.dim_x = dim_y, dim_x
         self.embed = TokenEmbedding(dim, dim_y, dim_x, embed_coords=embed_coords, hidden=2 * dim)
-        blocks = []
-        for _ in range(depth):
-            if attention in ("scan", "dense"):
-                b = BIASES[bias](num_heads, num_basis=num_basis, length_scale=bias_length_scale) if bias else None
-                kwargs = {"q_chunk": q_chunk, "k_chunk": k_chunk} if attention == "scan" else {}
-                attn: nn.Module = ATTENTIONS[attention](dim, num_heads, bias=b, **kwargs)
-            elif attention == "dka":
-                attn = DeepKernelAttention(dim, num_heads, pos_dim=dim_x, pos_scale=bias_length_scale * 4)
-            elif attention == "performer":
-                attn = PerformerAttention(dim, num_heads)
-            else:
-                raise ValueError(f"unknown attention {attention!r}; valid: {sorted(ATTENTIONS)}")
-            blocks.append(KRBlock(dim, attn, ff_dim=ff_dim, dropout=dropout))
+        blocks = [
+            KRBlock(dim, make_attention(attention, dim, num_heads, dim_x=dim_x, bias=bias, num_basis=num_basis,
+                                        bias_length_scale=bias_length_scale, q_chunk=q_chunk, k_chunk=k_chunk),
+                    ff_dim=ff_dim, dropout=dropout)
+            for _ in range(depth)
+        ]
         self.blocks = nn.ModuleList(blocks)
         self.head = GaussianHead(dim, dim_y, hidden=2 * dim, sigma_min=sigma_min)
 
@@ -149,30 +142,7 @@ class TNPKR(nn.Module):
         Returns:
             ``(mean, std)``, each ``[B, Nt, dy]``.
         """
-        _check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
+        check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
         with shared_distances():
             state = self.encode_context(xc, yc, context_valid)
             return decode_in_chunks(lambda x: self.decode(state, x), xt, query_chunk)
-
-
-def _check_shapes(
-    xc: torch.Tensor,
-    yc: torch.Tensor,
-    xt: torch.Tensor,
-    context_valid: torch.Tensor | None,
-    dim_x: int,
-    dim_y: int,
-) -> None:
-    ok = (
-        xc.dim() == 3 and yc.dim() == 3 and xt.dim() == 3
-        and xc.shape[:2] == yc.shape[:2] and xt.shape[0] == xc.shape[0]
-        and xc.shape[-1] == dim_x and xt.shape[-1] == dim_x and yc.shape[-1] == dim_y
-        and (context_valid is None or context_valid.shape == xc.shape[:2])
-    )
-    if not ok:
-        cv = None if context_valid is None else tuple(context_valid.shape)
-        raise ValueError(
-            f"expected xc [B, Nc, {dim_x}], yc [B, Nc, {dim_y}], xt [B, Nt, {dim_x}], context_valid "
-            f"[B, Nc]; got xc {tuple(xc.shape)}, yc {tuple(yc.shape)}, xt {tuple(xt.shape)}, "
-            f"context_valid {cv}"
-        )

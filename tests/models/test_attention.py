@@ -8,7 +8,7 @@ from geonp.models.attention import (
     scan_attention,
 )
 from geonp.models.attention.dka import deep_kernel_attention, naive_deep_kernel_attention
-from geonp.models.attention.performer import orthogonal_features
+from geonp.models.attention.performer import naive_performer_attention, orthogonal_features
 
 B, H, NQ, NK, D = 2, 4, 45, 61, 8
 
@@ -122,7 +122,7 @@ def test_performer_linear_equals_explicit_and_approximates_softmax():
     q, k, v = (torch.randn(1, 2, n, 8, generator=g) * 0.5 for n in (30, 40, 40))
     features = orthogonal_features(4096, 8, generator=g)
     fast = performer_attention(q, k, v, features)
-    explicit = performer_attention(q, k, v, features, exact_twin=True)
+    explicit = naive_performer_attention(q, k, v, features)
     torch.testing.assert_close(fast, explicit, rtol=1e-4, atol=1e-5)
     exact = dense_attention(q, k, v)
     assert float((fast - exact).abs().max()) < 0.05
@@ -138,3 +138,18 @@ def test_scan_matches_dense_on_cuda():
     torch.testing.assert_close(scan, dense, rtol=1e-4, atol=1e-4)
     for a, b in zip(_grads(scan, [q, k, v, bias.a]), _grads(dense, [q, k, v, bias.a]), strict=True):
         torch.testing.assert_close(a, b, rtol=1e-3, atol=1e-4)
+
+
+def test_make_attention_builds_every_configured_name():
+    from geonp.config import ATTENTION_NAMES
+    from geonp.models.attention import ATTENTIONS, make_attention
+
+    assert set(ATTENTION_NAMES) == set(ATTENTIONS)
+    x = torch.randn(2, 7, 16)
+    pos = torch.randint(0, 9, (2, 7, 2)).float()
+    for name in ATTENTION_NAMES:
+        attn = make_attention(name, 16, 2)
+        assert type(attn) is ATTENTIONS[name]
+        assert attn(x, x, q_pos=pos, k_pos=pos).shape == (2, 7, 16)
+    with pytest.raises(ValueError, match="unknown attention 'flash'"):
+        make_attention("flash", 16, 2)

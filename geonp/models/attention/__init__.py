@@ -11,12 +11,15 @@ Conventions, stated once for the whole package:
   all receives a zero attention output (and zero gradients), never NaN.
 - A kernel bias is a function of coordinates, evaluated tile by tile: see :mod:`.bias`.
 - Every attention module has the same ``forward(x_q, x_kv, *, q_pos, k_pos, key_valid=None)``
-  returning ``[B, Nq, E]``; ``ATTENTIONS`` maps names to classes.
+  returning ``[B, Nq, E]``; :func:`make_attention` builds any of them by name, the one place where
+  names become modules.
 """
 
 from __future__ import annotations
 
-from geonp.models.attention.bias import BiasTiles, RBFNetworkBias
+from torch import nn
+
+from geonp.models.attention.bias import BIASES, BiasTiles, RBFNetworkBias
 from geonp.models.attention.dense import DenseAttention, dense_attention
 from geonp.models.attention.dka import DeepKernelAttention, deep_kernel_attention
 from geonp.models.attention.performer import PerformerAttention, performer_attention
@@ -29,6 +32,46 @@ ATTENTIONS = {
     "performer": PerformerAttention,
 }
 
+
+def make_attention(
+    name: str,
+    dim: int,
+    num_heads: int,
+    *,
+    dim_x: int = 2,
+    bias: str | None = "rbf",
+    num_basis: int = 5,
+    bias_length_scale: float = 4.0,
+    q_chunk: int = 1024,
+    k_chunk: int = 1024,
+) -> nn.Module:
+    """An attention module by name (``scan``, ``dense``, ``dka`` or ``performer``).
+
+    Args:
+        name: the kernel.
+        dim: model width ``E``.
+        num_heads: heads ``H``.
+        dim_x: coordinate dimension (DKA's positional features).
+        bias: kernel bias name (``"rbf"``) or None; used by ``scan`` and ``dense``.
+        num_basis: basis functions of the RBF bias.
+        bias_length_scale: typical distance in coordinate units (initialises the bias; sets DKA's
+            positional scale).
+        q_chunk: scan tile rows.
+        k_chunk: scan tile columns.
+
+    Raises:
+        ValueError: an unknown name.
+    """
+    if name in ("scan", "dense"):
+        b = BIASES[bias](num_heads, num_basis=num_basis, length_scale=bias_length_scale) if bias else None
+        extra = {"q_chunk": q_chunk, "k_chunk": k_chunk} if name == "scan" else {}
+        return ATTENTIONS[name](dim, num_heads, bias=b, **extra)
+    if name == "dka":
+        return DeepKernelAttention(dim, num_heads, pos_dim=dim_x, pos_scale=bias_length_scale * 4)
+    if name == "performer":
+        return PerformerAttention(dim, num_heads)
+    raise ValueError(f"unknown attention {name!r}; valid: {sorted(ATTENTIONS)}")
+
 __all__ = [
     "ATTENTIONS",
     "BiasTiles",
@@ -39,6 +82,7 @@ __all__ = [
     "ScanAttention",
     "deep_kernel_attention",
     "dense_attention",
+    "make_attention",
     "performer_attention",
     "scan_attention",
 ]

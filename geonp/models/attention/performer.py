@@ -40,9 +40,8 @@ def performer_attention(
     features: torch.Tensor,
     *,
     key_valid: torch.Tensor | None = None,
-    exact_twin: bool = False,
 ) -> torch.Tensor:
-    """FAVOR+ attention.
+    """FAVOR+ attention in time and memory linear in the points.
 
     Args:
         q: ``[B, H, Nq, D]``.
@@ -50,11 +49,33 @@ def performer_attention(
         v: ``[B, H, Nk, Dv]``.
         features: random features ``[M, D]``.
         key_valid: ``[B, Nk]``.
-        exact_twin: build the ``[Nq, Nk]`` feature-kernel matrix explicitly (test oracle).
 
     Returns:
         ``[B, H, Nq, Dv]``; rows with no valid key are zero.
     """
+    phi_q, phi_k = _feature_maps(q, k, features, key_valid)
+    num = phi_q @ (phi_k.transpose(-1, -2) @ v)  # [B, H, Nq, Dv]
+    den = phi_q @ phi_k.sum(-2)[..., None]  # [B, H, Nq, 1]
+    return _normalise(num, den, key_valid)
+
+
+def naive_performer_attention(
+    q: torch.Tensor,
+    k: torch.Tensor,
+    v: torch.Tensor,
+    features: torch.Tensor,
+    *,
+    key_valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """:func:`performer_attention`'s slow twin: the ``[Nq, Nk]`` feature-kernel matrix, built explicitly."""
+    phi_q, phi_k = _feature_maps(q, k, features, key_valid)
+    a = phi_q @ phi_k.transpose(-1, -2)  # [B, H, Nq, Nk]
+    return _normalise(a @ v, a.sum(-1, keepdim=True), key_valid)
+
+
+def _feature_maps(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor,
+                  key_valid: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Positive random features of queries and keys (masked keys zeroed)."""
     scale = q.shape[-1] ** -0.25
     q, k = q * scale, k * scale
     # Stabilisers: a per-row max for queries and one global max for keys; both cancel in the ratio.
@@ -64,12 +85,10 @@ def performer_attention(
     phi_k = _positive_features(k, features, stabiliser=k_stab)  # [B, H, Nk, M]
     if key_valid is not None:
         phi_k = phi_k * key_valid[:, None, :, None]
-    if exact_twin:
-        a = phi_q @ phi_k.transpose(-1, -2)  # [B, H, Nq, Nk]
-        num, den = a @ v, a.sum(-1, keepdim=True)
-    else:
-        num = phi_q @ (phi_k.transpose(-1, -2) @ v)  # [B, H, Nq, Dv]
-        den = phi_q @ phi_k.sum(-2)[..., None]  # [B, H, Nq, 1]
+    return phi_q, phi_k
+
+
+def _normalise(num: torch.Tensor, den: torch.Tensor, key_valid: torch.Tensor | None) -> torch.Tensor:
     out = num / den.clamp_min(1e-6 * den.abs().amax().clamp_min(1e-30))
     if key_valid is not None:
         out = out * key_valid.any(-1)[:, None, None, None]
