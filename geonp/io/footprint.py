@@ -67,7 +67,7 @@ _EDGE_RUN = 16
 _THIN_STRIP = 8
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Footprint:
     """Where a raster's gaps may be filled.
 
@@ -92,6 +92,16 @@ class Footprint:
     source: str | None = None
     like: RasterInfo | None = None
     data_fraction: float = 1.0
+
+    def __eq__(self, other: object) -> bool:
+        """Equal when they describe the same footprint (jobs compare them to reuse a runner)."""
+        if not isinstance(other, Footprint):
+            return NotImplemented
+        return ((self.width, self.height, self.kind, self.source, self.data_fraction)
+                == (other.width, other.height, other.kind, other.source, other.data_fraction)
+                and np.array_equal(self.half_planes, other.half_planes))
+
+    __hash__ = None  # type: ignore[assignment]
 
     def fillable(self, window: Window) -> np.ndarray:
         """Tell which pixels of a window lie inside the footprint.
