@@ -79,3 +79,21 @@ def test_accessor_and_api_fill_return_typed_filled(tmp_path: Path, tiny_model) -
     np.testing.assert_array_equal(ds.filled.values, ref.filled.values)
     assert (ds.filled.values[0, 10:15, 10:15] > 0).all() and (ds.uncertainty.values[0, 10:15, 10:15] > 0).all()
     assert (ds.uncertainty.values[0, :10] == 0).all()
+
+
+def test_api_and_cli_agree_on_gaps_at_the_raster_edge(tmp_path: Path, tiny_model) -> None:
+    """Pixels outside the raster are never queries: a block's halo over the edge changes nothing."""
+    import geonp
+    from geonp.data.gaps import cloud_mask
+    from tests.conftest import smooth_field
+
+    arr = np.stack([smooth_field((64, 64), seed=s) for s in range(2)]).astype("uint16")
+    gap = cloud_mask((64, 64), coverage=0.3, rng=3)
+    gap[:, :3] = True  # gaps along the left edge too
+    arr[:, gap] = 0
+    path = write_raster(tmp_path / "in.tif", arr, nodata=0)
+    geonp.fill_raster(path, tmp_path / "cli.tif", model=str(tiny_model), device="cpu", block_size=32,
+                      fill_outside=True)
+    ds = geonp.fill(rioxarray.open_rasterio(path), model=str(tiny_model), device="cpu")
+    with rasterio.open(tmp_path / "cli.tif") as src:
+        np.testing.assert_array_equal(ds.filled.values, src.read())
