@@ -213,21 +213,20 @@ def _has_data(src: DatasetReader, *, info: RasterInfo, bands: Sequence[int], nod
             out[r0:r0 + h] = ok.any(axis=0)
         return out
     dec_h, dec_w = max(1, info.height // step), max(1, info.width // step)
+    out = np.zeros((dec_h, dec_w), dtype=bool)
     try:
-        arr = src.read(band_list, out_shape=(len(band_list), dec_h, dec_w),
-                       resampling=Resampling.nearest).astype(np.float64)
-        internal = None
-        if info.has_internal_mask:
-            internal = np.stack([src.read_masks(b, out_shape=(dec_h, dec_w),
-                                                resampling=Resampling.nearest) != 0
-                                 for b in band_list])
+        for b in band_list:  # one band at a time: memory of one decimated band
+            arr = src.read(b, out_shape=(dec_h, dec_w), resampling=Resampling.nearest).astype(np.float64)
+            internal = None
+            if info.has_internal_mask:
+                internal = src.read_masks(b, out_shape=(dec_h, dec_w), resampling=Resampling.nearest) != 0
+            out |= valid_mask(arr, nodata=nodata, internal_valid=internal, source_dtype=info.dtype)
     except (rasterio.errors.RasterioError, OSError) as err:
         raise InputRasterError(
             f"Raster {info.path} cannot be read to find its data footprint ({err}); check the "
             "file, or give the footprint with --footprint FILE."
         ) from err
-    ok = valid_mask(arr, nodata=nodata, internal_valid=internal, source_dtype=info.dtype)
-    return ok.any(axis=0)
+    return out
 
 
 def _hull_vertices(points: np.ndarray) -> np.ndarray | None:
