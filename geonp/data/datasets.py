@@ -32,17 +32,14 @@ class Regions:
     test: tuple[int, int] | None
 
 
-#: Narrowest validation region (columns): one default 64-pixel patch.
-MIN_VAL_COLUMNS = 64
-
-
 def split_columns(width: int, *, val_fraction: float, test_fraction: float,
-                  min_val_columns: int = MIN_VAL_COLUMNS) -> Regions:
+                  min_val_columns: int = 0) -> Regions:
     """Split ``width`` columns into train | val | test, in that order from the left.
 
     On a small raster ``val_fraction`` of the columns can be narrower than one patch (15 % of
     256 columns is 38), which would leave no validation patch at all; the validation region is
-    then widened to ``min_val_columns`` as long as the training region keeps at least as many.
+    then widened to ``min_val_columns`` (the patch size) as long as the training region keeps at
+    least as many.
     """
     test_w = int(round(width * test_fraction))
     val_w = int(round(width * val_fraction))
@@ -104,7 +101,8 @@ def sample_patches(
             attempts += 1
             i = int(rng.integers(len(sources)))
             info = infos[i]
-            cols = getattr(split_columns(info.width, val_fraction=val_fraction, test_fraction=test_fraction), region)
+            cols = getattr(split_columns(info.width, val_fraction=val_fraction, test_fraction=test_fraction,
+                                         min_val_columns=patch_size), region)
             if cols is None or cols[1] - cols[0] < patch_size or info.height < patch_size:
                 continue
             r = int(rng.integers(0, info.height - patch_size + 1))

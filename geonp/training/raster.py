@@ -253,8 +253,8 @@ def train(
         "coord_unit": mcfg.coord_unit,
         "task_shape": task_shape.__dict__,
         "split": {"axis": "columns", "val_fraction": val_fraction, "test_fraction": test_fraction,
-                  "regions": [split_columns(_width(p), val_fraction=val_fraction,
-                                            test_fraction=test_fraction).__dict__ for p in inputs]},
+                  "regions": [split_columns(_width(p), val_fraction=val_fraction, test_fraction=test_fraction,
+                                            min_val_columns=task_shape.patch_size).__dict__ for p in inputs]},
         "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
                     f"{'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}",
         "pretrain_steps": pretrain_steps,

@@ -14,12 +14,13 @@ SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "landsat8_clean.t
 
 
 def test_split_widens_a_too_narrow_validation_region() -> None:
-    small = split_columns(256, val_fraction=0.15, test_fraction=0.0)
+    small = split_columns(256, val_fraction=0.15, test_fraction=0.0, min_val_columns=64)
     assert small.train == (0, 192) and small.val == (192, 256) and small.test is None
-    big = split_columns(2041, val_fraction=0.15, test_fraction=0.2)
+    big = split_columns(2041, val_fraction=0.15, test_fraction=0.2, min_val_columns=64)
     assert big.val == (1327, 1633) and big.test == (1633, 2041)  # unchanged where it fits
-    tiny = split_columns(100, val_fraction=0.15, test_fraction=0.0)
+    tiny = split_columns(100, val_fraction=0.15, test_fraction=0.0, min_val_columns=64)
     assert tiny.val == (85, 100)  # no room for two patches: left as asked
+    assert split_columns(256, val_fraction=0.15, test_fraction=0.0).val == (218, 256)  # default: as asked
 
 
 def test_train_on_the_small_sample_works(tmp_path: Path) -> None:
