@@ -111,6 +111,8 @@ def main() -> None:
     parser.add_argument("--coverage", type=float, default=0.3)
     parser.add_argument("--model", default="default")
     parser.add_argument("--sizes", default="2048,8192", help="synthetic sizes for the memory runs")
+    parser.add_argument("--memory-coverage", type=float, default=0.02, help="gap fraction of the memory runs")
+    parser.add_argument("--skip-crop", action="store_true", help="only the memory runs")
     parser.add_argument("--devices", default=None, help="comma-separated: cpu,cuda [default: cpu, and cuda if present]")
     parser.add_argument("--workers", type=int, default=None, help="fill worker processes [default: geonp's choice]")
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
@@ -125,6 +127,27 @@ def main() -> None:
     print(f"host: {os.cpu_count()} CPU(s); CUDA: "
           f"{torch.cuda.get_device_name() if torch.cuda.is_available() else 'none'}; torch {torch.__version__}")
     tmp = Path(tempfile.mkdtemp(prefix="geonp-bench-"))
+    if not args.skip_crop:
+        compare(args, devices, tmp)
+    memory_runs(args, devices, tmp)
+
+
+def memory_runs(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
+    """Peak memory of whole fills of synthetic rasters of growing size, each in its own process."""
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if sizes:
+        print(f"\ngeonp peak memory vs raster size (synthetic, 1 band, {args.memory_coverage:.0%} cloud gaps, "
+              f"{devices[0]})")
+        print(f"{'size':>7}{'Mpx':>8}{'seconds':>9}{'peak MB':>9}{'worker MB':>10}")
+        for size in sizes:
+            synthetic(tmp / f"s{size}.tif", size, args.memory_coverage)
+            r = child_fill(args, tmp / f"s{size}.tif", tmp / f"o{size}.tif", devices[0])
+            print(f"{size:>7}{size * size / 1e6:>8.1f}{r['process_seconds']:>9.0f}{r['peak_mb']:>9.0f}"
+                  f"{r['worker_peak_mb']:>10.0f}", flush=True)
+
+
+def compare(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
+    """geonp (each device) and GDAL FillNodata on the same hidden pixels of a Landsat crop."""
     truth, gap = make_crop(tmp / "crop.tif", args.size, args.coverage, seed=1)
     bands = truth.shape[0]
     runs = {}
@@ -171,15 +194,6 @@ def main() -> None:
           f"({100 * (1 - rh_g / rh_d):+.1f} %)")
     print(f"ratios geonp ({devices[0]})/GDAL: time x{g['process_seconds'] / d['seconds']:.0f}, RMSE x{rmse_geonp / rmse_gdal:.3f} "
           f"({100 * (1 - rmse_geonp / rmse_gdal):+.1f} % RMSE reduction)")
-    sizes = [int(s) for s in args.sizes.split(",") if s]
-    if sizes:
-        print(f"\ngeonp peak memory vs raster size (synthetic, 1 band, {args.coverage:.0%} cloud gaps, {devices[0]})")
-        print(f"{'size':>7}{'Mpx':>8}{'seconds':>9}{'peak MB':>9}{'worker MB':>10}")
-        for size in sizes:
-            synthetic(tmp / f"s{size}.tif", size, args.coverage)
-            r = child_fill(args, tmp / f"s{size}.tif", tmp / f"o{size}.tif", devices[0])
-            print(f"{size:>7}{size * size / 1e6:>8.1f}{r['process_seconds']:>9.0f}{r['peak_mb']:>9.0f}"
-                  f"{r['worker_peak_mb']:>10.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -20,6 +20,7 @@ _LAZY = {
     "train": "geonp.training.raster",
     "evaluate": "geonp.evaluation",
     "fill_many": "geonp.jobs",
+    "FillConfig": "geonp.config",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

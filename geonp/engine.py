@@ -50,6 +50,9 @@ class BlockResult(NamedTuple):
     timings: dict[str, float]
     valid: np.ndarray | None = None  # [h, w]: observed or filled in every band (alpha / mask)
 
+# GDAL's block cache (MB) while filling: its default (5 % of RAM) lets RSS grow with the raster up
+# to gigabytes, since every block written or read stays cached; blocks are visited once here.
+GDAL_CACHE_MB = 128
 # Context search radius the first, narrow read of a block covers (see BlockRunner._halos).
 _NARROW_SEARCH = 64
 # Below this many gap pixels a process pool costs more to start (torch import, model load) than
@@ -325,6 +328,7 @@ def _trim_heap() -> None:
 def _init_worker() -> None:
     import torch
 
+    os.environ["GDAL_CACHEMAX"] = str(GDAL_CACHE_MB)  # before this process's GDAL starts
     torch.set_num_threads(1)
 
 

@@ -155,8 +155,18 @@ def fill_raster(
     Returns:
         A :class:`FillReport`.
     """
+    import rasterio
+
+    with rasterio.Env(GDAL_CACHEMAX=engine.GDAL_CACHE_MB):
+        return _fill_raster(input, output, FillConfig.of(config, **options), uncertainty=uncertainty, mask=mask,
+                            quicklook=quicklook, dry_run=dry_run, scheduler=scheduler, progress=progress)
+
+
+def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], cfg: FillConfig, *,
+                 uncertainty: str | os.PathLike[str] | None, mask: str | os.PathLike[str] | None,
+                 quicklook: str | os.PathLike[str] | None, dry_run: bool, scheduler: str | None,
+                 progress: Callable[[int, int], None] | None) -> FillReport:
     t0 = time.perf_counter()
-    cfg = FillConfig.of(config, **options)
     loaded = _load(cfg.model)
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     co = parse_creation_options(cfg.creation_options)
