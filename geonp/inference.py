@@ -159,13 +159,18 @@ def fill_raster(
 
     with rasterio.Env(GDAL_CACHEMAX=engine.GDAL_CACHE_MB):
         return _fill_raster(input, output, FillConfig.of(config, **options), uncertainty=uncertainty, mask=mask,
-                            quicklook=quicklook, dry_run=dry_run, scheduler=scheduler, progress=progress)
+                            quicklook=quicklook, dry_run=dry_run, scheduler=scheduler, progress=progress,
+                            mask_values=mask_values, mask_bits=mask_bits, qa=qa, qa_kind=qa_kind,
+                            qa_classes=qa_classes, footprint=footprint, format=format)
 
 
 def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], cfg: FillConfig, *,
                  uncertainty: str | os.PathLike[str] | None, mask: str | os.PathLike[str] | None,
                  quicklook: str | os.PathLike[str] | None, dry_run: bool, scheduler: str | None,
-                 progress: Callable[[int, int], None] | None) -> FillReport:
+                 progress: Callable[[int, int], None] | None, mask_values: str | Sequence[int] | None,
+                 mask_bits: str | Sequence[int] | None, qa: str | os.PathLike[str] | None, qa_kind: str | None,
+                 qa_classes: str | Sequence[str] | None, footprint: str | os.PathLike[str] | None,
+                 format: str | None) -> FillReport:
     t0 = time.perf_counter()
     loaded = _load(cfg.model)
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
