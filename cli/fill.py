@@ -44,6 +44,8 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
     Examples:
       geonp fill sample_data/landsat8_cloudy.tif filled.tif --quicklook filled.png
       geonp fill scene.tif filled.tif --nodata 0 -b 1 -b 2 --max-distance 200 --co COMPRESS=ZSTD
+      geonp fill scene.tif filled.tif --nodata 0 --qa QA_PIXEL.TIF --qa-kind landsat-c2
+      geonp fill s2_B04.tif filled.tif --qa SCL_20m.tif --qa-kind sentinel2-scl --qa-classes cloud,shadow
     """
     import geonp
 
