@@ -56,6 +56,8 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
         click.echo(f"Dry run of {input} with model {report.model} (nothing written):")
         for key, value in report.plan.items():
             click.echo(f"  {key}: {value}")
+        for hint in report.hints:
+            click.echo(f"Hint: {hint}", err=True)
         return
     if report.gap_pixels == 0:
         where = " inside its data footprint" if report.outside_pixels else ""
