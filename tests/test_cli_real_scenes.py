@@ -229,3 +229,27 @@ def test_no_gap_hint_and_model_tag_without_local_path(tmp_path, tiny_model) -> N
         tags = dst.tags()
     assert tags["GEONP_MODEL"] == "tiny" and "GEONP_MODEL_PATH" not in tags
     assert str(tmp_path) not in " ".join(tags.values())
+
+
+@needs_scene
+def test_qa_fill_class_keeps_an_untagged_collar_out(tmp_path, tiny_model) -> None:
+    """No --nodata: the QA band's fill bit marks the collar, which then stays unfilled (masked)."""
+    src = crop_scene(tmp_path / "crop.tif")
+    with rasterio.open(src) as s:
+        collar = (s.read() == 0).all(axis=0)
+        profile = s.profile
+    qa = np.full(collar.shape, 21824, "uint16")
+    qa[collar] = 1  # fill
+    qa[150:190, 40:90] = 22280  # a cloud inside the footprint
+    profile.update(count=1, dtype="uint16", nodata=None)
+    with rasterio.open(tmp_path / "qa.tif", "w", **profile) as dst:
+        dst.write(qa[None])
+    out = tmp_path / "out.tif"
+    res = run("fill", src, out, "--qa", tmp_path / "qa.tif", "--qa-kind", "landsat-c2", "--model", tiny_model,
+              "--device", "cpu")
+    assert res.exit_code == 0, res.output
+    std = read(tmp_path / "out_std.tif")
+    assert (std[:, 150:190, 40:90] > 0).all() and np.isnan(std[:, collar]).all()
+    with rasterio.open(out) as dst:
+        valid = dst.dataset_mask() > 0
+    assert not valid[collar].any() and valid[~collar].all()

@@ -8,8 +8,9 @@ ground truth to recover, and a filled collar would invent land where the sensor 
 The rule (the one documented in the README's "What geonp guarantees"):
 
 1. A pixel *has data* when any selected band is observed there by the raster itself (not NaN
-   or Inf, not the nodata value, not masked by the internal mask or alpha band). Gaps from
-   ``--mask`` or ``--qa`` (clouds) do not remove data: a cloud lies inside the footprint.
+   or Inf, not the nodata value, not masked by the internal mask or alpha band) and a QA band,
+   when given, does not flag it as fill. Gaps from ``--mask`` or ``--qa`` clouds do not remove
+   data: a cloud lies inside the footprint.
 2. The footprint is the convex hull of the pixel centres that have data. Scene footprints are
    convex (a swath cut by a tile is the intersection of two convex shapes, and a crop of it is
    too), so every cloud, stripe or dropped pixel that has data on both sides is inside, also
@@ -35,7 +36,7 @@ import json
 import logging
 import math
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -160,6 +161,7 @@ def compute_footprint(
     bands: Sequence[int],
     nodata: float | None,
     max_pixels: int = DEFAULT_MAX_PIXELS,
+    no_data: Callable[[Window], np.ndarray] | None = None,
 ) -> Footprint:
     """Compute the data footprint of a whole raster (see the module docstring for the rule).
 
@@ -169,6 +171,8 @@ def compute_footprint(
         bands: 1-based bands that count: a pixel has data when any of them is observed.
         nodata: The nodata value in force (the user's ``--nodata`` or the tag), or None.
         max_pixels: Examine at most this many pixels; larger rasters are read decimated.
+        no_data: Optional ``window -> bool [h, w]``: pixels another source says have no data (the
+            QA band's fill class), though the raster holds values there.
 
     Returns:
         The footprint. A raster without any data pixel gets an empty footprint.
@@ -177,6 +181,8 @@ def compute_footprint(
     has = _has_data(src, info=info, bands=bands, nodata=nodata, step=step)
     dec_h, dec_w = has.shape
     sy, sx = info.height / dec_h, info.width / dec_w
+    if no_data is not None:
+        _remove_no_data(has, no_data, info=info, sy=sy, sx=sx)
     rows = np.flatnonzero(has.any(axis=1))
     if rows.size == 0:
         empty = np.array([[0.0, 0.0, 1.0]])  # 0*x + 0*y + 1 <= 0 never holds
@@ -227,6 +233,21 @@ def _has_data(src: DatasetReader, *, info: RasterInfo, bands: Sequence[int], nod
             "file, or give the footprint with --footprint FILE."
         ) from err
     return out
+
+
+def _remove_no_data(has: np.ndarray, no_data: Callable[[Window], np.ndarray], *, info: RasterInfo,
+                    sy: float, sx: float) -> None:
+    """Clear ``has`` where ``no_data`` says so, reading it in full-resolution strips."""
+    dec_h, dec_w = has.shape
+    rows = np.floor((np.arange(dec_h) + 0.5) * sy).astype(int)  # the pixels the read sampled
+    cols = np.floor((np.arange(dec_w) + 0.5) * sx).astype(int)
+    for r0 in range(0, info.height, _STRIP_ROWS):
+        h = min(_STRIP_ROWS, info.height - r0)
+        pick = np.flatnonzero((rows >= r0) & (rows < r0 + h))
+        if pick.size == 0:
+            continue
+        strip = no_data(Window(0, r0, info.width, h))
+        has[pick] &= ~strip[rows[pick] - r0][:, cols]
 
 
 def _hull_vertices(points: np.ndarray) -> np.ndarray | None:

@@ -135,7 +135,14 @@ def build_gap_sources(
     elif footprint is not None:
         fp = load_footprint(footprint, like=info)
     else:
-        fp = compute_footprint(src, info=info, bands=bands, nodata=nodata)
+        no_data = None
+        if qa is not None and qa_kind is not None:  # every kind has a fill class: no data there
+            qa_name = os.fspath(qa)
+
+            def no_data(window: Window) -> np.ndarray:
+                return read_mask_file(qa_name, like=info, window=window, qa_kind=qa_kind, qa_classes=("fill",))
+
+        fp = compute_footprint(src, info=info, bands=bands, nodata=nodata, no_data=no_data)
     sources = GapSources(
         info=info, footprint=fp, mask=None if mask is None else os.fspath(mask), mask_values=values,
         mask_bits=bits, qa=None if qa is None else os.fspath(qa), qa_kind=qa_kind, qa_classes=classes,
