@@ -327,6 +327,7 @@ def fill_array(
     *,
     origin: tuple[int, int] = (0, 0),
     region: tuple[int, int, int, int] | None = None,
+    fillable: np.ndarray | None = None,
     **options: Any,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of an in-memory ``[bands, h, w]`` array.
@@ -337,6 +338,7 @@ def fill_array(
         config: fill options; keywords override its fields (``model`` may be a loaded model).
         origin: the array's offset in a larger raster (keeps tiles aligned across chunks).
         region: ``(r0, r1, c0, c1)`` to fill (default all); the rest is context only.
+        fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
         **options: :class:`~geonp.config.FillConfig` fields.
 
     Returns:
@@ -358,7 +360,7 @@ def fill_array(
     r0, r1, c0, c1 = region or (0, h, 0, w)
     mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
                                       origin=origin, norm=norm, max_distance=cfg.max_distance,
-                                      std_scale=engine.std_scales(loaded.calibration, n))
+                                      std_scale=engine.std_scales(loaded.calibration, n), fillable=fillable)
     core = (slice(None), slice(r0, r1), slice(c0, c1))
     filled = np.where(valid[core], values[core], mean)
     std_out = np.where(valid[core], 0.0, std).astype(np.float32)
@@ -394,11 +396,18 @@ def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
     loaded = _load(cfg.model)
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     data = arr3.data
+    footprint = None
+    if not cfg.fill_outside:  # the same footprint rule as fill_raster (geonp.io.footprint)
+        from geonp.io.footprint import footprint_of_array
+
+        footprint = footprint_of_array(_valid(data, nodata).any(axis=0))
     if hasattr(data, "dask"):
-        filled, std = _fill_dask(data, nodata, cfg, halo=opts.halo)
+        filled, std = _fill_dask(data, nodata, cfg, halo=opts.halo, footprint=footprint)
     else:
         values = np.asarray(data, dtype=np.float64)
-        filled, std = fill_array(values, _valid(values, nodata), cfg)
+        h, w = values.shape[1:]
+        inside = None if footprint is None else footprint.fillable(Window(0, 0, w, h))
+        filled, std = fill_array(values, _valid(values, nodata), cfg, fillable=inside)
     from geonp.xarray_result import build_result
 
     ds = build_result(filled, std, arr3, nodata=nodata)
@@ -414,7 +423,8 @@ def _valid(values: np.ndarray, nodata: float | None) -> np.ndarray:
     return ok
 
 
-def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int) -> tuple[Any, Any]:
+def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int,
+               footprint: Any = None) -> tuple[Any, Any]:
     """Build lazy filled/std arrays, one delayed task per output chunk (input read with a halo)."""
     import dask
     import dask.array as dsa
@@ -427,7 +437,10 @@ def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int) -
     @dask.delayed(pure=True)
     def one(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int]) -> np.ndarray:
         values = np.asarray(block, dtype=np.float64)
-        filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region)
+        inside = None if footprint is None else footprint.fillable(
+            Window(c0, r0, values.shape[2], values.shape[1]))
+        filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region,
+                                 fillable=inside)
         return np.stack([filled, std.astype(np.float64)])
 
     rows = []

@@ -253,3 +253,22 @@ def test_qa_fill_class_keeps_an_untagged_collar_out(tmp_path, tiny_model) -> Non
     with rasterio.open(out) as dst:
         valid = dst.dataset_mask() > 0
     assert not valid[collar].any() and valid[~collar].all()
+
+
+@needs_scene
+def test_api_fill_keeps_the_collar_too_and_agrees_with_the_cli(tmp_path, tiny_model) -> None:
+    import rioxarray
+
+    import geonp
+
+    cloud = (slice(150, 190), slice(40, 90))
+    src = crop_scene(tmp_path / "crop.tif", cloud=cloud, nodata=0)
+    with rasterio.open(SCENE) as scene:
+        collar = (scene.read(window=COLLAR_WINDOW) == 0).all(axis=0)
+    geonp.fill_raster(src, tmp_path / "cli.tif", model=str(tiny_model), device="cpu")
+    for chunks in (None, {"x": 128, "y": 128}):
+        ds = geonp.fill(rioxarray.open_rasterio(src, chunks=chunks), model=str(tiny_model), device="cpu")
+        filled, std = ds.filled.values, ds.uncertainty.values
+        assert (filled[:, collar] == 0).all() and np.isnan(std[:, collar]).all()
+        assert (std[:, cloud[0], cloud[1]] > 0).all()
+        np.testing.assert_array_equal(filled, read(tmp_path / "cli.tif"))

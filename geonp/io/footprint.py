@@ -39,6 +39,7 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import rasterio
@@ -53,7 +54,7 @@ from geonp.io.raster import RasterInfo, read_window
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Footprint", "compute_footprint", "footprint_everywhere", "load_footprint"]
+__all__ = ["Footprint", "compute_footprint", "footprint_everywhere", "footprint_of_array", "load_footprint"]
 
 #: Pixels examined at most when computing a footprint (the read is decimated beyond that).
 DEFAULT_MAX_PIXELS = 4 * 2**20
@@ -183,23 +184,53 @@ def compute_footprint(
     sy, sx = info.height / dec_h, info.width / dec_w
     if no_data is not None:
         _remove_no_data(has, no_data, info=info, sy=sy, sx=sx)
+    # The full-resolution pixels the (nearest-neighbour) decimated read sampled.
+    full_rows = np.floor((np.arange(dec_h) + 0.5) * sy).astype(int)
+    full_cols = np.floor((np.arange(dec_w) + 0.5) * sx).astype(int)
+    fp = _hull_footprint(has, full_rows, full_cols, width=info.width, height=info.height, sx=sx, sy=sy)
+    logger.info("footprint of %s: hull with %d edges, %.1f %% of the grid has data (step %d)",
+                info.path, len(fp.half_planes), 100 * fp.data_fraction, step)
+    return fp
+
+
+def footprint_of_array(has_data: Any, *, max_pixels: int = DEFAULT_MAX_PIXELS) -> Footprint:
+    """Compute the data footprint of an in-memory or Dask ``[h, w]`` "has data" array.
+
+    The same rule as :func:`compute_footprint`; a Dask array is read strided (every
+    ``step``-th row and column, at most ``max_pixels``), which only computes that subset.
+
+    Args:
+        has_data: Bool ``[h, w]``: True where any band is observed (numpy or dask).
+        max_pixels: Examine at most this many pixels.
+
+    Returns:
+        The footprint.
+    """
+    h, w = (int(n) for n in has_data.shape)
+    step = max(1, math.ceil(math.sqrt(h * w / max(1, max_pixels))))
+    sub = has_data[::step, ::step]
+    has = np.asarray(sub.compute() if hasattr(sub, "compute") else sub, dtype=bool)
+    full_rows, full_cols = np.arange(0, h, step), np.arange(0, w, step)
+    return _hull_footprint(has, full_rows, full_cols, width=w, height=h, sx=float(step), sy=float(step))
+
+
+def _hull_footprint(has: np.ndarray, full_rows: np.ndarray, full_cols: np.ndarray, *, width: int,
+                    height: int, sx: float, sy: float) -> Footprint:
+    """The footprint of sampled "has data" flags; ``full_rows/cols`` are the sampled pixels."""
+    dec_w = has.shape[1]
     rows = np.flatnonzero(has.any(axis=1))
     if rows.size == 0:
         empty = np.array([[0.0, 0.0, 1.0]])  # 0*x + 0*y + 1 <= 0 never holds
-        return Footprint(info.width, info.height, "hull", empty, data_fraction=0.0)
+        return Footprint(width, height, "hull", empty, data_fraction=0.0)
     first = has[rows].argmax(axis=1)
     last = dec_w - 1 - has[rows, ::-1].argmax(axis=1)
-    # Centres of the full-resolution pixels the (nearest-neighbour) decimated read sampled,
-    # x = column + 0.5, y = row + 0.5: real data pixels, so the hull never reaches the collar.
-    ys = np.floor((np.concatenate([rows, rows]) + 0.5) * sy) + 0.5
-    xs = np.floor((np.concatenate([first, last]) + 0.5) * sx) + 0.5
+    # Pixel centres (x = column + 0.5, y = row + 0.5) of real data pixels, so the hull never
+    # reaches into the collar.
+    ys = full_rows[np.concatenate([rows, rows])] + 0.5
+    xs = full_cols[np.concatenate([first, last])] + 0.5
     points = np.unique(np.stack([xs, ys], axis=1), axis=0)
-    planes = _footprint_half_planes(points, has, sx=sx, sy=sy, width=info.width,
-                                    height=info.height)
-    fraction = float(has.mean())
-    logger.info("footprint of %s: hull with %d edges, %.1f %% of the grid has data (step %d)",
-                info.path, len(planes), 100 * fraction, step)
-    return Footprint(info.width, info.height, "hull", planes, data_fraction=fraction)
+    planes = _footprint_half_planes(points, has, sx=sx, sy=sy, width=width, height=height)
+    return Footprint(width, height, "hull", planes, data_fraction=float(has.mean()))
 
 
 def _has_data(src: DatasetReader, *, info: RasterInfo, bands: Sequence[int], nodata: float | None,
