@@ -7,7 +7,6 @@ from collections.abc import Sequence
 
 import numpy as np
 
-
 #: Colour of gaps and unfilled pixels: magenta, which no natural scene shows.
 GAP_RGB = (1.0, 0.0, 1.0)
 _COLOURS = ("red", "green", "blue")
@@ -81,10 +80,9 @@ def write_quicklook(
 
     matplotlib.use("agg")
     import matplotlib.pyplot as plt
+    import rasterio
 
     from geonp.io.output import atomic_write_bytes
-
-    import rasterio
 
     with rasterio.open(input) as src:
         names = [ci.name for ci in src.colorinterp]

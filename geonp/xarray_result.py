@@ -75,15 +75,18 @@ def build_result(filled: Any, std: Any, da: xr.DataArray, *, nodata: float | Non
     filled_da = _as_dtype(raw, dtype, out_nodata)
     filled_da.attrs = {k: v for k, v in da.attrs.items() if k not in _ENCODING_ATTRS}
     std_da = xr.DataArray(std, dims=da.dims, coords=coords).astype(np.float32)
-    std_attrs: dict[str, Any] = {"long_name": "predictive standard deviation",
-                                 "description": "0 on observed pixels; NaN where nothing was filled"}
+    std_attrs: dict[str, Any] = {
+        "long_name": "predictive standard deviation",
+        "description": "0 on observed pixels; NaN where nothing was filled",
+    }
     if "scale_factor" in da.attrs:
         std_attrs["scale_factor"] = da.attrs["scale_factor"]
     if "units" in da.attrs:
         std_attrs["units"] = da.attrs["units"]
     std_da.attrs = std_attrs
-    ds = xr.Dataset({"filled": filled_da, "uncertainty": std_da},
-                    attrs={"geonp_version": __version__})
+    ds = xr.Dataset(
+        {"filled": filled_da, "uncertainty": std_da}, attrs={"geonp_version": __version__}
+    )
     try:
         import rioxarray  # noqa: F401 - registers the .rio accessor
 

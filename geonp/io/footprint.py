@@ -54,7 +54,13 @@ from geonp.io.raster import RasterInfo, read_window
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Footprint", "compute_footprint", "footprint_everywhere", "footprint_of_array", "load_footprint"]
+__all__ = [
+    "Footprint",
+    "compute_footprint",
+    "footprint_everywhere",
+    "footprint_of_array",
+    "load_footprint",
+]
 
 #: Pixels examined at most when computing a footprint (the read is decimated beyond that).
 DEFAULT_MAX_PIXELS = 4 * 2**20
@@ -99,9 +105,13 @@ class Footprint:
         """Equal when they describe the same footprint (jobs compare them to reuse a runner)."""
         if not isinstance(other, Footprint):
             return NotImplemented
-        return ((self.width, self.height, self.kind, self.source, self.data_fraction)
-                == (other.width, other.height, other.kind, other.source, other.data_fraction)
-                and np.array_equal(self.half_planes, other.half_planes))
+        return (self.width, self.height, self.kind, self.source, self.data_fraction) == (
+            other.width,
+            other.height,
+            other.kind,
+            other.source,
+            other.data_fraction,
+        ) and np.array_equal(self.half_planes, other.half_planes)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -187,9 +197,16 @@ def compute_footprint(
     # The full-resolution pixels the (nearest-neighbour) decimated read sampled.
     full_rows = np.floor((np.arange(dec_h) + 0.5) * sy).astype(int)
     full_cols = np.floor((np.arange(dec_w) + 0.5) * sx).astype(int)
-    fp = _hull_footprint(has, full_rows, full_cols, width=info.width, height=info.height, sx=sx, sy=sy)
-    logger.info("footprint of %s: hull with %d edges, %.1f %% of the grid has data (step %d)",
-                info.path, len(fp.half_planes), 100 * fp.data_fraction, step)
+    fp = _hull_footprint(
+        has, full_rows, full_cols, width=info.width, height=info.height, sx=sx, sy=sy
+    )
+    logger.info(
+        "footprint of %s: hull with %d edges, %.1f %% of the grid has data (step %d)",
+        info.path,
+        len(fp.half_planes),
+        100 * fp.data_fraction,
+        step,
+    )
     return fp
 
 
@@ -211,11 +228,21 @@ def footprint_of_array(has_data: Any, *, max_pixels: int = DEFAULT_MAX_PIXELS) -
     sub = has_data[::step, ::step]
     has = np.asarray(sub.compute() if hasattr(sub, "compute") else sub, dtype=bool)
     full_rows, full_cols = np.arange(0, h, step), np.arange(0, w, step)
-    return _hull_footprint(has, full_rows, full_cols, width=w, height=h, sx=float(step), sy=float(step))
+    return _hull_footprint(
+        has, full_rows, full_cols, width=w, height=h, sx=float(step), sy=float(step)
+    )
 
 
-def _hull_footprint(has: np.ndarray, full_rows: np.ndarray, full_cols: np.ndarray, *, width: int,
-                    height: int, sx: float, sy: float) -> Footprint:
+def _hull_footprint(
+    has: np.ndarray,
+    full_rows: np.ndarray,
+    full_cols: np.ndarray,
+    *,
+    width: int,
+    height: int,
+    sx: float,
+    sy: float,
+) -> Footprint:
     """The footprint of sampled "has data" flags; ``full_rows/cols`` are the sampled pixels."""
     dec_w = has.shape[1]
     rows = np.flatnonzero(has.any(axis=1))
@@ -233,8 +260,9 @@ def _hull_footprint(has: np.ndarray, full_rows: np.ndarray, full_cols: np.ndarra
     return Footprint(width, height, "hull", planes, data_fraction=float(has.mean()))
 
 
-def _has_data(src: DatasetReader, *, info: RasterInfo, bands: Sequence[int], nodata: float | None,
-              step: int) -> np.ndarray:
+def _has_data(
+    src: DatasetReader, *, info: RasterInfo, bands: Sequence[int], nodata: float | None, step: int
+) -> np.ndarray:
     """Read ``[h/step, w/step]``: True where any band is observed by the raster itself."""
     band_list = [int(b) for b in bands]
     if step == 1:
@@ -247,16 +275,20 @@ def _has_data(src: DatasetReader, *, info: RasterInfo, bands: Sequence[int], nod
             if info.has_internal_mask:
                 internal = np.stack([src.read_masks(b, window=win) != 0 for b in band_list])
             ok = valid_mask(arr, nodata=nodata, internal_valid=internal, source_dtype=info.dtype)
-            out[r0:r0 + h] = ok.any(axis=0)
+            out[r0 : r0 + h] = ok.any(axis=0)
         return out
     dec_h, dec_w = max(1, info.height // step), max(1, info.width // step)
     out = np.zeros((dec_h, dec_w), dtype=bool)
     try:
         for b in band_list:  # one band at a time: memory of one decimated band
-            arr = src.read(b, out_shape=(dec_h, dec_w), resampling=Resampling.nearest).astype(np.float64)
+            arr = src.read(b, out_shape=(dec_h, dec_w), resampling=Resampling.nearest).astype(
+                np.float64
+            )
             internal = None
             if info.has_internal_mask:
-                internal = src.read_masks(b, out_shape=(dec_h, dec_w), resampling=Resampling.nearest) != 0
+                internal = (
+                    src.read_masks(b, out_shape=(dec_h, dec_w), resampling=Resampling.nearest) != 0
+                )
             out |= valid_mask(arr, nodata=nodata, internal_valid=internal, source_dtype=info.dtype)
     except (rasterio.errors.RasterioError, OSError) as err:
         raise InputRasterError(
@@ -266,8 +298,14 @@ def _has_data(src: DatasetReader, *, info: RasterInfo, bands: Sequence[int], nod
     return out
 
 
-def _remove_no_data(has: np.ndarray, no_data: Callable[[Window], np.ndarray], *, info: RasterInfo,
-                    sy: float, sx: float) -> None:
+def _remove_no_data(
+    has: np.ndarray,
+    no_data: Callable[[Window], np.ndarray],
+    *,
+    info: RasterInfo,
+    sy: float,
+    sx: float,
+) -> None:
     """Clear ``has`` where ``no_data`` says so, reading it in full-resolution strips."""
     dec_h, dec_w = has.shape
     rows = np.floor((np.arange(dec_h) + 0.5) * sy).astype(int)  # the pixels the read sampled
@@ -322,8 +360,9 @@ def _sides(p: np.ndarray, width: int, height: int, tol: float) -> frozenset[str]
     return frozenset(sides)
 
 
-def _support(p: np.ndarray, q: np.ndarray, inward: np.ndarray, has: np.ndarray, sx: float,
-             sy: float) -> np.ndarray:
+def _support(
+    p: np.ndarray, q: np.ndarray, inward: np.ndarray, has: np.ndarray, sx: float, sy: float
+) -> np.ndarray:
     """Whether the pixels just inside the edge p-q have data (one-pixel spacing, 1.5 px inwards)."""
     dec_h, dec_w = has.shape
     n = max(2, int(math.hypot(*(q - p))))
@@ -360,8 +399,9 @@ def _longest_run(flags: np.ndarray) -> int:
     return best
 
 
-def _footprint_half_planes(points: np.ndarray, has: np.ndarray, *, sx: float, sy: float, width: int,
-                           height: int) -> np.ndarray:
+def _footprint_half_planes(
+    points: np.ndarray, has: np.ndarray, *, sx: float, sy: float, width: int, height: int
+) -> np.ndarray:
     """Half-planes of the hull, without the chains of edges that cut a grid corner across gaps.
 
     The hull's vertices on the raster's border split its outline into chains. A chain that
@@ -402,13 +442,18 @@ def _footprint_half_planes(points: np.ndarray, has: np.ndarray, *, sx: float, sy
         # (a cloud hugging the edge hides the rest), with a collar behind it deeper than
         # _THIN_STRIP pixels on average. A thinner strip between the hull and the grid's border
         # is a cloud along the border, not a collar.
-        scene_edge = flags.mean() >= _BRIDGE_SUPPORT or _longest_run(flags) * max(sx, sy) >= _EDGE_RUN
+        scene_edge = (
+            flags.mean() >= _BRIDGE_SUPPORT or _longest_run(flags) * max(sx, sy) >= _EDGE_RUN
+        )
         if scene_edge:
             depth = _region_area(planes, set(chain), width, height) / max(length, 1.0)
             if depth >= _THIN_STRIP:
                 continue
-        logger.info("footprint: the hull cuts a corner of the grid across gaps (%.0f %% data "
-                    "along it); that corner counts as inside", 100 * float(flags.mean()))
+        logger.info(
+            "footprint: the hull cuts a corner of the grid across gaps (%.0f %% data "
+            "along it); that corner counts as inside",
+            100 * float(flags.mean()),
+        )
         for e in chain:
             drop[e] = True
     kept = [pl for pl, d in zip(planes, drop, strict=True) if not d]
@@ -453,8 +498,9 @@ def _read_footprint_file(name: str, like: RasterInfo, window: Window) -> np.ndar
         return rasterize_geojson(name, like=like, window=window, role="Footprint")
     from geonp.io.reproject import read_on_grid
 
-    values, valid = read_on_grid(name, like=like, window=window, resampling="nearest",
-                                 role="Footprint")
+    values, valid = read_on_grid(
+        name, like=like, window=window, resampling="nearest", role="Footprint"
+    )
     return valid & (values != 0)
 
 
@@ -473,7 +519,9 @@ def load_geojson(name: str, *, role: str) -> tuple[list[dict], str]:
     try:
         doc = json.loads(Path(name).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-        raise InputRasterError(f"{role} {name} is not a readable GeoJSON file ({err}); check it.") from err
+        raise InputRasterError(
+            f"{role} {name} is not a readable GeoJSON file ({err}); check it."
+        ) from err
     geoms: list[dict] = []
     kind = doc.get("type") if isinstance(doc, dict) else None
     if kind == "FeatureCollection":
@@ -482,8 +530,12 @@ def load_geojson(name: str, *, role: str) -> tuple[list[dict], str]:
         geoms = [doc.get("geometry")]
     elif kind in ("Polygon", "MultiPolygon", "GeometryCollection"):
         geoms = [doc]
-    geoms = [g for g in geoms if isinstance(g, dict) and g.get("type") in
-             ("Polygon", "MultiPolygon", "GeometryCollection")]
+    geoms = [
+        g
+        for g in geoms
+        if isinstance(g, dict)
+        and g.get("type") in ("Polygon", "MultiPolygon", "GeometryCollection")
+    ]
     if not geoms:
         raise InputRasterError(
             f"{role} {name} holds no Polygon or MultiPolygon; give polygons (GeoJSON)."

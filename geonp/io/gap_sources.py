@@ -66,11 +66,21 @@ class GapSources:
         """
         gaps = None
         if self.mask is not None:
-            gaps = read_mask_file(self.mask, like=self.info, window=window,
-                                  mask_values=self.mask_values, mask_bits=self.mask_bits)
+            gaps = read_mask_file(
+                self.mask,
+                like=self.info,
+                window=window,
+                mask_values=self.mask_values,
+                mask_bits=self.mask_bits,
+            )
         if self.qa is not None:
-            qa_gaps = read_mask_file(self.qa, like=self.info, window=window, qa_kind=self.qa_kind,
-                                     qa_classes=self.qa_classes)
+            qa_gaps = read_mask_file(
+                self.qa,
+                like=self.info,
+                window=window,
+                qa_kind=self.qa_kind,
+                qa_classes=self.qa_classes,
+            )
             gaps = qa_gaps if gaps is None else gaps | qa_gaps
         return gaps
 
@@ -118,13 +128,19 @@ def build_gap_sources(
         InputRasterError: A mask or footprint file that cannot be used.
     """
     if mask_values is not None and mask_bits is not None:
-        raise ConfigError("--mask-values and --mask-bits read the mask in two ways; give one of them.")
+        raise ConfigError(
+            "--mask-values and --mask-bits read the mask in two ways; give one of them."
+        )
     if (mask_values is not None or mask_bits is not None) and mask is None:
-        raise ConfigError("--mask-values/--mask-bits say how to read a --mask FILE; give the mask too.")
+        raise ConfigError(
+            "--mask-values/--mask-bits say how to read a --mask FILE; give the mask too."
+        )
     if qa is not None and qa_kind is None:
         raise ConfigError(f"--qa needs --qa-kind ({', '.join(QA_KINDS)}) to know how to read it.")
     if qa is None and (qa_kind is not None or qa_classes is not None):
-        raise ConfigError("--qa-kind/--qa-classes say how to read a --qa FILE; give the QA band too.")
+        raise ConfigError(
+            "--qa-kind/--qa-classes say how to read a --qa FILE; give the QA band too."
+        )
     if footprint is not None and fill_outside:
         raise ConfigError("--footprint and --fill-outside contradict each other; give one of them.")
     values = parse_int_list(mask_values, option="--mask-values", low=-(2**63))
@@ -140,12 +156,20 @@ def build_gap_sources(
             qa_name = os.fspath(qa)
 
             def no_data(window: Window) -> np.ndarray:
-                return read_mask_file(qa_name, like=info, window=window, qa_kind=qa_kind, qa_classes=("fill",))
+                return read_mask_file(
+                    qa_name, like=info, window=window, qa_kind=qa_kind, qa_classes=("fill",)
+                )
 
         fp = compute_footprint(src, info=info, bands=bands, nodata=nodata, no_data=no_data)
     sources = GapSources(
-        info=info, footprint=fp, mask=None if mask is None else os.fspath(mask), mask_values=values,
-        mask_bits=bits, qa=None if qa is None else os.fspath(qa), qa_kind=qa_kind, qa_classes=classes,
+        info=info,
+        footprint=fp,
+        mask=None if mask is None else os.fspath(mask),
+        mask_values=values,
+        mask_bits=bits,
+        qa=None if qa is None else os.fspath(qa),
+        qa_kind=qa_kind,
+        qa_classes=classes,
     )
     sources.extra_gaps(Window(0, 0, 1, 1))  # a bad mask file fails here, before any work
     return sources

@@ -14,7 +14,9 @@ __all__ = ["untagged_nodata_hint"]
 _MIN_SHARE = 0.01
 
 
-def untagged_nodata_hint(src: DatasetReader, bands: Sequence[int], *, max_side: int = 1024) -> str | None:
+def untagged_nodata_hint(
+    src: DatasetReader, bands: Sequence[int], *, max_side: int = 1024
+) -> str | None:
     """Say so when a raster without a nodata tag has many pixels at a typical fill value.
 
     A scene exported without its nodata tag reads as gap-free: its collar of zeros (or of the
@@ -46,5 +48,7 @@ def untagged_nodata_hint(src: DatasetReader, bands: Sequence[int], *, max_side: 
             best, share = value, frac
     if best is None or share < _MIN_SHARE:
         return None
-    return (f"{100 * share:.0f} % of the pixels are {best:g} in every band and the file has no nodata "
-            f"tag; if {best:g} means no data, run again with --nodata {best:g}")
+    return (
+        f"{100 * share:.0f} % of the pixels are {best:g} in every band and the file has no nodata "
+        f"tag; if {best:g} means no data, run again with --nodata {best:g}"
+    )

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import hashlib
 import logging
 import os

@@ -86,8 +86,9 @@ def resolve_classes(kind: str, classes: Iterable[str] | str | None) -> tuple[str
         classes = classes.split(",")
     names = tuple(c.strip().lower().replace("-", "_") for c in classes if c.strip())
     if not names:
-        raise ConfigError(f"--qa-classes is empty; name classes of {kind}: "
-                          f"{', '.join(_CLASSES[kind])}.")
+        raise ConfigError(
+            f"--qa-classes is empty; name classes of {kind}: {', '.join(_CLASSES[kind])}."
+        )
     unknown = [n for n in names if n not in _CLASSES[kind]]
     if unknown:
         raise ConfigError(
@@ -97,8 +98,9 @@ def resolve_classes(kind: str, classes: Iterable[str] | str | None) -> tuple[str
     return names
 
 
-def parse_int_list(text: str | Sequence[int] | None, *, option: str, low: int = 0,
-                   high: int | None = None) -> tuple[int, ...] | None:
+def parse_int_list(
+    text: str | Sequence[int] | None, *, option: str, low: int = 0, high: int | None = None
+) -> tuple[int, ...] | None:
     """Parse ``"1,2,8"`` (or a sequence) into whole numbers for ``--mask-values``/``--mask-bits``.
 
     Args:
@@ -122,7 +124,9 @@ def parse_int_list(text: str | Sequence[int] | None, *, option: str, low: int = 
         try:
             value = int(s)
         except ValueError:
-            raise ConfigError(f"{option} {s!r} is not a whole number; write e.g. {option} 1,2,8.") from None
+            raise ConfigError(
+                f"{option} {s!r} is not a whole number; write e.g. {option} 1,2,8."
+            ) from None
         if value < low or (high is not None and value > high):
             rng = f"{low}..{high}" if high is not None else f">= {low}"
             raise ConfigError(f"{option} {value} is out of range ({rng}).")

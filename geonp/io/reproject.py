@@ -32,8 +32,11 @@ __all__ = ["read_gaps_on_grid", "read_on_grid", "same_grid"]
 
 def same_grid(src: DatasetReader, like: RasterInfo) -> bool:
     """Tell whether ``src`` has exactly the grid (size, transform, CRS) of ``like``."""
-    same = (src.width == like.width and src.height == like.height
-            and src.transform.almost_equals(like.transform))
+    same = (
+        src.width == like.width
+        and src.height == like.height
+        and src.transform.almost_equals(like.transform)
+    )
     if same and src.crs and like.crs:  # a mask without CRS on the same pixel grid is fine
         same = src.crs == CRS.from_wkt(like.crs)
     return same
@@ -49,8 +52,12 @@ def _check_crs(src: DatasetReader, like: RasterInfo, name: str, role: str) -> No
 
 
 def _window_ints(window: Window) -> tuple[int, int, int, int]:
-    return (int(round(window.row_off)), int(round(window.col_off)), int(round(window.height)),
-            int(round(window.width)))
+    return (
+        int(round(window.row_off)),
+        int(round(window.col_off)),
+        int(round(window.height)),
+        int(round(window.width)),
+    )
 
 
 def _source_window(src: DatasetReader, like: RasterInfo, window: Window) -> Window | None:
@@ -72,8 +79,13 @@ def _source_window(src: DatasetReader, like: RasterInfo, window: Window) -> Wind
     return Window(col0, row0, col1 - col0, row1 - row0)
 
 
-def _warp(src: DatasetReader, like: RasterInfo, window: Window, decode: Callable[[np.ndarray,
-          np.ndarray], np.ndarray], resampling: Resampling) -> np.ndarray:
+def _warp(
+    src: DatasetReader,
+    like: RasterInfo,
+    window: Window,
+    decode: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    resampling: Resampling,
+) -> np.ndarray:
     """Decode the covering source window to uint8 and warp it onto ``window`` of ``like``.
 
     Returns ``[h, w]`` uint8 with 255 where the source does not cover the target.
@@ -86,19 +98,40 @@ def _warp(src: DatasetReader, like: RasterInfo, window: Window, decode: Callable
     values = src.read(1, window=src_win).astype(np.float64)
     valid = src.read_masks(1, window=src_win) != 0
     decoded = decode(values, valid).astype(np.uint8)
-    profile = dict(driver="GTiff", width=int(src_win.width), height=int(src_win.height), count=1,
-                   dtype="uint8", crs=src.crs, transform=src.window_transform(src_win), nodata=255)
+    profile = {
+        "driver": "GTiff",
+        "width": int(src_win.width),
+        "height": int(src_win.height),
+        "count": 1,
+        "dtype": "uint8",
+        "crs": src.crs,
+        "transform": src.window_transform(src_win),
+        "nodata": 255,
+    }
     with MemoryFile() as mem, mem.open(**profile) as tmp:
         tmp.write(decoded, 1)
         dst_tf = window_transform(Window(c0, r0, w, h), like.transform)
-        with WarpedVRT(tmp, crs=CRS.from_wkt(like.crs), transform=dst_tf, width=w, height=h,
-                       resampling=resampling, nodata=255) as vrt:
+        with WarpedVRT(
+            tmp,
+            crs=CRS.from_wkt(like.crs),
+            transform=dst_tf,
+            width=w,
+            height=h,
+            resampling=resampling,
+            nodata=255,
+        ) as vrt:
             out[:] = vrt.read(1)
     return out
 
 
-def read_on_grid(path: str | os.PathLike[str], *, like: RasterInfo, window: Window,
-                 resampling: str = "nearest", role: str = "Mask") -> tuple[np.ndarray, np.ndarray]:
+def read_on_grid(
+    path: str | os.PathLike[str],
+    *,
+    like: RasterInfo,
+    window: Window,
+    resampling: str = "nearest",
+    role: str = "Mask",
+) -> tuple[np.ndarray, np.ndarray]:
     """Read band 1 of a raster on ``like``'s grid for one window (nearest neighbour).
 
     Args:
@@ -119,16 +152,26 @@ def read_on_grid(path: str | os.PathLike[str], *, like: RasterInfo, window: Wind
             return values, np.isfinite(values) & _not_nodata(values, src.nodata)
         _check_crs(src, like, name, role)
         # Values pass through unchanged as uint8 classes 0/1 are all footprints need.
-        warped = _warp(src, like, window, lambda v, ok: np.where(ok & np.isfinite(v) & (v != 0)
-                                                                 & _not_nodata(v, src.nodata),
-                                                                 1, 0),
-                       Resampling[resampling])
+        warped = _warp(
+            src,
+            like,
+            window,
+            lambda v, ok: np.where(
+                ok & np.isfinite(v) & (v != 0) & _not_nodata(v, src.nodata), 1, 0
+            ),
+            Resampling[resampling],
+        )
     return warped.astype(np.float64), warped != 255
 
 
-def read_gaps_on_grid(path: str | os.PathLike[str], *, like: RasterInfo, window: Window,
-                      decode: Callable[[np.ndarray, np.ndarray], np.ndarray],
-                      role: str = "Mask") -> np.ndarray | None:
+def read_gaps_on_grid(
+    path: str | os.PathLike[str],
+    *,
+    like: RasterInfo,
+    window: Window,
+    decode: Callable[[np.ndarray, np.ndarray], np.ndarray],
+    role: str = "Mask",
+) -> np.ndarray | None:
     """Read a gap mask on another grid onto one window of ``like`` (max of covering pixels).
 
     Args:
@@ -152,8 +195,10 @@ def read_gaps_on_grid(path: str | os.PathLike[str], *, like: RasterInfo, window:
         except InputRasterError:
             raise
         except (rasterio.errors.RasterioError, OSError, ValueError) as err:
-            raise InputRasterError(f"{role} {name} cannot be resampled onto the input's grid "
-                                   f"({err}); resample it with gdalwarp first.") from err
+            raise InputRasterError(
+                f"{role} {name} cannot be resampled onto the input's grid "
+                f"({err}); resample it with gdalwarp first."
+            ) from err
     return warped == 1
 
 

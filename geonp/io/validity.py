@@ -51,8 +51,9 @@ class OutputValidity:
         return len(self.bands) + (self.alpha_band is not None)
 
 
-def plan_output_validity(src: DatasetReader, bands: Sequence[int] | None, *,
-                         nodata: float | None) -> OutputValidity:
+def plan_output_validity(
+    src: DatasetReader, bands: Sequence[int] | None, *, nodata: float | None
+) -> OutputValidity:
     """Decide how the output of a fill marks unfilled pixels (see the module docstring).
 
     Args:
@@ -71,20 +72,32 @@ def plan_output_validity(src: DatasetReader, bands: Sequence[int] | None, *,
     if bands is not None and alpha_band not in chosen:
         alpha_band = None  # the user chose bands without the alpha band: none in the output
     dtype = str(src.dtypes[0])
-    return OutputValidity(bands=data, alpha_band=alpha_band, nodata=nodata, dtype=dtype,
-                          write_mask=alpha_band is None and nodata is None)
+    return OutputValidity(
+        bands=data,
+        alpha_band=alpha_band,
+        nodata=nodata,
+        dtype=dtype,
+        write_mask=alpha_band is None and nodata is None,
+    )
 
 
-def _away_from(value: float, dtype: np.dtype, prefer_up: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _away_from(
+    value: float, dtype: np.dtype, prefer_up: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
     """The representable neighbours of ``value`` in ``dtype`` (below, above)."""
     if np.issubdtype(dtype, np.integer):
         info = np.iinfo(dtype)
         lo = value - 1 if value > info.min else value + 1
         hi = value + 1 if value < info.max else value - 1
-        return (np.full(prefer_up.shape, lo, dtype=np.float64), np.full(prefer_up.shape, hi, dtype=np.float64))
+        return (
+            np.full(prefer_up.shape, lo, dtype=np.float64),
+            np.full(prefer_up.shape, hi, dtype=np.float64),
+        )
     v = dtype.type(value)
-    return (np.full(prefer_up.shape, np.nextafter(v, dtype.type(-np.inf)), dtype=np.float64),
-            np.full(prefer_up.shape, np.nextafter(v, dtype.type(np.inf)), dtype=np.float64))
+    return (
+        np.full(prefer_up.shape, np.nextafter(v, dtype.type(-np.inf)), dtype=np.float64),
+        np.full(prefer_up.shape, np.nextafter(v, dtype.type(np.inf)), dtype=np.float64),
+    )
 
 
 def finish_block(

@@ -33,11 +33,15 @@ def _geometries(name: str, like_crs: str | None, role: str) -> tuple[dict, ...]:
             return tuple(geoms)
         return tuple(transform_geom(src_crs, dst_crs, g) for g in geoms)
     except (CRSError, ValueError) as err:
-        raise InputRasterError(f"{role} {name}: its CRS {crs_name!r} cannot be used ({err}); "
-                               "write it in WGS 84 (EPSG:4326) as GeoJSON requires.") from err
+        raise InputRasterError(
+            f"{role} {name}: its CRS {crs_name!r} cannot be used ({err}); "
+            "write it in WGS 84 (EPSG:4326) as GeoJSON requires."
+        ) from err
 
 
-def rasterize_geojson(name: str, *, like: RasterInfo, window: Window, role: str = "Mask") -> np.ndarray:
+def rasterize_geojson(
+    name: str, *, like: RasterInfo, window: Window, role: str = "Mask"
+) -> np.ndarray:
     """Rasterise a GeoJSON file's polygons onto one window of the input's grid.
 
     A pixel is inside when its centre lies in a polygon (GDAL's default rule).
