@@ -160,3 +160,33 @@ def test_everywhere_and_footprint_files(tmp_path: Path) -> None:
     gj.write_text(json.dumps(doc))
     inside = load_footprint(gj, like=info).fillable(Window(0, 0, 16, 16))
     assert inside[:8].all() and not inside[8:].any()
+
+
+def _write_u16(path: Path, arr: np.ndarray) -> Path:
+    with rasterio.open(path, "w", driver="GTiff", width=arr.shape[1], height=arr.shape[0], count=1,
+                       dtype="uint16", crs="EPSG:32621", transform=rasterio.transform.from_origin(0, 0, 30, 30)) as dst:
+        dst.write(arr[None].astype("uint16"))
+    return path
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_simulated_clouds_in_crops_are_always_inside(tmp_path: Path, seed: int) -> None:
+    from geonp.data.gaps import cloud_mask
+
+    gap = cloud_mask((96, 96), coverage=0.3, rng=seed)  # blobs that often touch edges and corners
+    path = _write_u16(tmp_path / "c.tif", np.where(gap, 0, 700))
+    fp, _ = footprint_of(path)
+    assert fp.fillable(Window(0, 0, 96, 96))[gap].all()
+
+
+@pytest.mark.parametrize("angle", [10, 35, 60, 80, 100, 145, 170, 250, 300])
+def test_straight_collars_at_any_angle_stay_outside(tmp_path: Path, angle: int) -> None:
+    rows, cols = np.mgrid[0:96, 0:96] + 0.5
+    theta = np.deg2rad(angle)
+    # A scene edge 30 px from the grid's centre; the collar lies beyond it.
+    collar = (cols - 48) * np.cos(theta) + (rows - 48) * np.sin(theta) > 30
+    path = _write_u16(tmp_path / "e.tif", np.where(collar, 0, 700))
+    fp, _ = footprint_of(path)
+    inside = fp.fillable(Window(0, 0, 96, 96))
+    assert not (inside & collar).any()
+    assert inside[~collar].all()
