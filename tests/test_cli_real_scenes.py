@@ -272,3 +272,18 @@ def test_api_fill_keeps_the_collar_too_and_agrees_with_the_cli(tmp_path, tiny_mo
         assert (filled[:, collar] == 0).all() and np.isnan(std[:, collar]).all()
         assert (std[:, cloud[0], cloud[1]] > 0).all()
         np.testing.assert_array_equal(filled, read(tmp_path / "cli.tif"))
+
+
+def test_netcdf_output_one_band_and_refusal_for_several(tmp_path, tiny_model) -> None:
+    arr = np.stack([smooth_field((32, 32), seed=s) for s in range(2)]).astype("uint16")
+    arr[:, 5:10, 5:10] = 0
+    src = write_raster(tmp_path / "in.tif", arr, nodata=0)
+    res = CliRunner().invoke(cli, ["fill", str(src), str(tmp_path / "x.nc"), "--model", str(tiny_model)])
+    assert res.exit_code == 1
+    assert "geonp cannot write the uint16 OUTPUT as netCDF" in res.output and "use one band with -b" in res.output
+    assert not list(tmp_path.glob("x*"))
+    res = run("fill", src, tmp_path / "y.nc", "-b", 2, "--model", tiny_model, "--device", "cpu")
+    assert res.exit_code == 0, res.output
+    with rasterio.open(tmp_path / "y.nc") as a, rasterio.open(tmp_path / "y_std.nc") as b:
+        assert a.driver == b.driver == "netCDF" and a.count == b.count == 1
+        assert (a.read(1)[5:10, 5:10] > 0).all() and (b.read(1)[5:10, 5:10] > 0).all()

@@ -17,7 +17,9 @@ import hashlib
 import logging
 import os
 import secrets
+import shutil
 import socket
+import tempfile
 import threading
 import time
 import warnings
@@ -467,7 +469,10 @@ def check_creation_options(
     side_w, side_h = max(1, min(int(width), _TRIAL_MAX_SIDE)), max(1, min(int(height), _TRIAL_MAX_SIDE))
     convert = cog or driver not in _DIRECT_DRIVERS
     token = secrets.token_hex(6)
-    tmp, final = f"/vsimem/geonp-trial-{token}.tif", f"/vsimem/geonp-trial-{token}-final"
+    # GTiff and COG are tried in memory; other drivers (netCDF, for one) need a real file.
+    scratch = None if driver in _DIRECT_DRIVERS or cog else tempfile.mkdtemp(prefix="geonp-trial-")
+    where = "/vsimem" if scratch is None else scratch
+    tmp, final = f"{where}/geonp-trial-{token}.tif", f"{where}/geonp-trial-{token}-final"
     problems: list[str] = []
     try:
         with _capture_gdal() as messages, warnings.catch_warnings():
@@ -486,6 +491,12 @@ def check_creation_options(
                     rasterio.shutil.copy(tmp, final + ".tif", driver="COG", **cog_options(opts))
                 elif convert:
                     rasterio.shutil.copy(tmp, final + _suffix_for(driver), driver=driver, **opts)
+                    with rasterio.open(final + _suffix_for(driver)) as back:
+                        if (back.count, back.width, back.height) != (count, side_w, side_h):
+                            problems.append(
+                                f"its {count}-band copy reads back as {back.count} band(s) of "
+                                f"{back.width}x{back.height} px (the {driver} driver splits or "
+                                "changes the bands); use one band with -b")
             except ConfigError:
                 raise
             except Exception as err:  # noqa: BLE001 - GDAL's refusal, reported below
@@ -503,6 +514,8 @@ def check_creation_options(
         for name in (tmp, final + ".tif", final + _suffix_for(driver)):
             with contextlib.suppress(Exception):
                 rasterio.shutil.delete(name)
+        if scratch is not None:
+            shutil.rmtree(scratch, ignore_errors=True)
     if not problems:
         return
     shown = " ".join(f"{k}={v}" for k, v in opts.items()) or "the default options"
@@ -517,15 +530,15 @@ def check_creation_options(
     elif what == "std raster" and option == "--co":
         hint = ("give the std raster its own options with --std-co (for example "
                 "--std-co COMPRESS=DEFLATE).")
-    else:
+    elif opts:
         hint = f"check the option against GDAL's {target} driver documentation."
+    else:
+        hint = f"write it in another format (.tif, or -f/--format) than {target}."
     lead = f"Unknown creation option {unknown[0]}: " if unknown else ""
     if opts.get("COMPRESS", "").upper() == "JPEG" and dtype not in ("uint8", "int8"):
         text = f"JPEG compression holds only 8-bit values, not {dtype} ({text})"
-    raise ConfigError(
-        f"{lead}{option} {shown} cannot write the {dtype} {what} as {target}: GDAL says "
-        f"{text}; {hint}"
-    )
+    subject = f"{option} {shown} cannot write" if opts else "geonp cannot write"
+    raise ConfigError(f"{lead}{subject} the {dtype} {what} as {target}: GDAL says {text}; {hint}")
 
 
 def _is_option_problem(message: str) -> bool:
