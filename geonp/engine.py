@@ -26,7 +26,6 @@ from scipy import ndimage
 
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.gap_sources import GapSources
-from geonp.io.masks import read_mask_file
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
@@ -193,7 +192,6 @@ class BlockJob:
     input: str
     bands: tuple[int, ...]
     nodata: float | None
-    mask: str | None
     model: str
     device: str
     opts: TileOptions
@@ -241,8 +239,6 @@ class BlockRunner:
         """Values and observed flags ``[bands, h, w]`` of a window (outside the raster: not observed)."""
         job = self.job
         raw, ok = read_observed(self.src, win, job.bands, info=self.info, nodata=job.nodata)
-        if job.mask is not None:
-            ok &= ~read_mask_file(job.mask, like=self.info, window=win)[None]
         if job.sources is not None:
             extra = job.sources.extra_gaps(win)
             if extra is not None:

@@ -237,7 +237,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         std_profile = output_profile(src.profile, count=len(band_list), dtype="float32", nodata=float("nan"),
                                      creation_options={} if std_convert else std_co, cog=std_convert)
         job = engine.BlockJob(
-            input=_absolute(input), bands=tuple(band_list), nodata=nodata_v, mask=None,
+            input=_absolute(input), bands=tuple(band_list), nodata=nodata_v,
             model=engine.model_key(cfg.model, loaded), device=cfg.device, opts=opts,
             batch_rows=cfg.batch_rows, max_distance=cfg.max_distance, norm=norm.to_dict(),
             std_scale=tuple(engine.std_scales(loaded.calibration, len(band_list))), dtype=dtype,
