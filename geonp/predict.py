@@ -50,30 +50,16 @@ class TileOptions:
 
 def _search(observed: np.ndarray, queries: np.ndarray, qb: tuple[int, int, int, int], opts: TileOptions,
             origin: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-    """Context rows/cols (array coordinates) for the queries of a window, growing the search window.
+    """Context rows/cols (array coordinates) for the queries of a window.
 
-    Observed pixels are ranked by their distance to the nearest query pixel, so every gap keeps
-    its immediate neighbours as context.
+    :func:`geonp.context.select_context`, the rule training uses: the ``max_context`` observed
+    pixels nearest to a query pixel, plus the far set when a :func:`geonp.context.use_context_spec`
+    is active.
     """
-    h, w = observed.shape
-    r0, r1, c0, c1 = qb
-    radius = 32
-    while True:
-        radius = min(radius, opts.search_radius)
-        s0, s1 = max(0, r0 - radius), min(h, r1 + radius)
-        t0, t1 = max(0, c0 - radius), min(w, c1 + radius)
-        win = observed[s0:s1, t0:t1]
-        enough = int(np.count_nonzero(win)) >= opts.max_context
-        if enough or radius >= opts.search_radius:
-            q = np.zeros(win.shape, bool)
-            q[r0 - s0 : r1 - s0, c0 - t0 : c1 - t0] = queries[r0:r1, c0:c1]
-            dist = ndimage.distance_transform_edt(~q) if q.any() else None
-            rows, cols = nearest_context(
-                win, (r0 - s0, r1 - s0, c0 - t0, c1 - t0), max_context=opts.max_context,
-                origin=(origin[0] + s0, origin[1] + t0), query_distance=dist,
-            )
-            return rows + s0, cols + t0
-        radius *= 2
+    from geonp.context import fill_context_spec, select_context
+
+    spec = fill_context_spec(opts.max_context, opts.search_radius)
+    return select_context(observed, queries, qb, spec, origin=origin)
 
 
 def predict_block(

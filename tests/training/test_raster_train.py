@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from geonp.config import ModelConfig, TrainConfig
 from geonp.data.datasets import sample_patches, split_columns
-from geonp.errors import InputRasterError, NoValidPixelsError
+from geonp.errors import NoValidPixelsError
 from geonp.training.checkpoint import load_checkpoint
 from geonp.training.raster import TaskShape, train
 from geonp_cli.main import cli
@@ -77,9 +77,11 @@ def test_bad_training_inputs(tmp_path, raster):
     empty = write_raster(tmp_path / "empty.tif", np.zeros((2, 96, 160), "uint16"))
     with pytest.raises(NoValidPixelsError, match="patches with at least 50% valid pixels"):
         train([empty], tmp_path / "m", training=TrainConfig(steps=2), **SMALL)
+    # rasters of different band counts train together (one group each); the card keeps the first
     one_band = write_raster(tmp_path / "one.tif", smooth_field((96, 160)).astype("uint16")[None])
-    with pytest.raises(InputRasterError, match="different band counts"):
-        train([raster, one_band], tmp_path / "m", training=TrainConfig(steps=2), **SMALL)
+    train([raster, one_band], tmp_path / "mixed", training=TrainConfig(steps=2, val_every=2, warmup_steps=1), **SMALL)
+    mixed = load_checkpoint(tmp_path / "mixed")
+    assert mixed.card["band_count"] == 2 and len(mixed.normalizer["mean"]) == 2
     bad = tmp_path / "bad.tif"
     bad.write_text("not a raster")
     res = CliRunner().invoke(cli, ["train", str(bad), "--output", str(tmp_path / "m2"), "--steps", "2"])
