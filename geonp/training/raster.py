@@ -247,6 +247,8 @@ def train(
     progress: Callable[[int, int, float], None] | None = None,
     n_far: int | None = None,
     search_radius: int | None = None,
+    rings: int | None = None,
+    sectors: int | None = None,
     tasks_per_window: int | None = None,
     gap_mix: dict[str, float] | None = None,
     footprint_probability: float = 0.15,
@@ -280,6 +282,8 @@ def train(
         progress: ``(step, total, loss)`` callback.
         n_far: far context points per task (overrides ``task_shape.n_far``).
         search_radius: farthest context pixel (overrides ``task_shape.search_radius``).
+        rings: distance rings of the far set (overrides the task shape's).
+        sectors: angular sectors of the far set (overrides the task shape's).
         tasks_per_window: tasks cut from one window and mask (overrides the task shape's).
         gap_mix: gap kind -> weight for window masks (:func:`geonp.data.gaps.sample_window_mask`),
             e.g. ``{"cloud": 0.3, "scene_cloud": 0.25, "stripe": 0.15, "random": 0.15,
@@ -304,8 +308,9 @@ def train(
                           "at least 10% of the columns for training")
     if not inputs:
         raise ConfigError("no training rasters given")
-    overrides = {k: v for k, v in (("n_far", n_far), ("search_radius", search_radius),
-                                   ("tasks_per_window", tasks_per_window)) if v is not None}
+    overrides = {k: v for k, v in (("n_far", n_far), ("search_radius", search_radius), ("rings", rings),
+                                   ("sectors", sectors), ("tasks_per_window", tasks_per_window))
+                 if v is not None}
     if overrides:
         task_shape = TaskShape(**{**task_shape.__dict__, **overrides})
     if task_shape.core_size > task_shape.patch_size:
