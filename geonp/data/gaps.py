@@ -592,12 +592,16 @@ def sample_training_mask(
 
 #: Default mix of gap kinds for window training (``borrowed`` only with a source pattern).
 WINDOW_KIND_WEIGHTS: dict[str, float] = {
-    "cloud": 0.3,
+    "cloud": 0.28,
     "scene_cloud": 0.25,
     "stripe": 0.15,
-    "random": 0.15,
-    "borrowed": 0.15,
+    "random": 0.14,
+    "borrowed": 0.13,
+    "sparse": 0.05,
 }
+#: Window-only gap kind: all but 1-64 random pixels hidden, so that a model learns what a handful
+#: of context pixels can (not) tell, and keeps its std of the order of the band's spread.
+SPARSE_KIND = "sparse"
 
 
 def sample_window_mask(
@@ -617,7 +621,8 @@ def sample_window_mask(
         rng: generator or integer seed.
         source: optional real gap pattern for ``borrowed``.
         weights: kind -> weight (default :data:`WINDOW_KIND_WEIGHTS`); kinds from
-            :data:`MASK_KINDS`; ``borrowed`` is dropped without a source.
+            :data:`MASK_KINDS` or ``"sparse"`` (all but 1-64 pixels hidden); ``borrowed`` is
+            dropped without a source.
         coverage: range of the gap fraction for all kinds but ``scene_cloud``.
         scene_coverage: range of the gap fraction of ``scene_cloud`` (high, so that gaps are
             larger than a query window and targets lie far from data).
@@ -630,16 +635,22 @@ def sample_window_mask(
     h, w = _check_shape(shape)
     gen = _as_rng(rng)
     table = dict(WINDOW_KIND_WEIGHTS if weights is None else weights)
-    unknown = set(table) - set(MASK_KINDS)
+    unknown = set(table) - set(MASK_KINDS) - {SPARSE_KIND}
     if unknown:
-        raise ConfigError(f"unknown gap kind(s) {sorted(unknown)} in the gap mix; use {', '.join(MASK_KINDS)}")
+        raise ConfigError(f"unknown gap kind(s) {sorted(unknown)} in the gap mix; use "
+                          f"{', '.join((*MASK_KINDS, SPARSE_KIND))}")
     kinds = [k for k, v in table.items() if v > 0 and (source is not None or k != "borrowed")]
     if not kinds:
         raise ConfigError(f"the gap mix {table} has no usable kind (borrowed needs --gap-source)")
     p = np.array([table[k] for k in kinds], float)
     kind = kinds[int(gen.choice(len(kinds), p=p / p.sum()))]
     cov = float(gen.uniform(*(scene_coverage if kind == "scene_cloud" else coverage)))
-    if kind == "scene_cloud":
+    if kind == SPARSE_KIND:
+        keep = int(round(math.exp(gen.uniform(0.0, math.log(64.0)))))
+        is_gap = np.ones(h * w, bool)
+        is_gap[gen.choice(h * w, size=min(keep, h * w - 1), replace=False)] = False
+        is_gap = is_gap.reshape(h, w)
+    elif kind == "scene_cloud":
         # blobs of 1-3 windows: the window is inside a cloud field much larger than itself
         is_gap = scene_cloud_mask((h, w), coverage=cov, rng=gen, scale=float(gen.uniform(1.0, 3.0)) * 0.5 * (h + w))
     else:
