@@ -457,8 +457,11 @@ def _groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rng: np.
         pixels = float(sum(m[2] * split_columns(m[1], val_fraction=val_fraction, test_fraction=test_fraction).train[1]
                            for m in members))
         train_groups.append(_Group(pool, norm, math.sqrt(pixels)))
+        val_width = min(int(np.diff(split_columns(m[1], val_fraction=val_fraction,
+                                                  test_fraction=test_fraction).val)[0]) for m in members)
         try:
-            val_pool = sample_patches(paths, region="val", count=val_count, rng=rng, **common)
+            val_pool = sample_patches(paths, region="val", count=val_count, rng=rng,
+                                      **{**common, "patch_size": max(8, min(size, val_width))})
         except NoValidPixelsError:
             if n == 0:
                 raise
