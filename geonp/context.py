@@ -352,17 +352,21 @@ def distance_bin_factors(z2: np.ndarray, distance: np.ndarray, *, edges: Sequenc
 
 
 def apply_std_calibration(std: np.ndarray, distance: np.ndarray, calibration: Mapping[str, Any] | None,
-                          *, band: int | None = None) -> np.ndarray:
+                          *, band: int | None = None, band_count: int | None = None) -> np.ndarray:
     """Apply a model's post-hoc std calibration to a std array.
 
     Contract (what the fill engine relies on):
 
     * ``std`` and ``distance`` have the same shape (any shape, e.g. a block's ``[h, w]`` for one
       band); ``distance`` is each pixel's Euclidean distance, in pixels, to the nearest observed
-      pixel of the same band (:func:`distance_to_observed`). Units of ``std`` are kept.
+      pixel of the same band (:func:`distance_to_observed`); on a block, compute it with a halo of
+      at least 288 px (1.5 x the last bin edge, beyond which the factor is constant), or the std
+      of neighbouring blocks will not match. Units of ``std`` are kept.
     * ``calibration`` is the model's calibration block (``LoadedModel.calibration``) or None. Its
       ``std_scale`` (one factor per band, or one for all) multiplies the std of band ``band``
-      (band 0 / the first factor when ``band`` is None). Its optional ``distance_bins``
+      (0-based); the first factor is used when ``band`` is None, or when ``band_count`` (the
+      input's band count) is given and differs from the number of factors (a model calibrated
+      on 3 bands filling a 1-band raster), as ``fill`` does. Its optional ``distance_bins``
       (``{"edges", "factors"}``, fitted by ``geonp evaluate --calibrate`` on top of ``std_scale``)
       multiplies by a factor that is interpolated linearly in ``log(1 + distance)`` between the
       bins' representative distances and held constant beyond the first and last, so the std
@@ -374,15 +378,21 @@ def apply_std_calibration(std: np.ndarray, distance: np.ndarray, calibration: Ma
     if not calibration:
         return out
     b = 0 if band is None else int(band)
+
+    def pick(values: Sequence[Any]) -> Any:
+        if band_count is not None and len(values) != band_count:
+            return values[0]
+        return values[b] if len(values) > b else values[0]
+
     scale = calibration.get("std_scale")
     if scale:
-        out *= float(scale[b] if len(scale) > b else scale[0])
+        out *= float(pick(scale))
     bins = calibration.get("distance_bins")
     if bins:
         edges = [math.inf if v is None else float(v) for v in bins["edges"]]
         factors = bins["factors"]
         if factors and isinstance(factors[0], Sequence):
-            factors = factors[b] if len(factors) > b else factors[0]
+            factors = pick(factors)
         centres = np.log1p(_bin_centres(edges))
         f = np.interp(np.log1p(np.asarray(distance, float)), centres, np.asarray(factors, float))
         out *= f.astype(out.dtype)

@@ -189,6 +189,9 @@ def test_apply_std_calibration_contract():
     assert np.array_equal(apply_std_calibration(std, dist, None), std, equal_nan=True)
     scaled = apply_std_calibration(std, dist, {"std_scale": [2.0, 3.0]}, band=1)
     np.testing.assert_allclose(scaled, [[3.0, 6.0, np.nan]])
+    # a 2-factor calibration on a 3-band input: the first factor for every band, as fill does
+    np.testing.assert_allclose(apply_std_calibration(std, dist, {"std_scale": [2.0, 3.0]}, band=1, band_count=3),
+                               [[2.0, 4.0, np.nan]])
     edges = [0.0, 1.5, 3.0, 6.0, None]
     bins = {"edges": edges, "factors": [1.0, 2.0, 3.0, 4.0]}
     cal = {"std_scale": [0.5], "distance_bins": bins}
