@@ -24,10 +24,17 @@ from geonp.io.observed import read_observed
 from geonp.io.raster import open_raster, raster_info
 from geonp.models.registry import load_model
 
-SCENE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "landsat8_224078_20200518_b234.tif"
+SCENE = (
+    Path(__file__).resolve().parents[1].parent
+    / "shared"
+    / "data"
+    / "landsat8_224078_20200518_b234.tif"
+)
 
 
-def seam_ratio(mean: np.ndarray, gap: np.ndarray, far: np.ndarray, tile: int) -> tuple[float, float, int]:
+def seam_ratio(
+    mean: np.ndarray, gap: np.ndarray, far: np.ndarray, tile: int
+) -> tuple[float, float, int]:
     """``(border jump, inside jump, border pairs)`` of a ``[h, w]`` fill on gap pixels far from data."""
     border, inside = [], []
     for axis in (0, 1):
@@ -43,9 +50,17 @@ def seam_ratio(mean: np.ndarray, gap: np.ndarray, far: np.ndarray, tile: int) ->
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("models", nargs="+")
-    parser.add_argument("--window", type=int, nargs=4, default=[1633, 640, 408, 512], metavar=("COL", "ROW", "W", "H"))
+    parser.add_argument(
+        "--window",
+        type=int,
+        nargs=4,
+        default=[1633, 640, 408, 512],
+        metavar=("COL", "ROW", "W", "H"),
+    )
     parser.add_argument("--coverage", type=float, default=0.4)
     parser.add_argument("--min-distance", type=float, default=20.0)
     args = parser.parse_args()
@@ -56,7 +71,9 @@ def main() -> None:
     gap = make_mask("scene_cloud", (h, w), coverage=args.coverage, rng=0)
     context = valid & ~gap[None]
     far = distance_to_observed(context[0]) >= args.min_distance
-    print(f"window {args.window}, scene-scale cloud {args.coverage:.0%}, pairs >= {args.min_distance:g} px from data")
+    print(
+        f"window {args.window}, scene-scale cloud {args.coverage:.0%}, pairs >= {args.min_distance:g} px from data"
+    )
     print("model  tile  border_jump  inside_jump  ratio  border_pairs  seconds")
     for path in args.models:
         lm = load_model(path)

@@ -108,14 +108,20 @@ class ContextSpec:
 
 
 def ring_edges(spec: ContextSpec) -> np.ndarray:
-    """``rings + 1`` distance edges (pixels from the query window): 0, then log-spaced to the radius."""
+    """``rings + 1`` distance edges (px from the query window): 0, then log-spaced to the radius."""
     r = float(spec.search_radius)
     inner = r / 2.0 ** (spec.rings - 1)
     return np.concatenate([[0.0], np.geomspace(inner, r, spec.rings)])
 
 
-def _near(observed: np.ndarray, query_mask: np.ndarray, qb: tuple[int, int, int, int], n_near: int,
-          radius_cap: int, origin: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+def _near(
+    observed: np.ndarray,
+    query_mask: np.ndarray,
+    qb: tuple[int, int, int, int],
+    n_near: int,
+    radius_cap: int,
+    origin: tuple[int, int],
+) -> tuple[np.ndarray, np.ndarray]:
     """The near set: a search window that doubles until it holds ``n_near`` observed pixels."""
     h, w = observed.shape
     r0, r1, c0, c1 = qb
@@ -127,26 +133,35 @@ def _near(observed: np.ndarray, query_mask: np.ndarray, qb: tuple[int, int, int,
         win = observed[s0:s1, t0:t1]
         if int(np.count_nonzero(win)) >= n_near or radius >= radius_cap:
             q = np.zeros(win.shape, bool)
-            q[r0 - s0:r1 - s0, c0 - t0:c1 - t0] = query_mask[r0:r1, c0:c1]
+            q[r0 - s0 : r1 - s0, c0 - t0 : c1 - t0] = query_mask[r0:r1, c0:c1]
             dist = ndimage.distance_transform_edt(~q) if q.any() else None
             rows, cols = nearest_context(
-                win, (r0 - s0, r1 - s0, c0 - t0, c1 - t0), max_context=n_near,
-                origin=(origin[0] + s0, origin[1] + t0), query_distance=dist,
+                win,
+                (r0 - s0, r1 - s0, c0 - t0, c1 - t0),
+                max_context=n_near,
+                origin=(origin[0] + s0, origin[1] + t0),
+                query_distance=dist,
             )
             return rows + s0, cols + t0
         radius *= 2
 
 
 def _box_distance(rows: np.ndarray, cols: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
-    """Euclidean distance (pixels) from pixels to the nearest pixel of a box ``(r0, r1, c0, c1)``."""
+    """Euclidean distance (px) from pixels to the nearest pixel of a box ``(r0, r1, c0, c1)``."""
     r0, r1, c0, c1 = box
     dr = np.maximum(np.maximum(r0 - rows, rows - (r1 - 1)), 0)
     dc = np.maximum(np.maximum(c0 - cols, cols - (c1 - 1)), 0)
     return np.sqrt((dr * dr + dc * dc).astype(np.float64))
 
 
-def _far(observed: np.ndarray, qb: tuple[int, int, int, int], spec: ContextSpec,
-         origin: tuple[int, int], skip_within: float, exclude: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+def _far(
+    observed: np.ndarray,
+    qb: tuple[int, int, int, int],
+    spec: ContextSpec,
+    origin: tuple[int, int],
+    skip_within: float,
+    exclude: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
     """The far set: observed lattice candidates, picked round-robin over rings and sectors."""
     h, w = observed.shape
     o0, o1 = origin
@@ -160,7 +175,7 @@ def _far(observed: np.ndarray, qb: tuple[int, int, int, int], spec: ContextSpec,
         if hi <= skip_within:
             continue  # the near set already covers this ring densely
         step = max(1, int((hi - lo) // _CANDIDATES_PER_WIDTH))
-        reach = int(math.ceil(hi))
+        reach = math.ceil(hi)
         # lattice aligned to the raster grid (multiples of step), clipped to the search window
         ra = max(box[0] - reach, o0)
         rb = min(box[1] + reach, o0 + h)
@@ -189,7 +204,9 @@ def _far(observed: np.ndarray, qb: tuple[int, int, int, int], spec: ContextSpec,
     if pr.size == 0:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
     angle = np.arctan2(pr - centre_r, pc - centre_c)  # (-pi, pi]
-    sector = np.minimum((angle + math.pi) / (2 * math.pi) * spec.sectors, spec.sectors - 1).astype(np.int64)
+    sector = np.minimum((angle + math.pi) / (2 * math.pi) * spec.sectors, spec.sectors - 1).astype(
+        np.int64
+    )
     cell = ring * spec.sectors + sector
     key = _pixel_jitter(pr, pc)  # a fixed hash of the absolute position
     # rank of each candidate inside its cell (by hash)
@@ -204,13 +221,15 @@ def _far(observed: np.ndarray, qb: tuple[int, int, int, int], spec: ContextSpec,
     head_order = np.lexsort((key[heads], ring[heads]))
     ring_h = ring[heads][head_order]
     rstarts = np.flatnonzero(np.r_[True, ring_h[1:] != ring_h[:-1]])
-    cell_rank_sorted = np.arange(head_order.size) - np.repeat(rstarts, np.diff(np.r_[rstarts, head_order.size]))
+    cell_rank_sorted = np.arange(head_order.size) - np.repeat(
+        rstarts, np.diff(np.r_[rstarts, head_order.size])
+    )
     cell_rank_of_head = np.empty(heads.size, np.int64)
     cell_rank_of_head[head_order] = cell_rank_sorted
     cell_rank = np.repeat(cell_rank_of_head, np.diff(np.r_[starts, order.size]))
     cell_rank_all = np.empty(order.size, np.int64)
     cell_rank_all[order] = cell_rank
-    pick = np.lexsort((ring, cell_rank_all, rank))[:spec.n_far]
+    pick = np.lexsort((ring, cell_rank_all, rank))[: spec.n_far]
     return pr[pick] - o0, pc[pick] - o1
 
 
@@ -240,7 +259,9 @@ def select_context(
     observed = np.asarray(observed, bool)
     query_mask = np.asarray(query_mask, bool)
     if observed.shape != query_mask.shape or observed.ndim != 2:
-        raise ValueError(f"observed {observed.shape} and query_mask {query_mask.shape} must be the same 2-D shape")
+        raise ValueError(
+            f"observed {observed.shape} and query_mask {query_mask.shape} must have one 2-D shape"
+        )
     r0, r1, c0, c1 = (int(v) for v in query_bounds)
     qb = (r0, r1, c0, c1)
     rows, cols = _near(observed, query_mask, qb, spec.n_near, spec.search_radius, origin)
@@ -260,7 +281,9 @@ def select_context(
 # the spec ``geonp fill`` uses (until the fill configuration carries it)
 # --------------------------------------------------------------------------------------------
 
-_FILL_SPEC: contextvars.ContextVar[ContextSpec | None] = contextvars.ContextVar("geonp_fill_spec", default=None)
+_FILL_SPEC: contextvars.ContextVar[ContextSpec | None] = contextvars.ContextVar(
+    "geonp_fill_spec", default=None
+)
 
 
 @contextlib.contextmanager
@@ -286,8 +309,13 @@ def fill_context_spec(max_context: int, search_radius: int) -> ContextSpec:
     active = _FILL_SPEC.get()
     if active is None:
         return ContextSpec(n_near=max_context, n_far=0, search_radius=search_radius)
-    return ContextSpec(n_near=max_context, n_far=active.n_far, search_radius=search_radius,
-                       rings=active.rings, sectors=active.sectors)
+    return ContextSpec(
+        n_near=max_context,
+        n_far=active.n_far,
+        search_radius=search_radius,
+        rings=active.rings,
+        sectors=active.sectors,
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -297,11 +325,22 @@ def fill_context_spec(max_context: int, search_radius: int) -> ContextSpec:
 #: Edges (pixels) of the distance bins used by ``geonp evaluate`` and the calibration; a pixel
 #: with distance ``d`` to its nearest observed pixel falls in bin ``i`` when
 #: ``edges[i] <= d < edges[i + 1]``.
-DISTANCE_BIN_EDGES: tuple[float, ...] = (0.0, 1.5, 3.0, 6.0, 12.0, 24.0, 48.0, 96.0, 192.0, math.inf)
+DISTANCE_BIN_EDGES: tuple[float, ...] = (
+    0.0,
+    1.5,
+    3.0,
+    6.0,
+    12.0,
+    24.0,
+    48.0,
+    96.0,
+    192.0,
+    math.inf,
+)
 
 
 def distance_to_observed(observed: np.ndarray) -> np.ndarray:
-    """Euclidean distance (pixels) of every pixel of ``[h, w]`` (or ``[b, h, w]``) to its nearest observed one.
+    """Euclidean distance (px) of each pixel of ``[h, w]`` or ``[b, h, w]`` to its nearest observed one.
 
     Observed pixels get 0; an image with no observed pixel gets ``inf`` everywhere.
     """
@@ -314,15 +353,20 @@ def distance_to_observed(observed: np.ndarray) -> np.ndarray:
 
 
 def _bin_centres(edges: Sequence[float]) -> np.ndarray:
-    """A representative distance per bin: the geometric middle (the last, open bin: 1.5 x its start)."""
+    """A representative distance per bin: its geometric middle (the open last bin: 1.5 x its start)."""
     e = np.asarray(edges, float)
     lo, hi = e[:-1], e[1:]
     mid = np.where(np.isfinite(hi), 0.5 * (lo + hi), 1.5 * lo)
     return np.where(lo > 0, np.sqrt(lo * np.where(np.isfinite(hi), hi, 2.25 * lo)), mid)
 
 
-def distance_bin_factors(z2: np.ndarray, distance: np.ndarray, *, edges: Sequence[float] = DISTANCE_BIN_EDGES,
-                         min_pixels: int = 200) -> dict[str, Any]:
+def distance_bin_factors(
+    z2: np.ndarray,
+    distance: np.ndarray,
+    *,
+    edges: Sequence[float] = DISTANCE_BIN_EDGES,
+    min_pixels: int = 200,
+) -> dict[str, Any]:
     """Fit std factors per distance bin: ``sqrt(mean(z²))`` of the pixels in each bin.
 
     Args:
@@ -347,12 +391,21 @@ def distance_bin_factors(z2: np.ndarray, distance: np.ndarray, *, edges: Sequenc
         good = np.flatnonzero(fitted)
         for i in np.flatnonzero(~fitted):
             factors[i] = factors[good[np.argmin(np.abs(good - i))]]
-    return {"edges": [None if not math.isfinite(v) else float(v) for v in e],
-            "factors": [round(float(f), 6) for f in factors], "pixels": [int(c) for c in counts]}
+    return {
+        "edges": [None if not math.isfinite(v) else float(v) for v in e],
+        "factors": [round(float(f), 6) for f in factors],
+        "pixels": [int(c) for c in counts],
+    }
 
 
-def apply_std_calibration(std: np.ndarray, distance: np.ndarray, calibration: Mapping[str, Any] | None,
-                          *, band: int | None = None, band_count: int | None = None) -> np.ndarray:
+def apply_std_calibration(
+    std: np.ndarray,
+    distance: np.ndarray,
+    calibration: Mapping[str, Any] | None,
+    *,
+    band: int | None = None,
+    band_count: int | None = None,
+) -> np.ndarray:
     """Apply a model's post-hoc std calibration to a std array.
 
     Contract (what the fill engine relies on):

@@ -34,7 +34,9 @@ def _holey_field(size=1100, hole=150, seed=0):
     rng = np.random.default_rng(seed)
     yy, xx = np.mgrid[:size, :size]
     centre = size // 2
-    observed = ((yy - centre) ** 2 + (xx - centre) ** 2 > hole**2) & (rng.random((size, size)) > 0.2)
+    observed = ((yy - centre) ** 2 + (xx - centre) ** 2 > hole**2) & (
+        rng.random((size, size)) > 0.2
+    )
     return observed, centre
 
 
@@ -47,7 +49,9 @@ def test_spec_round_trip_and_old_cards():
     assert ContextSpec.from_dict(None) == ContextSpec()
     with pytest.raises(ValueError, match="n_near=0 must be an integer >= 1"):
         ContextSpec(n_near=0)
-    np.testing.assert_allclose(ring_edges(ContextSpec(search_radius=512, rings=8)), [0, 4, 8, 16, 32, 64, 128, 256, 512])
+    np.testing.assert_allclose(
+        ring_edges(ContextSpec(search_radius=512, rings=8)), [0, 4, 8, 16, 32, 64, 128, 256, 512]
+    )
 
 
 def test_near_set_is_the_nearest_context_rule():
@@ -58,8 +62,13 @@ def test_near_set_is_the_nearest_context_rule():
     rows, cols = select_context(observed, queries, qb, ContextSpec(n_near=150), origin=(7, 9))
     q = np.zeros_like(observed)
     q[30:70, 30:70] = queries[30:70, 30:70]
-    ref = nearest_context(observed, qb, max_context=150, origin=(7, 9),
-                          query_distance=ndimage.distance_transform_edt(~q))
+    ref = nearest_context(
+        observed,
+        qb,
+        max_context=150,
+        origin=(7, 9),
+        query_distance=ndimage.distance_transform_edt(~q),
+    )
     np.testing.assert_array_equal(rows, ref[0])
     np.testing.assert_array_equal(cols, ref[1])
 
@@ -83,7 +92,9 @@ def test_far_set_spreads_over_rings_and_sectors_across_a_large_gap():
     reach = near_d.max()
     ring = np.searchsorted(edges, far_d, side="right") - 1
     for k in range(spec.rings):
-        if edges[k + 1] > reach:  # every ring beyond the near set's reach holds observed pixels here
+        if (
+            edges[k + 1] > reach
+        ):  # every ring beyond the near set's reach holds observed pixels here
             assert (ring == k).any(), f"ring {k} ({edges[k]}-{edges[k + 1]} px) has no far point"
     # every direction: both shores of the hole and the land beyond it
     angle = np.arctan2(rows[64:] - (centre - 0.5), cols[64:] - (centre - 0.5))
@@ -98,15 +109,22 @@ def test_selection_depends_on_absolute_positions_only():
     full = select_context(observed, ~observed, qb, spec, origin=(1000, 2000))
     # the same pixels seen through a smaller search window that still holds the whole radius
     r0, c0 = centre - 460, centre - 480
-    sub = observed[r0:centre + 480, c0:centre + 470]
-    part = select_context(sub, ~sub, (qb[0] - r0, qb[1] - r0, qb[2] - c0, qb[3] - c0), spec,
-                          origin=(1000 + r0, 2000 + c0))
+    sub = observed[r0 : centre + 480, c0 : centre + 470]
+    part = select_context(
+        sub,
+        ~sub,
+        (qb[0] - r0, qb[1] - r0, qb[2] - c0, qb[3] - c0),
+        spec,
+        origin=(1000 + r0, 2000 + c0),
+    )
     np.testing.assert_array_equal(full[0], part[0] + r0)
     np.testing.assert_array_equal(full[1], part[1] + c0)
     again = select_context(observed, ~observed, qb, spec, origin=(1000, 2000))
     np.testing.assert_array_equal(full[0], again[0])
     # a neighbouring query window shares most of its far set (the lattices are absolute)
-    shifted = select_context(observed, ~observed, (qb[0], qb[1], qb[2] + 48, qb[3] + 48), spec, origin=(1000, 2000))
+    shifted = select_context(
+        observed, ~observed, (qb[0], qb[1], qb[2] + 48, qb[3] + 48), spec, origin=(1000, 2000)
+    )
     far_a = set(zip(full[0][128:].tolist(), full[1][128:].tolist(), strict=True))
     far_b = set(zip(shifted[0][128:].tolist(), shifted[1][128:].tolist(), strict=True))
     assert len(far_a & far_b) >= 0.25 * len(far_a)
@@ -115,7 +133,9 @@ def test_selection_depends_on_absolute_positions_only():
 def test_n_far_zero_and_small_windows_keep_every_observed_pixel():
     observed = np.zeros((40, 40), bool)
     observed[5, 5] = observed[30, 12] = True
-    rows, cols = select_context(observed, ~observed, (10, 26, 10, 26), ContextSpec(n_near=8, n_far=16))
+    rows, cols = select_context(
+        observed, ~observed, (10, 26, 10, 26), ContextSpec(n_near=8, n_far=16)
+    )
     assert sorted(zip(rows.tolist(), cols.tolist(), strict=True)) == [(5, 5), (30, 12)]
 
 
@@ -129,7 +149,9 @@ def test_training_and_fill_share_select_context():
     is_gap[40:170, 50:180] = True
     core = (80, 128, 90, 138)
     spec = ContextSpec(n_near=100, n_far=48, search_radius=150, rings=5, sectors=8)
-    task = window_task(values, valid, is_gap, core=core, spec=spec, max_targets=64, rng=rng, origin=(300, 400))
+    task = window_task(
+        values, valid, is_gap, core=core, spec=spec, max_targets=64, rng=rng, origin=(300, 400)
+    )
     hidden = np.zeros_like(valid)
     hidden[80:128, 90:138] = (is_gap & valid)[80:128, 90:138]
     rows, cols = select_context(valid & ~is_gap, hidden, core, spec, origin=(300, 400))
@@ -149,9 +171,13 @@ def test_task_scale_shrinks_towards_the_band_std():
     one = np.array([[0.7]])
     yc, _, shift, scale = standardize(one, None)
     assert shift[0] == pytest.approx(0.7)
-    assert scale[0] == pytest.approx(math.sqrt(PRIOR_COUNT / (1 + PRIOR_COUNT)))  # not the 0.05 floor
+    assert scale[0] == pytest.approx(
+        math.sqrt(PRIOR_COUNT / (1 + PRIOR_COUNT))
+    )  # not the 0.05 floor
     flat = np.full((5, 1), 0.3)
-    assert standardize(flat, None)[3][0] == pytest.approx(math.sqrt(PRIOR_COUNT / (5 + PRIOR_COUNT)))
+    assert standardize(flat, None)[3][0] == pytest.approx(
+        math.sqrt(PRIOR_COUNT / (5 + PRIOR_COUNT))
+    )
     many = np.random.default_rng(0).normal(0.0, 0.4, (4000, 1))
     assert standardize(many, None)[3][0] == pytest.approx(many.std(), rel=0.01)
     water = np.random.default_rng(0).normal(0.0, 0.001, (100000, 1))
@@ -180,7 +206,9 @@ def test_distance_bin_factors_recover_known_scales():
         assert f == pytest.approx(expect, rel=0.05), (i, f)
     assert bins["edges"][-1] is None and sum(bins["pixels"]) == distance.size
     sparse = distance_bin_factors(np.ones(300), np.full(300, 2.0))
-    assert sparse["factors"] == [1.0] * (len(edges) - 1)  # one fitted bin lends its factor to the rest
+    assert sparse["factors"] == [1.0] * (
+        len(edges) - 1
+    )  # one fitted bin lends its factor to the rest
 
 
 def test_apply_std_calibration_contract():
@@ -190,8 +218,10 @@ def test_apply_std_calibration_contract():
     scaled = apply_std_calibration(std, dist, {"std_scale": [2.0, 3.0]}, band=1)
     np.testing.assert_allclose(scaled, [[3.0, 6.0, np.nan]])
     # a 2-factor calibration on a 3-band input: the first factor for every band, as fill does
-    np.testing.assert_allclose(apply_std_calibration(std, dist, {"std_scale": [2.0, 3.0]}, band=1, band_count=3),
-                               [[2.0, 4.0, np.nan]])
+    np.testing.assert_allclose(
+        apply_std_calibration(std, dist, {"std_scale": [2.0, 3.0]}, band=1, band_count=3),
+        [[2.0, 4.0, np.nan]],
+    )
     edges = [0.0, 1.5, 3.0, 6.0, None]
     bins = {"edges": edges, "factors": [1.0, 2.0, 3.0, 4.0]}
     cal = {"std_scale": [0.5], "distance_bins": bins}
@@ -202,4 +232,6 @@ def test_apply_std_calibration_contract():
     between = apply_std_calibration(np.ones(50), np.linspace(0.75, 9.0, 50), cal)
     assert np.all(np.diff(between) >= 0)  # smooth and monotone between bins: no steps
     per_band = {"distance_bins": {"edges": edges, "factors": [[1, 1, 1, 1], [2, 2, 2, 2]]}}
-    np.testing.assert_allclose(apply_std_calibration(np.ones(2), np.array([1.0, 9.0]), per_band, band=1), [2.0, 2.0])
+    np.testing.assert_allclose(
+        apply_std_calibration(np.ones(2), np.array([1.0, 9.0]), per_band, band=1), [2.0, 2.0]
+    )
