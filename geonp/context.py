@@ -340,7 +340,7 @@ DISTANCE_BIN_EDGES: tuple[float, ...] = (
 
 
 def distance_to_observed(observed: np.ndarray) -> np.ndarray:
-    """Euclidean distance (px) of each pixel of ``[h, w]`` or ``[b, h, w]`` to its nearest observed one.
+    """Euclidean distance (px) of each pixel (``[h, w]`` or ``[b, h, w]``) to the nearest observed.
 
     Observed pixels get 0; an image with no observed pixel gets ``inf`` everywhere.
     """
@@ -353,7 +353,7 @@ def distance_to_observed(observed: np.ndarray) -> np.ndarray:
 
 
 def _bin_centres(edges: Sequence[float]) -> np.ndarray:
-    """A representative distance per bin: its geometric middle (the open last bin: 1.5 x its start)."""
+    """A representative distance per bin: its geometric middle (open last bin: 1.5 x its start)."""
     e = np.asarray(edges, float)
     lo, hi = e[:-1], e[1:]
     mid = np.where(np.isfinite(hi), 0.5 * (lo + hi), 1.5 * lo)
