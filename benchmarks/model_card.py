@@ -1,85 +1,224 @@
 """Score a model on the held-out columns of the Landsat scene and write its model card.
 
 Runs ``geonp evaluate`` (the library call) on a window of the test region that ``geonp train
---test-fraction`` kept out of training, with cloud, stripe and random masks, against GDAL
-FillNodata on the same pixels; stores the scores in the model's ``config.json`` card and writes
-``card.md`` beside it.
+--test-fraction`` kept out of training, with cloud, stripe, random and scene-scale cloud masks,
+against GDAL FillNodata on the same pixels; reports RMSE, NLL, CRPS, 90/95 % coverage and the
+coverage and std binned by distance to the nearest observed pixel; stores the scores in the
+model's ``config.json`` card and writes ``card.md`` beside it.
 
     python benchmarks/model_card.py geonp/pretrained/default
+    python benchmarks/model_card.py geonp/pretrained/default_new --no-write --json new.json
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import time
 from pathlib import Path
+from typing import Any
 
 import geonp
 from geonp.models.registry import load_model
 from geonp.training.checkpoint import save_model
 
-SCENE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "landsat8_224078_20200518_b234.tif"
+SCENE = (
+    Path(__file__).resolve().parents[1].parent
+    / "shared"
+    / "data"
+    / "landsat8_224078_20200518_b234.tif"
+)
+MASKS = ("cloud", "stripe", "random", "scene_cloud")
+
+
+def _scores(report: Any, masks: tuple[str, ...]) -> dict[str, Any]:
+    method = next(m for m in report.methods if m.startswith("geonp") and not m.endswith("+cal"))
+    scores: dict[str, Any] = {}
+    for mask in masks:
+        rows = {r["method"]: r for r in report.rows if r["mask"] == mask and r["band"] == "all"}
+        g, d = rows[method], rows["fillnodata"]
+        binned = report.binned[method][mask]
+        scores[mask] = {
+            "rmse": round(g["rmse"], 2),
+            "nll": round(g["nll"], 4),
+            "crps": round(g["crps"], 2),
+            "coverage90": round(g["coverage90"], 4),
+            "coverage95": round(g["coverage95"], 4),
+            "calibration_error": round(g["calibration_error"], 4),
+            "gdal_fillnodata_rmse": round(d["rmse"], 2),
+            "rmse_ratio_vs_gdal": round(g["rmse"] / d["rmse"], 4),
+            "hidden_pixels": next(m["hidden_pixels"] for m in report.masks if m["name"] == mask),
+            "seconds": round(g["seconds"], 1),
+            "by_distance": [
+                {
+                    k: (round(v, 4) if isinstance(v, float) else v)
+                    for k, v in b.items()
+                    if k in ("lo", "hi", "n", "coverage95", "mean_std", "rmse")
+                }
+                for b in binned
+                if b["n"]
+            ],
+        }
+    scores["all_masks_by_distance"] = [
+        {
+            k: (round(v, 4) if isinstance(v, float) else v)
+            for k, v in b.items()
+            if k in ("lo", "hi", "n", "coverage95", "mean_std", "rmse")
+        }
+        for b in report.binned[method]["all"]
+        if b["n"]
+    ]
+    return scores
+
+
+def card_markdown(
+    card: dict[str, Any], config: dict[str, Any], scores: dict[str, Any], command: str
+) -> str:
+    """The model card as Markdown."""
+    split = card["split"]["regions"][0]
+    shape = card.get("task_shape", {})
+    md = [
+        f"# geonp model card: {card.get('name')}",
+        "",
+        card.get("description", ""),
+        "",
+        f"- Architecture: {json.dumps(config)}",
+    ]
+    if card.get("commands"):
+        md += ["- Trained with (in this order):"] + [f"  - `{c}`" for c in card["commands"]]
+    else:
+        md.append(f"- Trained with: `{card.get('command')}`")
+    md += [
+        f"- Training time: {card.get('training_seconds')} s on {card.get('hardware')} "
+        f"(best validation NLL {card.get('best_val_nll'):.4f} at step {card.get('best_step')})",
+        f"- Data: {', '.join(card.get('training_data', []))}; columns split train/val/test = "
+        f"{split['train']}/{split['val']}/{split['test']} (the test columns were never read in training)"
+        + (
+            f"; {card.get('pretrain_steps') or 0} pre-training steps and a fraction "
+            f"{card.get('gp_fraction') or 0} of the raster steps' windows on simulated GP fields"
+            if card.get("pretrain_steps") or card.get("gp_fraction")
+            else ""
+        ),
+        f"- Tasks: {json.dumps(shape)}; gap mix "
+        f"{json.dumps(card['gap_mix']) if card.get('gap_mix') else 'of 64-px patches (geonp 0.1)'}"
+        + (f"; started from {card['init_from']}" if card.get("init_from") else ""),
+        f"- Std calibration: {card.get('calibration_note', 'none')}",
+        "- Normalisation: per-band statistics of the training windows (stored), then each tile is "
+        "standardised by its own context (its spread shrunk towards the band's); any band count.",
+        "- Coordinates: pixel units; scan attention without coordinate embedding (translation "
+        "invariant, any raster size).",
+        "",
+        f"## Scores on the held-out test columns (window col,row,w,h = {scores['window_col_row_w_h']}, "
+        f"{scores['coverage']:.0%} gaps per mask, 3 bands pooled, DN)",
+        "",
+        "| mask | RMSE | GDAL FillNodata RMSE | RMSE ÷ GDAL | NLL | CRPS | 90 % cov. | 95 % cov. | cal. err |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for mask, s in scores["masks"].items():
+        if mask == "all_masks_by_distance":
+            continue
+        md.append(
+            f"| {mask} | {s['rmse']:.1f} | {s['gdal_fillnodata_rmse']:.1f} | {s['rmse_ratio_vs_gdal']:.3f} | "
+            f"{s['nll']:.3f} | {s['crps']:.1f} | {s['coverage90']:.3f} | {s['coverage95']:.3f} | "
+            f"{s['calibration_error']:.3f} |"
+        )
+    md += [
+        "",
+        "95 % coverage, mean std and RMSE by distance to the nearest observed pixel (all masks pooled):",
+        "",
+        "| distance (px) | pixels | 95 % cov. | mean std | RMSE |",
+        "| --- | --- | --- | --- | --- |",
+    ]
+    for b in scores["masks"]["all_masks_by_distance"]:
+        rng = f"{b['lo']:g}-{b['hi']:g}" if b["hi"] is not None else f">= {b['lo']:g}"
+        md.append(
+            f"| {rng} | {b['n']} | {b['coverage95']:.3f} | {b['mean_std']:.1f} | {b['rmse']:.1f} |"
+        )
+    md += ["", f"Measured with `{command}` ({scores['seconds']:.0f} s on {scores['hardware']})."]
+    return "\n".join(md) + "\n"
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("model_dir")
-    parser.add_argument("--window", type=int, nargs=4, default=None, metavar=("COL", "ROW", "W", "H"),
-                        help="default: the test columns, rows 640-1663")
+    parser.add_argument(
+        "--window",
+        type=int,
+        nargs=4,
+        default=None,
+        metavar=("COL", "ROW", "W", "H"),
+        help="default: the test columns, rows 640-1663",
+    )
     parser.add_argument("--coverage", type=float, default=0.3)
+    parser.add_argument("--masks", nargs="+", default=list(MASKS))
     parser.add_argument("--plot", default=None)
     parser.add_argument("--json", default=None)
+    parser.add_argument(
+        "--no-write", action="store_true", help="print and save JSON only; leave the card alone"
+    )
     args = parser.parse_args()
     loaded = load_model(args.model_dir)
     card = dict(loaded.card)
-    split = card["split"]["regions"][0]
-    test_cols = split["test"]
+    test_cols = card["split"]["regions"][0]["test"]
     window = args.window or [test_cols[0], 640, test_cols[1] - test_cols[0], 1024]
-    report = geonp.evaluate(SCENE, models=[args.model_dir], masks=("cloud", "stripe", "random"),
-                            coverage=args.coverage, seed=0, nodata=0, window=window,
-                            json_path=args.json, plot=args.plot)
+    masks = tuple(args.masks)
+    t0 = time.perf_counter()
+    report = geonp.evaluate(
+        SCENE,
+        models=[args.model_dir],
+        masks=masks,
+        coverage=args.coverage,
+        seed=0,
+        nodata=0,
+        window=window,
+        json_path=args.json,
+        plot=args.plot,
+    )
+    seconds = time.perf_counter() - t0
     print(report.format_table())
-    method = next(m for m in report.methods if m.startswith("geonp"))
-    scores = {}
-    for mask in ("cloud", "stripe", "random"):
-        rows = {r["method"]: r for r in report.rows if r["mask"] == mask and r["band"] == "all"}
-        g, d = rows[method], rows["fillnodata"]
-        scores[mask] = {
-            "rmse": round(g["rmse"], 2), "nll": round(g["nll"], 4), "coverage95": round(g["coverage95"], 4),
-            "calibration_error": round(g["calibration_error"], 4), "crps": round(g["crps"], 2),
-            "gdal_fillnodata_rmse": round(d["rmse"], 2),
-            "rmse_reduction_vs_gdal": round(1 - g["rmse"] / d["rmse"], 4),
-            "hidden_pixels": next(m["hidden_pixels"] for m in report.masks if m["name"] == mask),
-            "seconds": round(g["seconds"], 1),
-        }
-    card["scores"] = {"raster": SCENE.name, "window_col_row_w_h": window, "coverage": args.coverage,
-                      "units": "digital numbers (uint16 DN) for RMSE/CRPS, nats for NLL", "masks": scores}
+    import os
+    import platform
+
+    import torch
+
+    hardware = (
+        f"{platform.machine()}, {os.cpu_count()} cores, "
+        f"{'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}"
+    )
+    scores = {
+        "raster": SCENE.name,
+        "window_col_row_w_h": window,
+        "coverage": args.coverage,
+        "units": "digital numbers (uint16 DN) for RMSE/CRPS/std, nats for NLL",
+        "masks": _scores(report, masks),
+        "seconds": round(seconds, 1),
+        "hardware": hardware,
+    }
+    print(json.dumps(scores["masks"]["all_masks_by_distance"], indent=1))
+    if args.no_write:
+        return
+    card["scores"] = scores
     card["any_band_count"] = True
-    md = [f"# geonp model card: {card.get('name')}", "",
-          card.get("description", ""), "",
-          f"- Architecture: {json.dumps(loaded.config.to_dict())}",
-          *([f"- Trained with (in this order):"] + [f"  - `{c}`" for c in card["commands"]]
-            if card.get("commands") else [f"- Trained with: `{card.get('command')}`"]),
-          f"- Training time: {card.get('training_seconds')} s on {card.get('hardware')} "
-          f"(best validation NLL {card.get('best_val_nll'):.4f} at step {card.get('best_step')})",
-          f"- Data: {', '.join(card.get('training_data', []))} (Landsat 8 OLI DN, bands B2-B4, 0 = nodata) plus "
-          f"{card.get('pretrain_steps')} steps of simulated GP fields; columns split "
-          f"train/val/test = {split['train']}/{split['val']}/{split['test']}",
-          "- Normalisation: per-band statistics of the training patches (stored), then each tile is "
-          "standardised by its own context; the model works on any band count (each band on its own).",
-          "- Coordinates: pixel units (row, col); scan attention with no coordinate embedding, so the "
-          "model is translation invariant and runs on rasters of any size.", "",
-          f"## Scores on the held-out test columns (window col,row,w,h = {window}, {args.coverage:.0%} gaps per mask)", "",
-          "| mask | RMSE (DN) | GDAL FillNodata RMSE | RMSE change | NLL | 95 % coverage | calibration error |",
-          "| --- | --- | --- | --- | --- | --- | --- |"]
-    for mask, s in scores.items():
-        md.append(f"| {mask} | {s['rmse']:.1f} | {s['gdal_fillnodata_rmse']:.1f} | "
-                  f"{-100 * s['rmse_reduction_vs_gdal']:+.1f} % | {s['nll']:.3f} | {s['coverage95']:.3f} | "
-                  f"{s['calibration_error']:.3f} |")
-    md += ["", "Measured with `python benchmarks/model_card.py " + args.model_dir + "`."]
-    save_model(args.model_dir, loaded.module, loaded.config, normalizer=loaded.normalizer,
-               calibration=loaded.calibration, card=card, card_markdown="\n".join(md) + "\n")
-    print("\n".join(md))
+    cal = loaded.calibration or {}
+    if cal:
+        card["calibration_note"] = (
+            f"std scale {cal.get('std_scale')} and distance-bin factors "
+            f"{(cal.get('distance_bins') or {}).get('factors')}: {cal.get('fitted_on', '')}"
+        )
+    command = "python benchmarks/model_card.py " + args.model_dir
+    md = card_markdown(card, loaded.config.to_dict(), scores, command)
+    save_model(
+        args.model_dir,
+        loaded.module,
+        loaded.config,
+        normalizer=loaded.normalizer,
+        calibration=loaded.calibration,
+        card=card,
+        card_markdown=md,
+    )
+    print(md)
 
 
 if __name__ == "__main__":

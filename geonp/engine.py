@@ -30,7 +30,8 @@ from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.normalize import Normalizer
-from geonp.predict import HaloTooSmall, Predictor, TileOptions
+from geonp.context import ContextSpec, HaloTooSmall, apply_std_calibration, distance_to_observed
+from geonp.predict import Predictor, TileOptions
 from geonp.tiling import make_tiles
 
 logger = logging.getLogger(__name__)
@@ -72,11 +73,12 @@ def resolve_device(device: str) -> Any:
 
 def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, overlap: int,
                  search_radius: int) -> TileOptions:
-    """Tiling options; tile size and context cap default to what the model was trained with."""
+    """Tiling options; tile size, context cap and far-context geometry as the model was trained."""
     shape = loaded.card.get("task_shape") or {}
+    spec = ContextSpec.from_dict(shape)
     return TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap,
-                       max_context=int(max_context or shape.get("max_context", 256)),
-                       search_radius=search_radius)
+                       max_context=int(max_context or spec.n_near), search_radius=search_radius,
+                       n_far=spec.n_far, rings=spec.rings, sectors=spec.sectors)
 
 
 def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:
@@ -91,14 +93,6 @@ def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndar
         )
     values, valid = sample()
     return Normalizer.fit(values, valid)
-
-
-def std_scales(calibration: dict[str, Any] | None, n_bands: int) -> list[float]:
-    """Per-band std factors of a model's calibration (1 when there is none)."""
-    scale = (calibration or {}).get("std_scale")
-    if not scale:
-        return [1.0] * n_bands
-    return [float(s) for s in scale] if len(scale) == n_bands else [float(scale[0])] * n_bands
 
 
 def within(observed: np.ndarray, max_distance: float | None) -> np.ndarray:
@@ -119,7 +113,7 @@ def predict_region(
     origin: tuple[int, int],
     norm: Normalizer,
     max_distance: float | None,
-    std_scale: Sequence[float],
+    calibration: dict[str, Any] | None,
     progress: Callable[[int], None] | None = None,
     limit: int | None = None,
     fillable: np.ndarray | None = None,
@@ -134,7 +128,8 @@ def predict_region(
         origin: the block array's offset in the raster.
         norm: per-band normaliser.
         max_distance: leave gaps farther than this from observed pixels unfilled.
-        std_scale: per-band post-hoc std calibration factors.
+        calibration: the model's post-hoc std calibration (per-band ``std_scale`` and optional
+            ``distance_bins``: :func:`geonp.context.apply_std_calibration`).
         progress: gap-pixels-done callback.
         limit: the largest context search radius the block's halo holds (None: all of it).
         fillable: bool ``[h, w]``: where predictions may go (the data footprint); None = all.
@@ -154,7 +149,15 @@ def predict_region(
     mean, std = predictor.predict(normed, observed, to_fill, region, origin=origin, progress=progress, limit=limit)
     n = raw.shape[0]
     ms, ss = np.asarray(norm.mean).reshape(n, 1, 1), np.asarray(norm.std).reshape(n, 1, 1)
-    return mean * ss + ms, std * ss * np.asarray(std_scale, dtype=np.float64).reshape(n, 1, 1)
+    std = std * ss
+    if calibration:
+        r0, r1, c0, c1 = region
+        needs_distance = bool(calibration.get("distance_bins"))
+        for b in range(n):
+            # distance to the nearest observed pixel of the band, from the whole block (halo too)
+            dist = distance_to_observed(observed[b])[r0:r1, c0:c1] if needs_distance else np.zeros(std[b].shape)
+            std[b] = apply_std_calibration(std[b], dist, calibration, band=b, band_count=n)
+    return mean * ss + ms, std
 
 
 def cast(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -198,7 +201,7 @@ class BlockJob:
     batch_rows: int
     max_distance: float | None
     norm: dict[str, Any]
-    std_scale: tuple[float, ...]
+    calibration: dict[str, Any] | None
     dtype: str
     out_nodata: float | None
     sources: GapSources | None = None  # --mask/--qa gaps and the data footprint
@@ -231,7 +234,7 @@ class BlockRunner:
         margin = 2 * opts.overlap + opts.tile_size
         narrow = _NARROW_SEARCH + margin
         needs_far = self.job.max_distance is not None and self.job.max_distance + margin > narrow
-        if narrow >= opts.halo or needs_far:
+        if narrow >= opts.halo or needs_far or opts.n_far:
             return [(opts.halo, None)]
         return [(narrow, _NARROW_SEARCH), (opts.halo, None)]
 
@@ -271,7 +274,7 @@ class BlockRunner:
             try:
                 mean, std = predict_region(self.predictor, raw, ok, region, origin=(r0 - halo, c0 - halo),
                                            norm=self.norm, max_distance=job.max_distance,
-                                           std_scale=job.std_scale, progress=count, limit=limit,
+                                           calibration=job.calibration, progress=count, limit=limit,
                                            fillable=fillable)
                 break
             except HaloTooSmall:

@@ -116,6 +116,40 @@ def _scatter_axes(ax: Any, report: EvaluationReport) -> None:
     ax.legend(fontsize=8, loc="upper left")
 
 
+def _bin_labels(rows: list[dict[str, Any]]) -> list[str]:
+    return [f"{r['lo']:g}-{r['hi']:g}" if r["hi"] is not None else f">={r['lo']:g}" for r in rows]
+
+
+def _binned_axes(ax_cov: Any, ax_err: Any, report: EvaluationReport) -> None:
+    """Coverage, and RMSE against mean std, per bin of distance to the nearest observed pixel."""
+    ax_cov.axhspan(0.93, 0.97, color="0.9", label="target 0.93-0.97")
+    ax_cov.axhline(0.95, color="k", ls="--", lw=1)
+    labels: list[str] = []
+    for method, per_mask in report.binned.items():
+        rows = [r for r in per_mask.get("all", []) if r["n"]]
+        if not rows:
+            continue
+        labels = labels if len(labels) >= len(_bin_labels(per_mask["all"])) else _bin_labels(per_mask["all"])
+        x = [i for i, r in enumerate(per_mask["all"]) if r["n"]]
+        (line,) = ax_err.plot(x, [r["rmse"] for r in rows], "o-", ms=3, label=f"{method} RMSE")
+        if "coverage95" in rows[0]:
+            ax_cov.plot(x, [r["coverage95"] for r in rows], "o-", ms=3, color=line.get_color(), label=method)
+            ax_err.plot(x, [r["rms_std"] for r in rows], "s--", ms=3, color=line.get_color(),
+                        label=f"{method} RMS std")
+    for ax in (ax_cov, ax_err):
+        ax.set_xticks(range(len(labels)))
+        ax.set_xticklabels(labels, rotation=45, fontsize=7)
+        ax.set_xlabel("distance to the nearest observed pixel (px)")
+    ax_cov.set_ylim(0, 1.02)
+    ax_cov.set_ylabel("95 % interval coverage")
+    ax_cov.set_title("coverage by distance to data (all masks)")
+    ax_cov.legend(fontsize=7, loc="lower left")
+    ax_err.set_yscale("log")
+    ax_err.set_ylabel("RMSE and RMS std (band units)")
+    ax_err.set_title("error and std by distance to data (all masks)")
+    ax_err.legend(fontsize=7, loc="upper left")
+
+
 def write_evaluation_plot(
     png: str | os.PathLike[str],
     report: EvaluationReport,
@@ -137,12 +171,15 @@ def write_evaluation_plot(
     preds = panels.predictions if panels is not None else {}
     with_std = [m for m, (_, s) in preds.items() if s is not None]
     ncols = max(2, 2 + len(preds))
-    nrows = 1 if panels is None else (2 if not with_std else 3)
+    first = 2 if report.binned else 1  # rows of line plots: calibration/scatter, binned by distance
+    nrows = first if panels is None else (first + 1 if not with_std else first + 2)
     fig = plt.figure(figsize=(3.2 * ncols, 3.4 * nrows + 1.0), constrained_layout=True)
-    grid = fig.add_gridspec(nrows, ncols * 2, height_ratios=[1.3] + [1] * (nrows - 1))
+    grid = fig.add_gridspec(nrows, ncols * 2, height_ratios=[1.3] * first + [1] * (nrows - first))
     half = ncols
     _calibration_axes(fig.add_subplot(grid[0, :half]), report)
     _scatter_axes(fig.add_subplot(grid[0, half:]), report)
+    if report.binned:
+        _binned_axes(fig.add_subplot(grid[1, :half]), fig.add_subplot(grid[1, half:]), report)
 
     if panels is not None:
         lo, hi = _stretch(panels.truth)
@@ -151,7 +188,7 @@ def write_evaluation_plot(
         images = [(f"input, mask {panels.mask} ({hidden_pct:.0f}% hidden)", panels.input),
                   ("truth", panels.truth), *[(m, filled[m]) for m in preds]]
         for j, (title, arr) in enumerate(images):
-            ax = fig.add_subplot(grid[1, 2 * j:2 * j + 2])
+            ax = fig.add_subplot(grid[first, 2 * j:2 * j + 2])
             ax.set_facecolor("#d62728")  # gaps show red through the transparent pixels
             ax.imshow(_rgba(arr, lo, hi), interpolation="nearest")
             ax.set_title(title, fontsize=9)
@@ -166,7 +203,7 @@ def write_evaluation_plot(
             im = None
             for m in with_std:
                 j = 2 + list(preds).index(m)
-                ax = fig.add_subplot(grid[2, 2 * j:2 * j + 2])
+                ax = fig.add_subplot(grid[first + 1, 2 * j:2 * j + 2])
                 im = ax.imshow(sds[m], cmap="magma", vmin=0.0, vmax=max(vmax, 1e-12), interpolation="nearest")
                 ax.set_title(f"std of {m} (mean over bands)", fontsize=9)
                 ax.set_xticks([])

@@ -7,9 +7,14 @@ would use instead (GDAL FillNodata, local ordinary kriging), and scores every me
 pixels, per band and pooled (:mod:`geonp.metrics`).
 
 With ``calibrate=True`` the hidden pixels are split at random in two halves: a per-band std scale
-factor ``s = sqrt(mean(z²))`` (``z = (y - mu) / sigma``) is fitted on one half, written into the
-model directory's ``config.json`` (``geonp fill`` multiplies its std by it), and every method is
-scored on the other half only, so the calibrated scores are honest.
+factor ``s = sqrt(mean(z²))`` (``z = (y - mu) / sigma``) and, on top of it, one factor per bin of
+distance to the nearest observed pixel (:func:`geonp.context.distance_bin_factors`) are fitted on
+one half and written into the model directory's ``config.json`` (``geonp fill`` applies them with
+:func:`geonp.context.apply_std_calibration`), and every method is scored on the other half only,
+so the calibrated scores are honest.
+
+Every method is also scored per bin of distance to the nearest observed pixel
+(:func:`geonp.metrics.binned_scores`): an honest std grows with the distance as the error does.
 """
 
 from __future__ import annotations
@@ -37,7 +42,14 @@ from geonp.io.masks import read_mask_file, resolve_nodata
 from geonp.io.observed import read_observed
 from geonp.io.output import atomic_write_text
 from geonp.io.raster import RasterInfo, open_raster, raster_info, select_bands
-from geonp.metrics import DEFAULT_LEVELS, METRICS, calibration_curve, score
+from geonp.context import (
+    DISTANCE_BIN_EDGES,
+    ContextSpec,
+    apply_std_calibration,
+    distance_bin_factors,
+    distance_to_observed,
+)
+from geonp.metrics import DEFAULT_LEVELS, METRICS, binned_scores, calibration_curve, score
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +93,9 @@ class EvaluationReport:
         curves: per method, the calibration curve pooled over masks and bands:
             ``{"levels": [...], "observed": [...], "n": N}``.
         calibration: with ``calibrate=True``, per geonp method: ``path``, ``std_scale``,
-            ``previous_std_scale``, ``fitted_on``, ``n_fit``; else None.
+            ``previous_std_scale``, ``distance_bins``, ``fitted_on``, ``n_fit``; else None.
+        binned: per method, per mask (and ``"all"`` masks pooled), the bands pooled, scores per
+            bin of distance to the nearest observed pixel (:func:`geonp.metrics.binned_scores`).
         seconds: wall time of the whole evaluation.
         scatter: per method with a std, a sample of ``{"abs_error", "std"}`` arrays for the
             error-vs-std plot (not in the JSON).
@@ -100,6 +114,7 @@ class EvaluationReport:
     curves: dict[str, dict[str, Any]] = field(default_factory=dict)
     calibration: dict[str, dict[str, Any]] | None = None
     seconds: float = 0.0
+    binned: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     scatter: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,6 +134,8 @@ class EvaluationReport:
             "rows": self.rows,
             "calibration_curves": self.curves,
             "calibration": self.calibration,
+            "distance_bin_edges": [None if math.isinf(e) else e for e in DISTANCE_BIN_EDGES],
+            "binned_by_distance": self.binned,
             "seconds": self.seconds,
         }
 
@@ -274,6 +291,8 @@ class _Scored:
     unfilled: list[int]
     seconds: float
     fit_z2: list[np.ndarray] | None = None  # per band z² on the calibration half (geonp only)
+    dist: list[np.ndarray] | None = None  # per band distance to data of the scored pixels
+    fit_dist: list[np.ndarray] | None = None  # ... and of the calibration half
 
 
 def _load_models(models: Sequence[Any], calibrate: bool) -> list[tuple[str, Any]]:
@@ -348,6 +367,7 @@ def _collect(
     stats: list[tuple[float, float]],
     seconds: float,
     fit: np.ndarray | None = None,
+    dist: np.ndarray | None = None,
 ) -> _Scored:
     n = values.shape[0]
     ys = [values[b][scored[b]] for b in range(n)]
@@ -363,7 +383,9 @@ def _collect(
                 s = np.maximum(std[b][fit[b]].astype(np.float64), floors[b])
                 fit_z2.append(((values[b][fit[b]] - mean[b][fit[b]]) / s) ** 2)
     return _Scored(ys, mus, sigmas, [int((unfilled[b] & scored[b]).sum()) for b in range(n)],
-                   seconds, fit_z2)
+                   seconds, fit_z2,
+                   None if dist is None else [dist[b][scored[b]] for b in range(n)],
+                   None if dist is None or fit is None else [dist[b][fit[b]] for b in range(n)])
 
 
 def _rows(method: str, mask: str, bands: list[int], s: _Scored) -> list[dict[str, Any]]:
@@ -383,10 +405,25 @@ def _rows(method: str, mask: str, bands: list[int], s: _Scored) -> list[dict[str
     return rows
 
 
-def _scaled(s: _Scored, scale: Sequence[float]) -> _Scored:
-    assert s.sigma is not None, "only methods with a std are calibrated"
-    return _Scored(s.y, s.mu, [sig * f for sig, f in zip(s.sigma, scale, strict=True)], s.unfilled,
-                   s.seconds)
+def _scaled(s: _Scored, scale: Sequence[float], bins: dict[str, Any] | None = None) -> _Scored:
+    assert s.sigma is not None and s.dist is not None, "only methods with a std are calibrated"
+    cal = {"std_scale": list(scale), "distance_bins": bins}
+    sig = [apply_std_calibration(sd, d, cal, band=b) for b, (sd, d) in enumerate(zip(s.sigma, s.dist, strict=True))]
+    return _Scored(s.y, s.mu, sig, s.unfilled, s.seconds, dist=s.dist)
+
+
+def _binned(s: _Scored) -> list[dict[str, Any]]:
+    assert s.dist is not None, "distances are kept for every method"
+    return binned_scores(np.concatenate(s.y), np.concatenate(s.mu),
+                         None if s.sigma is None else np.concatenate(s.sigma), np.concatenate(s.dist),
+                         DISTANCE_BIN_EDGES)
+
+
+def _combine_bins(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
+    """Distance factors fitted on top of a model's previous ones (same edges) multiply them."""
+    if not old or old.get("edges") != new["edges"] or isinstance(old["factors"][0], list):
+        return new
+    return {**new, "factors": [round(a * b, 6) for a, b in zip(old["factors"], new["factors"], strict=True)]}
 
 
 def _previous_scale(lm: Any, n_bands: int) -> list[float]:
@@ -399,10 +436,12 @@ def _previous_scale(lm: Any, n_bands: int) -> list[float]:
     return [1.0] * n_bands
 
 
-def _write_calibration(lm: Any, std_scale: list[float], fitted_on: str) -> Path:
+def _write_calibration(lm: Any, std_scale: list[float], fitted_on: str,
+                       distance_bins: dict[str, Any] | None = None) -> Path:
     path = Path(lm.path) / "config.json"
     meta = json.loads(path.read_text())
-    meta["calibration"] = {"std_scale": std_scale, "fitted_on": fitted_on}
+    meta["calibration"] = {"std_scale": std_scale, "fitted_on": fitted_on,
+                           **({"distance_bins": distance_bins} if distance_bins else {})}
     atomic_write_text(path, json.dumps(meta, indent=2))
     return path
 
@@ -537,6 +576,7 @@ def evaluate(
     for i, (name, is_gap) in enumerate(mask_list):
         hidden = is_gap[None] & valid
         context = valid & ~is_gap[None]
+        dist = distance_to_observed(context)
         stats = _band_stats(values, context)
         inputs = np.where(context, values, np.nan)
         fit = None
@@ -566,12 +606,13 @@ def evaluate(
                 from geonp.inference import fill_array
 
                 lm = dict(loaded)[method]
+                # fill uses the model's own context geometry (its far set) and whole calibration
                 mean, std32 = fill_array(inputs, context, model=lm, device=device)
                 std = std32.astype(np.float64)
             seconds = time.perf_counter() - t0
             mean, std, unfilled = _fallback(mean, std, hidden, stats)
             scored[(name, method)] = _collect(values, mean, std, unfilled, targets, stats, seconds,
-                                              fit if method.startswith("geonp:") else None)
+                                              fit if method.startswith("geonp:") else None, dist)
             logger.info("%s on mask %s: %.2f s", method, name, seconds)
             if keep_quick and quick is not None:
                 quick["predictions"][method] = (
@@ -593,20 +634,27 @@ def evaluate(
             prev = _previous_scale(lm, len(band_list))
             new_scale = [round(p * f, 6) for p, f in zip(prev, factor, strict=True)]
             n_fit = int(sum(z.size for z in z2))
+            # distance factors on top of the band factors, pooled over bands
+            fd = [np.concatenate([scored[(name, label)].fit_dist[b] for name, _ in mask_list])  # type: ignore[index]
+                  for b in range(len(band_list))]
+            bins = distance_bin_factors(np.concatenate([z / f**2 for z, f in zip(z2, factor, strict=True)]),
+                                        np.concatenate(fd))
+            stored_bins = _combine_bins((lm.calibration or {}).get("distance_bins"), bins)
             fitted_on = (
                 f"geonp evaluate --calibrate, {datetime.date.today().isoformat()}: {n_fit} hidden "
                 f"pixels (a random half; seed {seed}) of {Path(os.fspath(raster)).name} window "
                 f"{col} {row} {w} {h}, band(s) {band_list}, masks "
                 f"{', '.join(n for n, _ in mask_list)} at coverage {coverage}; std scale "
-                f"{', '.join(f'{v:.4g}' for v in factor)} on top of the previous {prev}"
+                f"{', '.join(f'{v:.4g}' for v in factor)} on top of the previous {prev}; then per "
+                f"distance bin {bins['factors']}"
             )
-            path = _write_calibration(lm, new_scale, fitted_on)
+            path = _write_calibration(lm, new_scale, fitted_on, stored_bins)
             calibration[label] = {"path": str(path.parent), "std_scale": new_scale,
                                   "previous_std_scale": prev, "factor": factor,
-                                  "fitted_on": fitted_on, "n_fit": n_fit}
+                                  "distance_bins": stored_bins, "fitted_on": fitted_on, "n_fit": n_fit}
             cal_label = f"{label}+cal"
             for name, _ in mask_list:
-                scored[(name, cal_label)] = _scaled(scored[(name, label)], factor)
+                scored[(name, cal_label)] = _scaled(scored[(name, label)], factor, bins)
             out_methods.insert(out_methods.index(label) + 1, cal_label)
             logger.info("calibrated %s: std x %s -> %s", label, factor, path)
 
@@ -615,13 +663,21 @@ def evaluate(
         for method in out_methods:
             rows.extend(_rows(method, name, band_list, scored[(name, method)]))
     curves, scatter = _curves_and_scatter(out_methods, mask_list, scored, seed)
+    binned: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for method in out_methods:
+        parts = [scored[(name, method)] for name, _ in mask_list]
+        binned[method] = {name: _binned(p) for (name, _), p in zip(mask_list, parts, strict=True)}
+        pooled = _Scored(sum((p.y for p in parts), []), sum((p.mu for p in parts), []),
+                         None if parts[0].sigma is None else sum((p.sigma or [] for p in parts), []),
+                         [], 0.0, dist=sum((p.dist or [] for p in parts), []))
+        binned[method]["all"] = _binned(pooled)
 
     report = EvaluationReport(
         raster=os.fspath(raster), window=(col, row, w, h), bands=band_list, nodata=nodata_v,
         coverage=float(coverage), seed=int(seed), masks=mask_meta, methods=out_methods, rows=rows,
         scored_on=("the held-out half of the hidden pixels (the std scale was fitted on the other half)"
                    if calibrate else "all hidden pixels"),
-        curves=curves, calibration=calibration, scatter=scatter,
+        curves=curves, calibration=calibration, scatter=scatter, binned=binned,
     )
     if plot is not None:
         from geonp.evaluate_plot import QuicklookPanels, write_evaluation_plot

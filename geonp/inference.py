@@ -240,7 +240,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             input=_absolute(input), bands=tuple(band_list), nodata=nodata_v,
             model=engine.model_key(cfg.model, loaded), device=cfg.device, opts=opts,
             batch_rows=cfg.batch_rows, max_distance=cfg.max_distance, norm=norm.to_dict(),
-            std_scale=tuple(engine.std_scales(loaded.calibration, len(band_list))), dtype=dtype,
+            calibration=loaded.calibration, dtype=dtype,
             out_nodata=profile.get("nodata"), sources=_absolute_sources(sources), validity=validity,
         )
         # The model's name only: an absolute local path would publish the user's directories.
@@ -360,7 +360,7 @@ def fill_array(
     r0, r1, c0, c1 = region or (0, h, 0, w)
     mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
                                       origin=origin, norm=norm, max_distance=cfg.max_distance,
-                                      std_scale=engine.std_scales(loaded.calibration, n), fillable=fillable)
+                                      calibration=loaded.calibration, fillable=fillable)
     core = (slice(None), slice(r0, r1), slice(c0, c1))
     filled = np.where(valid[core], values[core], mean)
     std_out = np.where(valid[core], 0.0, std).astype(np.float32)

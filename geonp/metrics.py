@@ -21,6 +21,7 @@ import numpy as np
 __all__ = [
     "DEFAULT_LEVELS",
     "METRICS",
+    "binned_scores",
     "calibration_curve",
     "calibration_error",
     "crps_gaussian",
@@ -246,4 +247,54 @@ def score(
         out["coverage95"] = interval_coverage(y_, mu_, s_, 0.95)
         out["calibration_error"] = calibration_error(y_, mu_, s_, levels)
         out["mean_std"] = float(np.mean(s_))
+    return out
+
+
+def binned_scores(
+    y: Any, mu: Any, sigma: Any | None, distance: Any, edges: Sequence[float]
+) -> list[dict[str, Any]]:
+    """Scores per bin of distance to the nearest observed pixel.
+
+    An honest std grows with the distance from data as the error does: a 95 % interval must cover
+    about 95 % of the pixels in every bin, not only on average (a std right on average can be far
+    too wide next to data and far too narrow deep in a large gap).
+
+    Args:
+        y: true values.
+        mu: predicted means.
+        sigma: predicted stds (> 0), or None (then only ``n``, ``rmse`` and ``mean_abs_error``).
+        distance: each pixel's distance (pixels) to its nearest observed pixel.
+        edges: increasing bin edges; a pixel is in bin ``i`` when ``edges[i] <= d < edges[i+1]``
+            (``inf`` or None as the last edge for an open bin).
+
+    Returns:
+        One dict per bin: ``lo``, ``hi`` (None = open), ``n``, ``rmse``, ``mean_abs_error``,
+        and with a std ``mean_std``, ``rms_std``, ``nll``, ``coverage90``, ``coverage95``; None
+        where a bin is empty.
+    """
+    y_, mu_, s_ = _flat(y, mu, sigma)
+    d = np.asarray(distance, dtype=np.float64).ravel()
+    if d.shape != y_.shape:
+        raise ValueError(f"distance has {d.size} values for {y_.size} pixels")
+    e = [math.inf if v is None else float(v) for v in edges]
+    out = []
+    for lo, hi in zip(e[:-1], e[1:], strict=True):
+        inside = (d >= lo) & (d < hi)
+        n = int(inside.sum())
+        row: dict[str, Any] = {"lo": lo, "hi": None if math.isinf(hi) else hi, "n": n, "rmse": None,
+                               "mean_abs_error": None}
+        if s_ is not None:
+            row.update(mean_std=None, rms_std=None, nll=None, coverage90=None, coverage95=None)
+        if n:
+            err = y_[inside] - mu_[inside]
+            row["rmse"] = float(np.sqrt(np.mean(err * err)))
+            row["mean_abs_error"] = float(np.mean(np.abs(err)))
+            if s_ is not None:
+                s = s_[inside]
+                row["mean_std"] = float(np.mean(s))
+                row["rms_std"] = float(np.sqrt(np.mean(s * s)))
+                row["nll"] = _none_if_nan(gaussian_nll(y_[inside], mu_[inside], s))
+                row["coverage90"] = interval_coverage(y_[inside], mu_[inside], s, 0.90)
+                row["coverage95"] = interval_coverage(y_[inside], mu_[inside], s, 0.95)
+        out.append(row)
     return out

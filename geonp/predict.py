@@ -25,8 +25,9 @@ import numpy as np
 import torch
 from scipy import ndimage
 
+from geonp.context import ContextSpec, HaloTooSmall, select_context
 from geonp.data.tasks import Task, collate, standardize
-from geonp.tiling import Tile, nearest_context, pixel_weights
+from geonp.tiling import Tile, pixel_weights
 
 
 @dataclass(frozen=True)
@@ -38,12 +39,18 @@ class TileOptions:
         overlap: blend margin in pixels around each core.
         max_context: observed pixels per tile, nearest first.
         search_radius: farthest a tile looks for context, in pixels beyond its query window.
+        n_far: far context pixels over ``rings`` x ``sectors`` (:class:`geonp.context.ContextSpec`).
+        rings: distance rings of the far set.
+        sectors: angular sectors of the far set.
     """
 
     tile_size: int = 48
     overlap: int = 8
     max_context: int = 256
     search_radius: int = 512
+    n_far: int = 0
+    rings: int = 8
+    sectors: int = 16
 
     def __post_init__(self) -> None:
         if self.tile_size < 4 or self.overlap < 0 or self.max_context < 1 or self.search_radius < 1:
@@ -51,6 +58,12 @@ class TileOptions:
                 f"tile_size={self.tile_size} (>= 4), overlap={self.overlap} (>= 0), "
                 f"max_context={self.max_context} (>= 1), search_radius={self.search_radius} (>= 1)"
             )
+
+    @property
+    def context(self) -> ContextSpec:
+        """The context geometry of a tile (the same rule training uses)."""
+        return ContextSpec(n_near=self.max_context, n_far=self.n_far, search_radius=self.search_radius,
+                           rings=self.rings, sectors=self.sectors)
 
     @property
     def halo(self) -> int:
@@ -82,39 +95,15 @@ class TileTask:
     core: int
 
 
-class HaloTooSmall(Exception):
-    """A tile's context search needs more pixels around the block than were read."""
-
-
 def _search(observed: np.ndarray, queries: np.ndarray, qb: tuple[int, int, int, int], opts: TileOptions,
             origin: tuple[int, int], limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Context rows/cols (array coordinates) for the queries of a window, growing the search window.
+    """Context rows/cols (array coordinates) for the queries of a window.
 
-    Observed pixels are ranked by their distance to the nearest query pixel, so every gap keeps
-    its immediate neighbours as context. ``limit`` is the largest radius the block array holds
-    (None: ``search_radius``); a search that must grow past it raises :class:`HaloTooSmall`.
+    :func:`geonp.context.select_context`, the rule training uses, with the tile options' spec:
+    the ``max_context`` observed pixels nearest to a query pixel, plus the far set of a model
+    trained with one. ``limit``: the largest search radius the block array holds.
     """
-    h, w = observed.shape
-    r0, r1, c0, c1 = qb
-    radius = 32
-    while True:
-        radius = min(radius, opts.search_radius)
-        if limit is not None and radius > limit:
-            raise HaloTooSmall(f"context search radius {radius} > {limit}")
-        s0, s1 = max(0, r0 - radius), min(h, r1 + radius)
-        t0, t1 = max(0, c0 - radius), min(w, c1 + radius)
-        win = observed[s0:s1, t0:t1]
-        enough = int(np.count_nonzero(win)) >= opts.max_context
-        if enough or radius >= opts.search_radius:
-            q = np.zeros(win.shape, bool)
-            q[r0 - s0 : r1 - s0, c0 - t0 : c1 - t0] = queries[r0:r1, c0:c1]
-            dist = ndimage.distance_transform_edt(~q) if q.any() else None
-            rows, cols = nearest_context(
-                win, (r0 - s0, r1 - s0, c0 - t0, c1 - t0), max_context=opts.max_context,
-                origin=(origin[0] + s0, origin[1] + t0), query_distance=dist,
-            )
-            return rows + s0, cols + t0
-        radius *= 2
+    return select_context(observed, queries, qb, opts.context, origin=origin, limit=limit)
 
 
 _MIN_SPLIT = 12  # tiles are not split below this edge (pixels)

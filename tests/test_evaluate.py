@@ -175,8 +175,12 @@ def test_calibrate_writes_std_scale_and_helps(smooth_tif, tiny_model, tmp_path):
                       calibrate=True, device="cpu", seed=0)
     meta = json.loads((model_dir / "config.json").read_text())
     cal = meta["calibration"]
-    assert set(cal) == {"std_scale", "fitted_on"}
+    assert set(cal) == {"std_scale", "fitted_on", "distance_bins"}
     assert len(cal["std_scale"]) == 1 and cal["std_scale"][0] > 0
+    bins = cal["distance_bins"]
+    assert bins["edges"][0] == 0.0 and bins["edges"][-1] is None and len(bins["factors"]) == len(bins["edges"]) - 1
+    assert sum(bins["pixels"]) == report.calibration["geonp:tiny"]["n_fit"]
+    assert report.calibration["geonp:tiny"]["distance_bins"] == bins
     assert "random half" in cal["fitted_on"] and "smooth.tif" in cal["fitted_on"]
     assert report.calibration["geonp:tiny"]["std_scale"] == cal["std_scale"]
     assert report.methods == ["geonp:tiny", "geonp:tiny+cal"]
@@ -188,7 +192,12 @@ def test_calibrate_writes_std_scale_and_helps(smooth_tif, tiny_model, tmp_path):
     assert calibrated["nll"] <= base["nll"] + 1e-12
     assert calibrated["rmse"] == base["rmse"]
     assert calibrated["calibration_error"] < base["calibration_error"] or calibrated["calibration_error"] < 0.05
-    # geonp fill now multiplies its std by the stored scale
+    # scores by distance to data: every scored pixel falls in one bin
+    by_dist = report.binned["geonp:tiny+cal"]["random"]
+    assert sum(b["n"] for b in by_dist) == calibrated["n"]
+    assert all(b["coverage95"] is None or 0.0 <= b["coverage95"] <= 1.0 for b in by_dist)
+    # geonp fill now multiplies its std by the stored scale (the engine applies the distance bins
+    # with geonp.context.apply_std_calibration; fill_array does not yet)
     assert load_model(model_dir).calibration["std_scale"] == cal["std_scale"]
     with rasterio.open(smooth_tif) as src:
         values = src.read([2]).astype(float)

@@ -25,10 +25,10 @@ from scipy import ndimage
 
 from geonp.errors import ConfigError
 
-MASK_KINDS: tuple[str, ...] = ("cloud", "stripe", "random", "borrowed", "mixed")
-"""Gap kinds accepted by :func:`make_mask`."""
+MASK_KINDS: tuple[str, ...] = ("cloud", "stripe", "random", "borrowed", "mixed", "scene_cloud")
+"""Gap kinds accepted by :func:`make_mask` (new kinds are appended: evaluation seeds use the index)."""
 
-MaskKind = Literal["cloud", "stripe", "random", "borrowed", "mixed"]
+MaskKind = Literal["cloud", "stripe", "random", "borrowed", "mixed", "scene_cloud"]
 
 #: Training distribution of gap kinds (``borrowed`` only when a source pattern is given).
 TRAINING_KIND_WEIGHTS: dict[str, float] = {
@@ -242,6 +242,55 @@ def cloud_mask(
     return _hide_highest(g, c)
 
 
+def scene_cloud_mask(
+    shape: Sequence[int], *, coverage: float, rng: np.random.Generator | int, scale: float | None = None
+) -> np.ndarray:
+    """Simulate scene-scale cloud decks: smooth blobs hundreds of pixels across.
+
+    The headline case of gap filling is a pixel deep inside a large cloud, far from any observed
+    pixel. These masks threshold a smooth fractal field whose blob size is at least 400 px (or
+    the mask's size, when larger), so at coverage 0.3 a mask holds gaps of 200 px and more across
+    even on windows of a few hundred pixels.
+
+    Args:
+        shape: ``(h, w)`` in pixels.
+        coverage: fraction of hidden pixels in [0, 1]; exact to one pixel.
+        rng: generator or integer seed.
+        scale: blob size in pixels (default ``max(400, 0.75 * (h + w) / 2)`` times U(1, 1.5)).
+
+    Returns:
+        bool ``[h, w]``, True = hidden.
+    """
+    h, w = _check_shape(shape)
+    c = _check_coverage(coverage)
+    gen = _as_rng(rng)
+    if scale is None:
+        scale = max(400.0, 0.375 * (h + w)) * gen.uniform(1.0, 1.5)
+    # a canvas twice the window (a torus): the mask is a crop of a bigger cloud field
+    pad = int(math.ceil(min(scale, 0.5 * max(h, w))))
+    field = _fractal_field((h + 2 * pad, w + 2 * pad), scale=float(scale), roughness=gen.uniform(2.6, 3.2), rng=gen)
+    return _hide_highest(field[pad:pad + h, pad:pad + w], c)
+
+
+def footprint_mask(shape: Sequence[int], *, rng: np.random.Generator | int,
+                   fraction: tuple[float, float] = (0.05, 0.4)) -> np.ndarray:
+    """A straight nodata collar entering the window: the outside of a scene's footprint.
+
+    A half-plane at a random angle covering a fraction of the window drawn from ``fraction``.
+    These pixels are *invalid* (neither context nor targets), as ``geonp fill`` treats the collar
+    around a scene; near them the context is one-sided, which the model must learn.
+
+    Returns:
+        bool ``[h, w]``, True = outside the footprint.
+    """
+    h, w = _check_shape(shape)
+    gen = _as_rng(rng)
+    a = gen.uniform(0.0, 2.0 * math.pi)
+    y, x = np.mgrid[0:h, 0:w].astype(np.float64)
+    prio = x * math.cos(a) + y * math.sin(a)
+    return _hide_highest(prio, float(gen.uniform(*fraction)))
+
+
 # --------------------------------------------------------------------------------------------
 # Landsat-7 SLC-off stripes
 # --------------------------------------------------------------------------------------------
@@ -448,7 +497,8 @@ def make_mask(
     Args:
         kind: one of :data:`MASK_KINDS`: ``"cloud"`` (with shadows), ``"stripe"`` (SLC-off),
             ``"random"`` (i.i.d. pixels), ``"borrowed"`` (crop of ``source``), ``"mixed"`` (one
-            of cloud/stripe/random, or a union of them).
+            of cloud/stripe/random, or a union of them), ``"scene_cloud"`` (blobs hundreds of
+            pixels across, :func:`scene_cloud_mask`).
         shape: ``(h, w)`` in pixels.
         coverage: fraction of hidden pixels in [0, 1]. For ``"borrowed"`` the source decides the
             coverage: the best of 8 random crops is kept (``None`` = the first crop).
@@ -487,6 +537,8 @@ def make_mask(
         return stripe_mask(hw, coverage=c, rng=gen)
     if kind == "random":
         return random_mask(hw, coverage=c, rng=gen)
+    if kind == "scene_cloud":
+        return scene_cloud_mask(hw, coverage=c, rng=gen)
     return _mixed_mask(hw, c, gen)
 
 
@@ -531,3 +583,83 @@ def sample_training_mask(
     if not is_gap.any():
         is_gap[int(gen.integers(n))] = True
     return is_gap.reshape(h, w)
+
+
+# --------------------------------------------------------------------------------------------
+# gaps of fill-like training windows
+# --------------------------------------------------------------------------------------------
+
+
+#: Default mix of gap kinds for window training (``borrowed`` only with a source pattern).
+WINDOW_KIND_WEIGHTS: dict[str, float] = {
+    "cloud": 0.28,
+    "scene_cloud": 0.25,
+    "stripe": 0.15,
+    "random": 0.14,
+    "borrowed": 0.13,
+    "sparse": 0.05,
+}
+#: Window-only gap kind: all but 1-64 random pixels hidden, so that a model learns what a handful
+#: of context pixels can (not) tell, and keeps its std of the order of the band's spread.
+SPARSE_KIND = "sparse"
+
+
+def sample_window_mask(
+    shape: Sequence[int],
+    *,
+    rng: np.random.Generator | int,
+    source: np.ndarray | None = None,
+    weights: dict[str, float] | None = None,
+    coverage: tuple[float, float] = TRAINING_COVERAGE,
+    scene_coverage: tuple[float, float] = (0.4, 0.9),
+    footprint_probability: float = 0.15,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Gaps of a large training window (e.g. 256 px), from single pixels to scene-scale clouds.
+
+    Args:
+        shape: ``(h, w)`` of the window.
+        rng: generator or integer seed.
+        source: optional real gap pattern for ``borrowed``.
+        weights: kind -> weight (default :data:`WINDOW_KIND_WEIGHTS`); kinds from
+            :data:`MASK_KINDS` or ``"sparse"`` (all but 1-64 pixels hidden); ``borrowed`` is
+            dropped without a source.
+        coverage: range of the gap fraction for all kinds but ``scene_cloud``.
+        scene_coverage: range of the gap fraction of ``scene_cloud`` (high, so that gaps are
+            larger than a query window and targets lie far from data).
+        footprint_probability: chance of adding a straight nodata collar (:func:`footprint_mask`).
+
+    Returns:
+        ``(is_gap, outside)``: bool ``[h, w]`` each; ``outside`` pixels are neither context nor
+        targets, and are not in ``is_gap``. At least one pixel stays visible.
+    """
+    h, w = _check_shape(shape)
+    gen = _as_rng(rng)
+    table = dict(WINDOW_KIND_WEIGHTS if weights is None else weights)
+    unknown = set(table) - set(MASK_KINDS) - {SPARSE_KIND}
+    if unknown:
+        raise ConfigError(f"unknown gap kind(s) {sorted(unknown)} in the gap mix; use "
+                          f"{', '.join((*MASK_KINDS, SPARSE_KIND))}")
+    kinds = [k for k, v in table.items() if v > 0 and (source is not None or k != "borrowed")]
+    if not kinds:
+        raise ConfigError(f"the gap mix {table} has no usable kind (borrowed needs --gap-source)")
+    p = np.array([table[k] for k in kinds], float)
+    kind = kinds[int(gen.choice(len(kinds), p=p / p.sum()))]
+    cov = float(gen.uniform(*(scene_coverage if kind == "scene_cloud" else coverage)))
+    if kind == SPARSE_KIND:
+        keep = int(round(math.exp(gen.uniform(0.0, math.log(64.0)))))
+        is_gap = np.ones(h * w, bool)
+        is_gap[gen.choice(h * w, size=min(keep, h * w - 1), replace=False)] = False
+        is_gap = is_gap.reshape(h, w)
+    elif kind == "scene_cloud":
+        # blobs of 1-3 windows: the window is inside a cloud field much larger than itself
+        is_gap = scene_cloud_mask((h, w), coverage=cov, rng=gen, scale=float(gen.uniform(1.0, 3.0)) * 0.5 * (h + w))
+    else:
+        is_gap = make_mask(kind, (h, w), coverage=None if kind == "borrowed" else cov, rng=gen, source=source)
+    outside = np.zeros((h, w), bool)
+    if gen.random() < footprint_probability:
+        outside = footprint_mask((h, w), rng=gen)
+        is_gap = is_gap & ~outside
+    if not (~is_gap & ~outside).any():
+        is_gap.flat[int(gen.integers(h * w))] = False
+        outside[~is_gap] = False
+    return is_gap, outside

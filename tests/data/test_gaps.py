@@ -184,7 +184,7 @@ def test_unknown_kind_lists_valid_kinds():
         r"borrowed, mixed",
     ):
         gaps.make_mask("clouds", (64, 64), coverage=0.3, rng=0)
-    assert gaps.MASK_KINDS == ("cloud", "stripe", "random", "borrowed", "mixed")
+    assert gaps.MASK_KINDS == ("cloud", "stripe", "random", "borrowed", "mixed", "scene_cloud")
 
 
 def test_bad_arguments_raise_config_error():
@@ -227,3 +227,44 @@ def test_training_mask_kind_weights():
         gaps.sample_training_mask((64, 64), rng=s, source=src).sum() == 1 for s in range(400)
     )
     assert abs(hits / 400 - 0.15) < 0.05
+
+
+def test_scene_cloud_masks_hold_gaps_hundreds_of_pixels_across():
+    from scipy import ndimage
+
+    m = gaps.make_mask("scene_cloud", (1024, 408), coverage=0.3, rng=0)
+    assert m.sum() == round(0.3 * 1024 * 408)
+    inscribed = 2 * ndimage.distance_transform_edt(m).max()
+    assert inscribed >= 200  # a disk 200 px across fits inside a gap
+    small = gaps.make_mask("cloud", (1024, 408), coverage=0.3, rng=0)
+    assert 2 * ndimage.distance_transform_edt(small).max() < inscribed
+
+
+def test_footprint_mask_is_a_straight_collar():
+    out = gaps.footprint_mask((128, 128), rng=3, fraction=(0.2, 0.2))
+    assert out.sum() == round(0.2 * 128 * 128)
+    # a half-plane: convex, so its convex hull adds nothing (every row is one run, touching an edge)
+    for row in out:
+        idx = np.flatnonzero(row)
+        if idx.size:
+            assert idx[-1] - idx[0] + 1 == idx.size and (idx[0] == 0 or idx[-1] == 127)
+
+
+def test_sample_window_mask_mix_and_sparse_kind():
+    shape = (256, 256)
+    sparse = [gaps.sample_window_mask(shape, rng=s, weights={"sparse": 1.0}, footprint_probability=0.0)
+              for s in range(5)]
+    for is_gap, outside in sparse:
+        assert 1 <= (~is_gap).sum() <= 64 and not outside.any()
+    scene = [gaps.sample_window_mask(shape, rng=s, weights={"scene_cloud": 1.0}, footprint_probability=1.0)
+             for s in range(5)]
+    for is_gap, outside in scene:
+        assert outside.any() and not (is_gap & outside).any()
+        assert 0.3 <= is_gap.sum() / (~outside).sum() <= 0.95
+    a = gaps.sample_window_mask(shape, rng=7, source=_stripe_source())
+    b = gaps.sample_window_mask(shape, rng=7, source=_stripe_source())
+    assert np.array_equal(a[0], b[0]) and np.array_equal(a[1], b[1])
+    with pytest.raises(ConfigError, match="unknown gap kind"):
+        gaps.sample_window_mask(shape, rng=0, weights={"fog": 1.0})
+    with pytest.raises(ConfigError, match="borrowed needs --gap-source"):
+        gaps.sample_window_mask(shape, rng=0, weights={"borrowed": 1.0})

@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from geonp.config import ModelConfig, TrainConfig
 from geonp.data.datasets import sample_patches, split_columns
-from geonp.errors import InputRasterError, NoValidPixelsError
+from geonp.errors import NoValidPixelsError
 from geonp.training.checkpoint import load_checkpoint
 from geonp.training.raster import TaskShape, train
 from geonp_cli.main import cli
@@ -77,9 +77,11 @@ def test_bad_training_inputs(tmp_path, raster):
     empty = write_raster(tmp_path / "empty.tif", np.zeros((2, 96, 160), "uint16"))
     with pytest.raises(NoValidPixelsError, match="patches with at least 50% valid pixels"):
         train([empty], tmp_path / "m", training=TrainConfig(steps=2), **SMALL)
+    # rasters of different band counts train together (one group each); the card keeps the first
     one_band = write_raster(tmp_path / "one.tif", smooth_field((96, 160)).astype("uint16")[None])
-    with pytest.raises(InputRasterError, match="different band counts"):
-        train([raster, one_band], tmp_path / "m", training=TrainConfig(steps=2), **SMALL)
+    train([raster, one_band], tmp_path / "mixed", training=TrainConfig(steps=2, val_every=2, warmup_steps=1), **SMALL)
+    mixed = load_checkpoint(tmp_path / "mixed")
+    assert mixed.card["band_count"] == 2 and len(mixed.normalizer["mean"]) == 2
     bad = tmp_path / "bad.tif"
     bad.write_text("not a raster")
     res = CliRunner().invoke(cli, ["train", str(bad), "--output", str(tmp_path / "m2"), "--steps", "2"])
@@ -100,3 +102,34 @@ def test_cli_train_with_config_file(raster, tmp_path):
     cfg.write_text("model:\n  colour: red\n")
     res = CliRunner().invoke(cli, ["train", str(raster), "--output", str(tmp_path / "m3"), "--config", str(cfg)])
     assert res.exit_code == 1 and "unknown model option(s) ['colour']" in res.output
+
+
+def test_fill_like_window_recipe_and_fine_tuning(raster, tmp_path):
+    """Large windows, far context, several tasks per window, GP windows, starting from a model."""
+    from geonp.context import ContextSpec
+    from geonp.training import raster as R
+
+    base = dict(SMALL, task_shape=TaskShape(patch_size=64, core_size=16, max_context=24, max_targets=16))
+    train([raster], tmp_path / "start", training=TrainConfig(steps=2, val_every=2, warmup_steps=1), **base)
+    start = load_checkpoint(tmp_path / "start")
+    report = train([raster], tmp_path / "tuned", training=TrainConfig(steps=2, val_every=2, warmup_steps=1, lr=1e-9),
+                   n_far=16, search_radius=60, rings=4, sectors=4, tasks_per_window=3, gp_fraction=0.5,
+                   gap_mix={"scene_cloud": 1.0, "sparse": 0.5}, init_from=tmp_path / "start", **base)
+    assert report.steps == 2
+    tuned = load_checkpoint(tmp_path / "tuned")
+    shape = tuned.card["task_shape"]
+    assert ContextSpec.from_dict(shape) == ContextSpec(n_near=24, n_far=16, search_radius=60, rings=4, sectors=4)
+    assert tuned.card["gap_mix"] == {"scene_cloud": 1.0, "sparse": 0.5} and tuned.card["gp_fraction"] == 0.5
+    # started from the given weights (a learning rate of 1e-9 leaves them where they were)
+    for k, v in start.module.state_dict().items():
+        torch.testing.assert_close(tuned.module.state_dict()[k], v, atol=1e-6, rtol=0)
+    # the tasks of this recipe: 3 per window, targets inside the query window, near + far context
+    recipe = R._Recipe(TaskShape(**{k: shape[k] for k in shape if k != "n_near"}), {"scene_cloud": 1.0}, None, 0.0)
+    field = np.random.default_rng(0).normal(size=(1, 64, 64)).astype(np.float32)
+    tasks = R._cut_tasks([field] * 3, np.ones((64, 64), bool), recipe, np.random.default_rng(3))
+    assert len(tasks) == 3
+    for t in tasks:
+        assert t.xt.min() >= 0 and t.xt.max() < 16 and 0 < t.xc.shape[0] <= 40
+    with pytest.raises(Exception, match="architecture differs"):
+        train([raster], tmp_path / "bad", training=TrainConfig(steps=1), init_from=tmp_path / "start",
+              **dict(base, model=ModelConfig(dim=32, depth=1, num_heads=2, ff_dim=32)))

@@ -1,0 +1,423 @@
+"""Which observed pixels a task sees as context, for training and filling alike. Pure numpy.
+
+A pixel deep inside a large cloud is hundreds of pixels from data. If its context were only the
+pixels nearest to it, they would all lie on one shore of the cloud, and the model could neither
+interpolate across the gap nor know how far from data it is. So the context of a query window is
+two sets:
+
+* the **near set**: the ``n_near`` observed pixels nearest to any query pixel (the rule of
+  :func:`geonp.tiling.nearest_context`, ranked by a distance transform of the query pixels), which
+  keeps the immediate neighbours of every gap;
+* the **far set**: up to ``n_far`` more observed pixels spread over distance and direction: the
+  plane around the query window is cut into ``rings`` log-spaced distance rings (out to
+  ``search_radius``) and ``sectors`` angular sectors, and each cell contributes observed pixels
+  picked from a coarse lattice of candidates, so both shores of a cloud and the land beyond it are
+  seen at a cost that does not grow with the search window's area.
+
+The choice depends only on absolute pixel positions (lattices are aligned to the raster's grid and
+ties and picks use a fixed per-pixel hash), so two blocks or tiles that see the same pixels choose
+the same context. Training (:mod:`geonp.data.tasks`) and filling (:mod:`geonp.predict`) both call
+:func:`select_context`.
+
+This module also holds the post-hoc std calibration by distance to data,
+:func:`apply_std_calibration` (the fill engine applies it to its std raster).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import asdict, dataclass, fields
+from typing import Any
+
+import numpy as np
+from scipy import ndimage
+
+from geonp.tiling import _pixel_jitter, nearest_context
+
+__all__ = [
+    "DISTANCE_BIN_EDGES",
+    "ContextSpec",
+    "HaloTooSmall",
+    "apply_std_calibration",
+    "distance_bin_factors",
+    "distance_to_observed",
+    "select_context",
+]
+
+class HaloTooSmall(Exception):
+    """A context search needs more pixels around a block than were read (see ``limit``)."""
+
+
+#: Lattice candidates per ring width: a ring ``w`` px wide is sampled every ``w / 6`` px.
+_CANDIDATES_PER_WIDTH = 6
+#: First radius of the near search; it doubles until ``n_near`` pixels are found.
+_FIRST_RADIUS = 32
+
+
+@dataclass(frozen=True)
+class ContextSpec:
+    """How many context pixels a query window gets, and from how far.
+
+    Attributes:
+        n_near: observed pixels nearest to the query pixels.
+        n_far: extra observed pixels spread over rings and sectors (0 = near set only, the rule
+            of geonp 0.1).
+        search_radius: farthest distance (pixels beyond the query window) a context pixel may lie.
+        rings: log-spaced distance rings of the far set; the innermost ends at
+            ``search_radius / 2 ** (rings - 1)``.
+        sectors: angular sectors of the far set, around the query window's centre.
+    """
+
+    n_near: int = 256
+    n_far: int = 0
+    search_radius: int = 512
+    rings: int = 8
+    sectors: int = 16
+
+    def __post_init__(self) -> None:
+        for f in fields(self):
+            v = getattr(self, f.name)
+            low = 0 if f.name == "n_far" else 1
+            if not isinstance(v, int | np.integer) or isinstance(v, bool) or v < low:
+                raise ValueError(f"ContextSpec.{f.name}={v!r} must be an integer >= {low}")
+
+    @property
+    def max_points(self) -> int:
+        """Largest context size this spec gives."""
+        return self.n_near + self.n_far
+
+    def to_dict(self) -> dict[str, int]:
+        """The fields as a JSON-ready dict (stored in a model card's ``task_shape``)."""
+        return {k: int(v) for k, v in asdict(self).items()}
+
+    @classmethod
+    def from_dict(cls, d: Mapping[str, Any] | None) -> ContextSpec:
+        """Build from a dict of fields or a model card's ``task_shape``.
+
+        A ``task_shape`` written before far context existed has only ``max_context``: it gives the
+        old rule, ``n_near = max_context`` and ``n_far = 0``. Unknown keys are ignored (a
+        ``task_shape`` also holds patch and core sizes).
+        """
+        d = dict(d or {})
+        n_near = d.get("n_near", d.get("max_context", cls.n_near))
+        kw = {"n_near": int(n_near), "n_far": int(d.get("n_far", 0))}
+        for key in ("search_radius", "rings", "sectors"):
+            if key in d and d[key] is not None:
+                kw[key] = int(d[key])
+        return cls(**kw)
+
+
+def ring_edges(spec: ContextSpec) -> np.ndarray:
+    """``rings + 1`` distance edges (px from the query window): 0, then log-spaced to the radius."""
+    r = float(spec.search_radius)
+    inner = r / 2.0 ** (spec.rings - 1)
+    return np.concatenate([[0.0], np.geomspace(inner, r, spec.rings)])
+
+
+def _near(
+    observed: np.ndarray,
+    query_mask: np.ndarray,
+    qb: tuple[int, int, int, int],
+    n_near: int,
+    radius_cap: int,
+    origin: tuple[int, int],
+    limit: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The near set: a search window that doubles until it holds ``n_near`` observed pixels."""
+    h, w = observed.shape
+    r0, r1, c0, c1 = qb
+    radius = _FIRST_RADIUS
+    while True:
+        radius = min(radius, radius_cap)
+        if limit is not None and radius > limit:
+            raise HaloTooSmall(f"context search radius {radius} > {limit}")
+        s0, s1 = max(0, r0 - radius), min(h, r1 + radius)
+        t0, t1 = max(0, c0 - radius), min(w, c1 + radius)
+        win = observed[s0:s1, t0:t1]
+        if int(np.count_nonzero(win)) >= n_near or radius >= radius_cap:
+            q = np.zeros(win.shape, bool)
+            q[r0 - s0 : r1 - s0, c0 - t0 : c1 - t0] = query_mask[r0:r1, c0:c1]
+            dist = ndimage.distance_transform_edt(~q) if q.any() else None
+            rows, cols = nearest_context(
+                win,
+                (r0 - s0, r1 - s0, c0 - t0, c1 - t0),
+                max_context=n_near,
+                origin=(origin[0] + s0, origin[1] + t0),
+                query_distance=dist,
+            )
+            return rows + s0, cols + t0
+        radius *= 2
+
+
+def _box_distance(rows: np.ndarray, cols: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    """Euclidean distance (px) from pixels to the nearest pixel of a box ``(r0, r1, c0, c1)``."""
+    r0, r1, c0, c1 = box
+    dr = np.maximum(np.maximum(r0 - rows, rows - (r1 - 1)), 0)
+    dc = np.maximum(np.maximum(c0 - cols, cols - (c1 - 1)), 0)
+    return np.sqrt((dr * dr + dc * dc).astype(np.float64))
+
+
+def _far(
+    observed: np.ndarray,
+    qb: tuple[int, int, int, int],
+    spec: ContextSpec,
+    origin: tuple[int, int],
+    skip_within: float,
+    exclude: np.ndarray,
+) -> tuple[np.ndarray, np.ndarray]:
+    """The far set: observed lattice candidates, picked round-robin over rings and sectors."""
+    h, w = observed.shape
+    o0, o1 = origin
+    box = (qb[0] + o0, qb[1] + o0, qb[2] + o1, qb[3] + o1)  # absolute query window
+    centre_r = 0.5 * (box[0] + box[1] - 1)
+    centre_c = 0.5 * (box[2] + box[3] - 1)
+    edges = ring_edges(spec)
+    all_r, all_c, all_ring = [], [], []
+    for k in range(spec.rings):
+        lo, hi = edges[k], edges[k + 1]
+        if hi <= skip_within:
+            continue  # the near set already covers this ring densely
+        step = max(1, int((hi - lo) // _CANDIDATES_PER_WIDTH))
+        reach = math.ceil(hi)
+        # lattice aligned to the raster grid (multiples of step), clipped to the search window
+        ra = max(box[0] - reach, o0)
+        rb = min(box[1] + reach, o0 + h)
+        ca = max(box[2] - reach, o1)
+        cb = min(box[3] + reach, o1 + w)
+        rr = np.arange(-(-ra // step) * step, rb, step)
+        cc = np.arange(-(-ca // step) * step, cb, step)
+        if rr.size == 0 or cc.size == 0:
+            continue
+        # observed lattice pixels first (cheap), then their distance ring
+        sub = observed[rr[:, None] - o0, cc[None, :] - o1]
+        ir, ic = np.nonzero(sub)
+        pr, pc = rr[ir], cc[ic]
+        d = _box_distance(pr, pc, box)
+        keep = (d >= max(lo, skip_within)) & ((d < hi) | ((d <= hi) & (k == spec.rings - 1)))
+        all_r.append(pr[keep])
+        all_c.append(pc[keep])
+        all_ring.append(np.full(int(keep.sum()), k))
+    if not all_r:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pr, pc, ring = np.concatenate(all_r), np.concatenate(all_c), np.concatenate(all_ring)
+    if exclude.size:
+        flat = (pr - o0) * w + (pc - o1)
+        ok = ~np.isin(flat, exclude)
+        pr, pc, ring = pr[ok], pc[ok], ring[ok]
+    if pr.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    angle = np.arctan2(pr - centre_r, pc - centre_c)  # (-pi, pi]
+    sector = np.minimum((angle + math.pi) / (2 * math.pi) * spec.sectors, spec.sectors - 1).astype(
+        np.int64
+    )
+    cell = ring * spec.sectors + sector
+    key = _pixel_jitter(pr, pc)  # a fixed hash of the absolute position
+    # rank of each candidate inside its cell (by hash)
+    order = np.lexsort((key, cell))
+    cell_s = cell[order]
+    starts = np.flatnonzero(np.r_[True, cell_s[1:] != cell_s[:-1]])
+    rank = np.empty(order.size, np.int64)
+    rank[order] = np.arange(order.size) - np.repeat(starts, np.diff(np.r_[starts, order.size]))
+    # rank of each cell inside its ring (by the hash of its first candidate): every ring with
+    # candidates gets a pick before any ring gets its second
+    heads = order[starts]
+    head_order = np.lexsort((key[heads], ring[heads]))
+    ring_h = ring[heads][head_order]
+    rstarts = np.flatnonzero(np.r_[True, ring_h[1:] != ring_h[:-1]])
+    cell_rank_sorted = np.arange(head_order.size) - np.repeat(
+        rstarts, np.diff(np.r_[rstarts, head_order.size])
+    )
+    cell_rank_of_head = np.empty(heads.size, np.int64)
+    cell_rank_of_head[head_order] = cell_rank_sorted
+    cell_rank = np.repeat(cell_rank_of_head, np.diff(np.r_[starts, order.size]))
+    cell_rank_all = np.empty(order.size, np.int64)
+    cell_rank_all[order] = cell_rank
+    pick = np.lexsort((ring, cell_rank_all, rank))[: spec.n_far]
+    return pr[pick] - o0, pc[pick] - o1
+
+
+def select_context(
+    observed: np.ndarray,
+    query_mask: np.ndarray,
+    query_bounds: tuple[int, int, int, int],
+    spec: ContextSpec,
+    *,
+    origin: tuple[int, int] = (0, 0),
+    limit: int | None = None,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Choose the context pixels of a query window: the near set, then the far set.
+
+    Args:
+        observed: bool ``[h, w]`` search window, True where a pixel may be context.
+        query_mask: bool ``[h, w]``, True at pixels to predict; only those inside ``query_bounds``
+            count.
+        query_bounds: ``(r0, r1, c0, c1)`` of the query window in the search window's pixels.
+        spec: how many pixels, from how far.
+        origin: the search window's offset in the full raster (positions are hashed absolutely).
+        limit: the largest search radius the window holds around the query window (None: all of
+            ``spec.search_radius``); a search that needs more raises :class:`HaloTooSmall` (the far
+            set always needs the whole radius).
+
+    Returns:
+        ``(rows, cols)`` int arrays in the search window: the near set (nearest first), then the
+        far set (round-robin over rings and sectors); no pixel twice; at most
+        ``spec.n_near + spec.n_far`` pixels, all within ``spec.search_radius`` of the query window.
+    """
+    observed = np.asarray(observed, bool)
+    query_mask = np.asarray(query_mask, bool)
+    if observed.shape != query_mask.shape or observed.ndim != 2:
+        raise ValueError(
+            f"observed {observed.shape} and query_mask {query_mask.shape} must have one 2-D shape"
+        )
+    r0, r1, c0, c1 = (int(v) for v in query_bounds)
+    qb = (r0, r1, c0, c1)
+    if spec.n_far and limit is not None and limit < spec.search_radius:
+        raise HaloTooSmall(f"the far set needs the whole search radius {spec.search_radius} > {limit}")
+    rows, cols = _near(observed, query_mask, qb, spec.n_near, spec.search_radius, origin, limit)
+    rows, cols = rows.astype(np.int64), cols.astype(np.int64)
+    if spec.n_far == 0:
+        return rows, cols
+    # Far points start beyond the near set's reach: inside it the near set is already dense.
+    reach = float(_box_distance(rows, cols, qb).max()) if rows.size == spec.n_near else math.inf
+    if not math.isfinite(reach):
+        return rows, cols  # every observed pixel within the radius is already context
+    exclude = rows * observed.shape[1] + cols
+    fr, fc = _far(observed, qb, spec, origin, reach, exclude)
+    return np.concatenate([rows, fr]), np.concatenate([cols, fc])
+
+
+# --------------------------------------------------------------------------------------------
+# std calibration by distance to the nearest observed pixel
+# --------------------------------------------------------------------------------------------
+
+#: Edges (pixels) of the distance bins used by ``geonp evaluate`` and the calibration; a pixel
+#: with distance ``d`` to its nearest observed pixel falls in bin ``i`` when
+#: ``edges[i] <= d < edges[i + 1]``.
+DISTANCE_BIN_EDGES: tuple[float, ...] = (
+    0.0,
+    1.5,
+    3.0,
+    6.0,
+    12.0,
+    24.0,
+    48.0,
+    96.0,
+    192.0,
+    math.inf,
+)
+
+
+def distance_to_observed(observed: np.ndarray) -> np.ndarray:
+    """Euclidean distance (px) of each pixel (``[h, w]`` or ``[b, h, w]``) to the nearest observed.
+
+    Observed pixels get 0; an image with no observed pixel gets ``inf`` everywhere.
+    """
+    observed = np.asarray(observed, bool)
+    if observed.ndim == 3:
+        return np.stack([distance_to_observed(o) for o in observed])
+    if not observed.any():
+        return np.full(observed.shape, np.inf)
+    return ndimage.distance_transform_edt(~observed)
+
+
+def _bin_centres(edges: Sequence[float]) -> np.ndarray:
+    """A representative distance per bin: its geometric middle (open last bin: 1.5 x its start)."""
+    e = np.asarray(edges, float)
+    lo, hi = e[:-1], e[1:]
+    mid = np.where(np.isfinite(hi), 0.5 * (lo + hi), 1.5 * lo)
+    return np.where(lo > 0, np.sqrt(lo * np.where(np.isfinite(hi), hi, 2.25 * lo)), mid)
+
+
+def distance_bin_factors(
+    z2: np.ndarray,
+    distance: np.ndarray,
+    *,
+    edges: Sequence[float] = DISTANCE_BIN_EDGES,
+    min_pixels: int = 200,
+) -> dict[str, Any]:
+    """Fit std factors per distance bin: ``sqrt(mean(z²))`` of the pixels in each bin.
+
+    Args:
+        z2: squared standardised errors ``((y - mu) / sigma)²`` of validation pixels.
+        distance: their distance to the nearest observed pixel (same shape).
+        edges: bin edges in pixels, increasing, starting at 0 (the last may be ``inf``).
+        min_pixels: bins with fewer pixels take the factor of the nearest fitted bin (1 if none).
+
+    Returns:
+        ``{"edges": [...], "factors": [...], "pixels": [...]}``, JSON-ready (``inf`` as None).
+    """
+    z2 = np.asarray(z2, float).ravel()
+    distance = np.asarray(distance, float).ravel()
+    e = np.asarray(edges, float)
+    idx = np.clip(np.searchsorted(e, distance, side="right") - 1, 0, e.size - 2)
+    counts = np.bincount(idx, minlength=e.size - 1)
+    sums = np.bincount(idx, weights=z2, minlength=e.size - 1)
+    fitted = counts >= min_pixels
+    factors = np.ones(e.size - 1)
+    factors[fitted] = np.sqrt(sums[fitted] / counts[fitted])
+    if fitted.any():
+        good = np.flatnonzero(fitted)
+        for i in np.flatnonzero(~fitted):
+            factors[i] = factors[good[np.argmin(np.abs(good - i))]]
+    return {
+        "edges": [None if not math.isfinite(v) else float(v) for v in e],
+        "factors": [round(float(f), 6) for f in factors],
+        "pixels": [int(c) for c in counts],
+    }
+
+
+def apply_std_calibration(
+    std: np.ndarray,
+    distance: np.ndarray,
+    calibration: Mapping[str, Any] | None,
+    *,
+    band: int | None = None,
+    band_count: int | None = None,
+) -> np.ndarray:
+    """Apply a model's post-hoc std calibration to a std array.
+
+    Contract (what the fill engine relies on):
+
+    * ``std`` and ``distance`` have the same shape (any shape, e.g. a block's ``[h, w]`` for one
+      band); ``distance`` is each pixel's Euclidean distance, in pixels, to the nearest observed
+      pixel of the same band (:func:`distance_to_observed`); on a block, compute it with a halo of
+      at least 288 px (1.5 x the last bin edge, beyond which the factor is constant), or the std
+      of neighbouring blocks will not match. Units of ``std`` are kept.
+    * ``calibration`` is the model's calibration block (``LoadedModel.calibration``) or None. Its
+      ``std_scale`` (one factor per band, or one for all) multiplies the std of band ``band``
+      (0-based); the first factor is used when ``band`` is None, or when ``band_count`` (the
+      input's band count) is given and differs from the number of factors (a model calibrated
+      on 3 bands filling a 1-band raster), as ``fill`` does. Its optional ``distance_bins``
+      (``{"edges", "factors"}``, fitted by ``geonp evaluate --calibrate`` on top of ``std_scale``)
+      multiplies by a factor that is interpolated linearly in ``log(1 + distance)`` between the
+      bins' representative distances and held constant beyond the first and last, so the std
+      raster has no steps at bin edges. Per-band factor lists (``factors[band]``) are accepted.
+    * It returns a new float array; NaN stays NaN; no calibration returns ``std`` unchanged
+      (as a float array). It is the whole calibration: do not multiply by ``std_scale`` again.
+    """
+    out = np.asarray(std, dtype=np.result_type(np.asarray(std).dtype, np.float32)).copy()
+    if not calibration:
+        return out
+    b = 0 if band is None else int(band)
+
+    def pick(values: Sequence[Any]) -> Any:
+        if band_count is not None and len(values) != band_count:
+            return values[0]
+        return values[b] if len(values) > b else values[0]
+
+    scale = calibration.get("std_scale")
+    if scale:
+        out *= float(pick(scale))
+    bins = calibration.get("distance_bins")
+    if bins:
+        edges = [math.inf if v is None else float(v) for v in bins["edges"]]
+        factors = bins["factors"]
+        if factors and isinstance(factors[0], Sequence):
+            factors = pick(factors)
+        centres = np.log1p(_bin_centres(edges))
+        f = np.interp(np.log1p(np.asarray(distance, float)), centres, np.asarray(factors, float))
+        out *= f.astype(out.dtype)
+    return out
