@@ -27,7 +27,6 @@ from pathlib import Path
 
 import numpy as np
 import rasterio
-from rasterio.fill import fillnodata
 from rasterio.windows import Window
 
 SCENE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "landsat8_224078_20200518_b234.tif"

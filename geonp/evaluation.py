@@ -44,7 +44,6 @@ from geonp.io.output import atomic_write_text
 from geonp.io.raster import RasterInfo, open_raster, raster_info, select_bands
 from geonp.context import (
     DISTANCE_BIN_EDGES,
-    ContextSpec,
     apply_std_calibration,
     distance_bin_factors,
     distance_to_observed,

@@ -25,7 +25,7 @@ import numpy as np
 import torch
 from scipy import ndimage
 
-from geonp.context import ContextSpec, HaloTooSmall, select_context
+from geonp.context import ContextSpec, select_context
 from geonp.data.tasks import Task, collate, standardize
 from geonp.tiling import Tile, pixel_weights
 

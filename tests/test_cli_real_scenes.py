@@ -10,7 +10,6 @@ import rasterio
 from click.testing import CliRunner
 from rasterio.enums import ColorInterp
 from rasterio.transform import from_origin
-from rasterio.windows import Window
 
 from geonp_cli.main import cli
 from tests.conftest import smooth_field, write_raster

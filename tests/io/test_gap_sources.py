@@ -6,7 +6,6 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import rasterio
 from rasterio.windows import Window
 
 from geonp.errors import ConfigError
