@@ -6,6 +6,7 @@ Heavy modules (torch, rasterio) are imported inside the commands, so ``geonp --h
 
 from __future__ import annotations
 
+import importlib
 import logging
 import os
 import signal
@@ -18,7 +19,7 @@ from typing import Any
 import click
 
 from geonp._version import __version__
-from geonp.errors import GeonpError
+from geonp.errors import GeonpError, one_line
 
 #: Warnings rasterio issues for rasters without georeferencing; geonp logs its own one-liner.
 _NOISY_WARNINGS = (r"Dataset has no geotransform", r"The given matrix is equal to Affine\.identity")
@@ -108,10 +109,6 @@ def _restore_signal_handlers(previous: dict[int, Any]) -> None:
         signal.signal(sig, handler)
 
 
-def _one_line(err: BaseException) -> str:
-    return " ".join(str(err).split()) or type(err).__name__
-
-
 def _verbose(ctx: click.Context) -> bool:
     return bool(ctx.obj and ctx.obj.get("verbose"))  # set by cli(), inside invoke
 
@@ -141,7 +138,7 @@ class GeonpGroup(click.Group):
         except GeonpError as err:
             if _verbose(ctx):
                 traceback.print_exc()
-            raise click.ClickException(_one_line(err)) from None
+            raise click.ClickException(one_line(err)) from None
         except KeyboardInterrupt:
             name = signal.Signals(received[0]).name if received else "Ctrl-C"
             click.echo(f"Interrupted ({name}); no partial output was left.", err=True)
@@ -156,16 +153,16 @@ class GeonpGroup(click.Group):
         except OSError as err:
             if _verbose(ctx):
                 traceback.print_exc()
-            raise click.ClickException(_one_line(err)) from None
+            raise click.ClickException(one_line(err)) from None
         except Exception as err:  # noqa: BLE001 - the last line of defence against tracebacks
             if _verbose(ctx):
                 traceback.print_exc()
             if type(err).__module__.startswith("rasterio"):
                 raise click.ClickException(
-                    f"GDAL error ({type(err).__name__}): {_one_line(err)}; run again with -v for details"
+                    f"GDAL error ({type(err).__name__}): {one_line(err)}; run again with -v for details"
                 ) from None
             raise click.ClickException(
-                f"unexpected {type(err).__name__}: {_one_line(err)}. This is a bug in geonp; run "
+                f"unexpected {type(err).__name__}: {one_line(err)}. This is a bug in geonp; run "
                 "again with -v and report the traceback"
             ) from None
         finally:
@@ -192,15 +189,25 @@ def cli(ctx: click.Context, verbose: int, quiet: bool) -> None:
     _configure(verbose, quiet)
 
 
-def _register() -> None:
-    from geonp_cli import train
+#: The subcommands, one module of ``geonp_cli`` each, holding a command of the same name.
+COMMANDS = ("train", "fill", "models", "evaluate", "batch")
 
-    cli.add_command(verbosity_options(train.train))
-    for name in ("fill", "models", "evaluate", "batch"):
+
+def _register(names: tuple[str, ...] = COMMANDS) -> None:
+    """Add the subcommands to ``cli``; a command module that fails to import is an error.
+
+    Raises:
+        ImportError: Naming the command whose module cannot be imported (never skipped
+            silently: a missing command would look like a typo to the user).
+    """
+    for name in names:
         try:
-            module = __import__(f"geonp_cli.{name}", fromlist=[name])
-        except ModuleNotFoundError:
-            continue
+            module = importlib.import_module(f"geonp_cli.{name}")
+        except ImportError as err:
+            raise ImportError(
+                f"the geonp {name} command cannot be loaded ({one_line(err)}); the installation "
+                "is broken: reinstall geonp"
+            ) from err
         cli.add_command(verbosity_options(getattr(module, name)))
 
 

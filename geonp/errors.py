@@ -19,10 +19,6 @@ class InputRasterError(GeonpError, ValueError):
     """An input raster (or mask) cannot be used."""
 
 
-class MissingCRSError(InputRasterError):
-    """An input raster has no coordinate reference system."""
-
-
 class NoValidPixelsError(InputRasterError):
     """A raster has no observed pixels to learn from or condition on."""
 
@@ -39,6 +35,32 @@ class MissingDependencyError(GeonpError, ImportError):
     """An optional dependency is not installed."""
 
 
-def one_line(text: str) -> str:
-    """``text`` with every run of whitespace (newlines included) folded into one space."""
-    return " ".join(str(text).split())
+def one_line(what: object, *, causes: bool = False) -> str:
+    """Fold a message or an exception's text into one line (every run of whitespace to a space).
+
+    The one rule for the one-line messages the CLI, batch reports and raster errors print.
+
+    Args:
+        what: A message, or an exception (its text; its type name when the text is empty).
+        causes: For an exception, also append the errors it was raised from (``__cause__`` or
+            ``__context__``, at most three texts in all, ``": "``-joined), skipping repeats and
+            GDAL's "See previous exception" placeholders: GDAL's underlying reason often sits
+            one level down.
+
+    Returns:
+        The one-line text.
+    """
+    if not isinstance(what, BaseException):
+        return " ".join(str(what).split())
+    if not causes:
+        return " ".join(str(what).split()) or type(what).__name__
+    parts: list[str] = []
+    seen: set[int] = set()
+    current: BaseException | None = what
+    while current is not None and id(current) not in seen and len(parts) < 3:
+        seen.add(id(current))
+        text = " ".join(str(current).split())
+        if text and "See previous exception" not in text and not any(text in p for p in parts):
+            parts.append(text)
+        current = current.__cause__ or current.__context__
+    return ": ".join(parts) or type(what).__name__

@@ -46,7 +46,6 @@ METRICS: tuple[str, ...] = (
     "calibration_error",
     "mean_std",
 )
-_STD_METRICS = ("nll", "crps", "coverage90", "coverage95", "calibration_error", "mean_std")
 
 _LOG_2PI = math.log(2.0 * math.pi)
 _INV_SQRT_PI = 1.0 / math.sqrt(math.pi)

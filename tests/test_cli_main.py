@@ -52,3 +52,12 @@ def test_missing_input_is_a_geonp_error_exit_1(tmp_path: Path, args: list[str]) 
     assert "missing.tif" in line and "does not exist" in line and "check the path" in line
     assert "Usage:" not in res.output
     assert not (tmp_path / "m").exists()
+
+
+def test_a_command_module_that_fails_to_import_is_an_error_not_a_missing_command():
+    from geonp_cli.main import COMMANDS, _register
+
+    assert set(COMMANDS) <= set(cli.commands)
+    with pytest.raises(ImportError, match="geonp no_such_command command cannot be loaded"):
+        _register(("no_such_command",))
+    assert "no_such_command" not in cli.commands

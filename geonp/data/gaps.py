@@ -60,9 +60,6 @@ def as_rng(rng: np.random.Generator | int, *, what: str = "gap masks") -> np.ran
     )
 
 
-_as_rng = as_rng
-
-
 def _check_shape(shape: Sequence[int]) -> tuple[int, int]:
     try:
         h, w = (int(s) for s in shape)
@@ -202,7 +199,7 @@ def cloud_and_shadow(
     """
     hw = _check_shape(shape)
     c = _check_coverage(coverage)
-    f, g = _cloud_fields(hw, rng=_as_rng(rng), shadow=True, shadow_offset=shadow_offset)
+    f, g = _cloud_fields(hw, rng=as_rng(rng), shadow=True, shadow_offset=shadow_offset)
     union = _hide_highest(g, c)
     if not union.any():
         return union, union.copy()
@@ -238,7 +235,7 @@ def cloud_mask(
     """
     hw = _check_shape(shape)
     c = _check_coverage(coverage)
-    _, g = _cloud_fields(hw, rng=_as_rng(rng), shadow=shadow, shadow_offset=shadow_offset)
+    _, g = _cloud_fields(hw, rng=as_rng(rng), shadow=shadow, shadow_offset=shadow_offset)
     return _hide_highest(g, c)
 
 
@@ -263,7 +260,7 @@ def scene_cloud_mask(
     """
     h, w = _check_shape(shape)
     c = _check_coverage(coverage)
-    gen = _as_rng(rng)
+    gen = as_rng(rng)
     if scale is None:
         scale = max(400.0, 0.375 * (h + w)) * gen.uniform(1.0, 1.5)
     # a canvas twice the window (a torus): the mask is a crop of a bigger cloud field
@@ -284,7 +281,7 @@ def footprint_mask(shape: Sequence[int], *, rng: np.random.Generator | int,
         bool ``[h, w]``, True = outside the footprint.
     """
     h, w = _check_shape(shape)
-    gen = _as_rng(rng)
+    gen = as_rng(rng)
     a = gen.uniform(0.0, 2.0 * math.pi)
     y, x = np.mgrid[0:h, 0:w].astype(np.float64)
     prio = x * math.cos(a) + y * math.sin(a)
@@ -351,7 +348,7 @@ def stripe_mask(
     """
     hw = _check_shape(shape)
     c = _check_coverage(coverage)
-    gen = _as_rng(rng)
+    gen = as_rng(rng)
     if angle_deg is None:
         angle_deg = float(gen.choice([-1.0, 1.0]) * gen.uniform(8.0, 15.0))
     if period is None:
@@ -392,7 +389,7 @@ def random_mask(
     """
     hw = _check_shape(shape)
     c = _check_coverage(coverage)
-    return _as_rng(rng).random(hw) < c
+    return as_rng(rng).random(hw) < c
 
 
 def _check_source(source: np.ndarray | None) -> np.ndarray:
@@ -431,7 +428,7 @@ def borrowed_mask(
     """
     h, w = _check_shape(shape)
     src = _check_source(source)
-    gen = _as_rng(rng)
+    gen = as_rng(rng)
     pattern = np.rot90(src, k=int(gen.integers(4)))
     if gen.random() < 0.5:
         pattern = pattern[:, ::-1]
@@ -517,7 +514,7 @@ def make_mask(
             f"Use one of: {', '.join(MASK_KINDS)}."
         )
     hw = _check_shape(shape)
-    gen = _as_rng(rng)
+    gen = as_rng(rng)
     if kind == "borrowed":
         src = _check_source(source)
         if coverage is None:
@@ -567,7 +564,7 @@ def sample_training_mask(
             f"shape={(h, w)} has {n} pixel; a training mask needs one visible and "
             "one hidden pixel. Use patches of at least 2 pixels (e.g. 64x64)."
         )
-    gen = _as_rng(rng)
+    gen = as_rng(rng)
     if source is not None:
         source = _check_source(source)
     kinds = [k for k in TRAINING_KIND_WEIGHTS if source is not None or k != "borrowed"]
@@ -633,7 +630,7 @@ def sample_window_mask(
         targets, and are not in ``is_gap``. At least one pixel stays visible.
     """
     h, w = _check_shape(shape)
-    gen = _as_rng(rng)
+    gen = as_rng(rng)
     table = dict(WINDOW_KIND_WEIGHTS if weights is None else weights)
     unknown = set(table) - set(MASK_KINDS) - {SPARSE_KIND}
     if unknown:

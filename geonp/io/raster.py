@@ -24,7 +24,7 @@ from rasterio.enums import MaskFlags
 from rasterio.io import DatasetReader
 from rasterio.windows import Window
 
-from geonp.errors import ConfigError, InputRasterError
+from geonp.errors import ConfigError, InputRasterError, one_line
 
 logger = logging.getLogger(__name__)
 
@@ -37,20 +37,6 @@ __all__ = [
     "read_window",
     "select_bands",
 ]
-
-
-def _one_line(err: BaseException) -> str:
-    """Collapse an exception's text, and GDAL's underlying error, to one line."""
-    parts = []
-    seen: set[int] = set()
-    current: BaseException | None = err
-    while current is not None and id(current) not in seen and len(parts) < 3:
-        seen.add(id(current))
-        text = " ".join(str(current).split())
-        if text and "See previous exception" not in text and not any(text in p for p in parts):
-            parts.append(text)
-        current = current.__cause__ or current.__context__
-    return ": ".join(parts) or type(err).__name__
 
 
 #: GDAL/curl phrases that mean the network, not the file, failed.
@@ -151,7 +137,7 @@ def open_raster(path: str | os.PathLike[str], *, role: str = "Input raster") -> 
     try:
         src = rasterio.open(name, "r")
     except rasterio.errors.RasterioIOError as err:
-        text = _one_line(err)
+        text = one_line(err, causes=True)
         remote = remote_failure(name, text, role=role)
         if remote is not None:
             raise remote from err
@@ -166,7 +152,7 @@ def open_raster(path: str | os.PathLike[str], *, role: str = "Input raster") -> 
         ) from err
     except (rasterio.errors.RasterioError, OSError, ValueError) as err:
         raise InputRasterError(
-            f"{role} {name} cannot be opened ({_one_line(err)}); check that it is a "
+            f"{role} {name} cannot be opened ({one_line(err, causes=True)}); check that it is a "
             "valid raster."
         ) from err
     try:
@@ -188,12 +174,12 @@ def open_raster(path: str | os.PathLike[str], *, role: str = "Input raster") -> 
         raise
     except (rasterio.errors.RasterioError, OSError, ValueError) as err:
         src.close()
-        remote = remote_failure(name, _one_line(err), role=role)
+        remote = remote_failure(name, one_line(err, causes=True), role=role)
         if remote is not None:
             raise remote from err
         raise InputRasterError(
             f"{role} {name} is truncated or corrupt: reading its pixels failed "
-            f"({_one_line(err)}); re-download or re-create it."
+            f"({one_line(err, causes=True)}); re-download or re-create it."
         ) from err
     return src
 
@@ -384,13 +370,13 @@ def read_window(src: DatasetReader, window: Window, bands: Sequence[int]) -> np.
 
 def _read_failed(src: DatasetReader, window: Window, err: BaseException) -> InputRasterError:
     """The error for pixels that cannot be read (a damaged block inside the file)."""
-    remote = remote_failure(str(src.name), _one_line(err), role="Raster")
+    remote = remote_failure(str(src.name), one_line(err, causes=True), role="Raster")
     if remote is not None:
         return remote
     return InputRasterError(
         f"Raster {src.name} is truncated or corrupt: reading rows {int(window.row_off)}.."
         f"{int(window.row_off + window.height) - 1}, columns {int(window.col_off)}.."
-        f"{int(window.col_off + window.width) - 1} failed ({_one_line(err)}); re-download or "
+        f"{int(window.col_off + window.width) - 1} failed ({one_line(err, causes=True)}); re-download or "
         "re-create it."
     )
 
