@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from geonp.io.output import atomic_write_bytes
+from geonp.io.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
     from geonp.evaluation import EvaluationReport

@@ -40,7 +40,7 @@ from geonp.data.gaps import MASK_KINDS, make_mask
 from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.io.masks import read_mask_file, resolve_nodata
 from geonp.io.observed import read_observed
-from geonp.io.output import atomic_write_text
+from geonp.io.atomic import atomic_write_text
 from geonp.io.raster import RasterInfo, open_raster, raster_info, select_bands
 from geonp.context import (
     DISTANCE_BIN_EDGES,

@@ -26,16 +26,11 @@ from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.gap_sources import GapSources, build_gap_sources
 from geonp.io.hints import untagged_nodata_hint
 from geonp.io.masks import resolve_nodata
-from geonp.io.output import (
-    AtomicRasterWriter,
-    check_creation_options,
-    check_output_path,
-    copy_metadata,
-    copy_std_metadata,
-    output_driver,
-    output_profile,
-    parse_creation_options,
-)
+from geonp.io.atomic import AtomicRasterWriter
+from geonp.io.formats import check_creation_options, output_driver
+from geonp.io.metadata import copy_metadata, copy_std_metadata
+from geonp.io.paths import check_output_path
+from geonp.io.profiles import output_profile, parse_creation_options
 from geonp.io.validity import plan_output_validity
 from geonp.io.raster import open_raster, raster_info, select_bands
 from geonp.predict import Predictor

@@ -34,7 +34,7 @@ from typing import Any, Literal
 from geonp._version import __version__
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, GeonpError, OutputError, one_line
-from geonp.io.output import remove_stale_partials
+from geonp.io.atomic import remove_stale_partials
 
 logger = logging.getLogger(__name__)
 
@@ -283,7 +283,7 @@ def _check_dirs(input_dir: str | os.PathLike[str], output_dir: str | os.PathLike
 
 def _fill_options(fill_options: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Check the fill options; returns the model path, the options to pass, all effective values."""
-    from geonp.io.output import parse_creation_options
+    from geonp.io.profiles import parse_creation_options
     from geonp.models.registry import load_model, resolve_model_path
 
     unknown = sorted(set(fill_options) - set(FILL_OPTIONS))
@@ -298,7 +298,7 @@ def _fill_options(fill_options: Mapping[str, Any]) -> tuple[str, dict[str, Any],
     load_model(model_path)  # a corrupt model fails here, once, not once per file
     passed = {k: v for k, v in fill_options.items() if k not in ("model", "overwrite")}
     cfg = FillConfig.of(**passed)  # checks every value once, before any file
-    from geonp.io.output import check_creation_options
+    from geonp.io.formats import check_creation_options
 
     # Keys and keyword values by GDAL now, before any file; each file's types are checked by its
     # own fill.
@@ -408,7 +408,7 @@ class _Manifest:
 
     def write(self, report: JobReport, *, final: bool) -> None:
         """Write the manifest; a failure is only a warning until the final write."""
-        from geonp.io.output import atomic_write_text
+        from geonp.io.atomic import atomic_write_text
 
         data = {**self.meta, **report.to_dict(), "updated": _now(),
                 "files": [self.entries[n] for n in sorted(self.entries)]}

@@ -12,19 +12,16 @@ from affine import Affine
 from rasterio.enums import ColorInterp
 
 from geonp.errors import ConfigError, OutputError
-from geonp.io.output import (
+from geonp.io.atomic import (
     AtomicRasterWriter,
     atomic_write_bytes,
+    atomic_write_file,
     atomic_write_text,
-    check_output_path,
-    cog_options,
-    copy_metadata,
-    finalize_cog,
-    output_profile,
-    parse_creation_options,
-    check_creation_options,
-    output_driver,
 )
+from geonp.io.formats import check_creation_options, output_driver
+from geonp.io.metadata import copy_metadata
+from geonp.io.paths import check_output_path
+from geonp.io.profiles import cog_options, finalize_cog, output_profile, parse_creation_options
 
 TRANSFORM = Affine(30.0, 0.0, 300000.0, 0.0, -30.0, 5000020.0)
 
@@ -114,7 +111,7 @@ def test_output_parent_not_writable(tmp_path: Path) -> None:
 def test_output_parent_not_writable_via_access(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("geonp.io.output.os.access", lambda path, mode: False)
+    monkeypatch.setattr("geonp.io.paths.os.access", lambda path, mode: False)
     with pytest.raises(OutputError, match=r"is not writable; choose another directory"):
         check_output_path(tmp_path / "out.tif", inputs=[], overwrite=False)
 
@@ -418,12 +415,35 @@ def test_atomic_write_bytes_disk_full(tmp_path: Path, monkeypatch: pytest.Monkey
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("geonp.io.output.os.fsync", full)
+    monkeypatch.setattr("geonp.io.atomic.os.fsync", full)
     with pytest.raises(OutputError, match="No space left on device while writing .*report.json"):
         atomic_write_text(path, "new")
     monkeypatch.undo()
     assert path.read_text() == "old"
     assert listing(tmp_path) == ["report.json"]
+
+
+def test_atomic_write_file_goes_through_a_writer_and_leaves_nothing_on_failure(tmp_path: Path) -> None:
+    path = tmp_path / "model.safetensors"
+    seen: list[Path] = []
+
+    def write(tmp: Path) -> None:
+        seen.append(tmp)
+        tmp.write_bytes(b"weights")
+
+    atomic_write_file(path, write)
+    assert path.read_bytes() == b"weights"
+    assert seen[0].parent == tmp_path and seen[0].name.startswith(".model.safetensors.geonp-partial-")
+    assert listing(tmp_path) == ["model.safetensors"]
+
+    def broken(tmp: Path) -> None:
+        tmp.write_bytes(b"half")
+        raise RuntimeError("writer failed")
+
+    with pytest.raises(RuntimeError, match="writer failed"):
+        atomic_write_file(path, broken)
+    assert path.read_bytes() == b"weights"
+    assert listing(tmp_path) == ["model.safetensors"]
 
 
 # ------------------------------------------------------------------------------- copy_metadata

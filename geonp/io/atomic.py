@@ -1,0 +1,481 @@
+"""Write outputs atomically: a hidden temporary file, read back, then moved onto its final name.
+
+geonp never modifies its input and never leaves a half-written output: every file (rasters,
+JSON reports, PNGs, model files) is written to a hidden temporary file in the output's directory
+and moved onto its final name only when it is complete (``os.replace`` is atomic within one file
+system); a raster is first read back in full (GDAL can report success for a file a full disk
+truncated). A filled raster and its std raster are written as one transaction: both appear, or
+neither. A killed run leaves at most a ``.<name>.geonp-partial-<host>-<pid>-*`` file, never a
+truncated OUTPUT, and the next run that writes to the same directory removes it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import secrets
+import socket
+import threading
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import numpy as np
+import rasterio
+import rasterio.errors
+import rasterio.shutil
+from rasterio.io import DatasetWriter
+from rasterio.windows import Window
+
+from geonp.errors import OutputError
+from geonp.io.formats import DIRECT_DRIVERS, output_driver, suffix_for
+from geonp.io.profiles import convert_raster, finalize_cog
+from geonp.io.write_errors import (
+    NEARLY_FULL,
+    disk_full_message,
+    free_bytes,
+    is_disk_full,
+    is_gdal_error,
+    verify_failed,
+    write_failed,
+)
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "AtomicRasterWriter",
+    "atomic_write_bytes",
+    "atomic_write_file",
+    "atomic_write_text",
+    "remove_stale_partials",
+    "verify_raster_file",
+]
+
+
+_PARTIAL_TAG = ".geonp-partial-"
+
+
+def _host_tag() -> str:
+    """Six hex digits naming this machine (partial files on shared disks name their writer)."""
+    return hashlib.sha1(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:6]
+
+
+def _partial_path(final: Path, suffix: str) -> Path:
+    """``.<name>.geonp-partial-<host>-<pid>-<random><suffix>`` beside ``final``."""
+    owner = f"{_host_tag()}-{os.getpid()}"
+    return final.with_name(f".{final.name}{_PARTIAL_TAG}{owner}-{secrets.token_hex(6)}{suffix}")
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # alive, owned by someone else
+        return True
+    except OSError:
+        return True
+    return True
+
+
+#: A partial file this old is a leftover whatever machine wrote it (no fill writes for a day
+#: without touching its file's directory entry... but a foreign host's process cannot be asked).
+STALE_PARTIAL_SECONDS = 24 * 3600
+
+
+def remove_stale_partials(final: str | os.PathLike[str]) -> list[Path]:
+    """Delete the temporary files that killed runs left in ``final``'s directory.
+
+    Any output's partial files are considered, not only ``final``'s: a run to another name in
+    the same directory cleans up too. A file is removed when this machine wrote it and its
+    process no longer runs, or when it is older than :data:`STALE_PARTIAL_SECONDS` (then
+    another machine sharing the disk wrote it and is long gone). A run writing right now keeps
+    its file.
+
+    Args:
+        final: The output path whose directory to clean.
+
+    Returns:
+        The paths removed.
+    """
+    path = Path(os.fspath(final)).expanduser().absolute()
+    if not path.parent.is_dir():
+        return []
+    removed = []
+    host = _host_tag()
+    now = time.time()
+    for tmp in path.parent.glob(f".*{_PARTIAL_TAG}*"):
+        rest = tmp.name.split(_PARTIAL_TAG, 1)[1]
+        parts = rest.split("-")
+        if len(parts) < 3 or not parts[1].isdigit():
+            continue
+        try:
+            old = now - tmp.stat().st_mtime > STALE_PARTIAL_SECONDS
+        except OSError:
+            continue
+        mine_and_dead = parts[0] == host and not _pid_alive(int(parts[1]))
+        if not (mine_and_dead or old):
+            continue
+        _unlink_quietly(tmp)
+        if not tmp.exists():
+            logger.info("removed %s, left by an interrupted run", tmp)
+            removed.append(tmp)
+    return removed
+
+
+def _fsync_path(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    """Make a rename durable; best effort (not every platform can open directories)."""
+    try:
+        _fsync_path(path)
+    except OSError:
+        pass
+
+
+def _unlink_quietly(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    except OSError as err:
+        logger.warning("could not remove temporary file %s: %s", path, err)
+
+
+#: Bytes read at a time when a finished file is read back.
+_VERIFY_CHUNK_BYTES = 32 * 2**20
+
+
+def verify_raster_file(path: str | os.PathLike[str], profile: Mapping[str, Any]) -> None:
+    """Read a just-written raster back, all of it, strip by strip.
+
+    GDAL does not always report a failed write: on a full disk libtiff prints a message and
+    ``close()`` returns normally, leaving a truncated file. Reading every block back (memory
+    bounded by ``_VERIFY_CHUNK_BYTES``) catches that before the file gets its final name.
+
+    Args:
+        path: The finished file.
+        profile: The profile it was written with (size, band count and type are checked).
+
+    Raises:
+        OutputError: If the file cannot be opened or read, or does not have the written shape.
+    """
+    name = os.fspath(path)
+    try:
+        with rasterio.open(name) as src:
+            want = (int(profile["width"]), int(profile["height"]), int(profile["count"]))
+            got = (src.width, src.height, src.count)
+            if got != want:
+                raise ValueError(f"it has {got[0]}x{got[1]} px and {got[2]} band(s), not "
+                                 f"{want[0]}x{want[1]} and {want[2]}")
+            block_h = max(1, src.block_shapes[0][0])
+            row_bytes = src.width * src.count * np.dtype(src.dtypes[0]).itemsize
+            rows = max(block_h, (_VERIFY_CHUNK_BYTES // max(row_bytes, 1)) // block_h * block_h)
+            for r0 in range(0, src.height, rows):
+                src.read(window=Window(0, r0, src.width, min(rows, src.height - r0)))
+    except (rasterio.errors.RasterioError, OSError, ValueError) as err:
+        raise verify_failed(path, err) from err
+
+
+def _commit(tmp: Path, final: Path, *, overwrite: bool) -> None:
+    """Move a finished temporary file onto its final name."""
+    if overwrite:
+        os.replace(tmp, final)
+        return
+    try:
+        # A hard link fails if the target appeared meanwhile: no-clobber and atomic.
+        os.link(tmp, final)
+    except FileExistsError as err:
+        raise OutputError(
+            f"{final} already exists (it appeared while geonp was writing); pass --overwrite "
+            "to replace it."
+        ) from err
+    except OSError:
+        if final.exists():
+            raise OutputError(f"{final} already exists; pass --overwrite to replace it.") from None
+        os.replace(tmp, final)
+        return
+    tmp.unlink()
+
+
+#: The AtomicRasterWriters open in each thread, outermost first (nested writers commit together).
+_OPEN_WRITERS = threading.local()
+
+
+def _open_writers() -> list[AtomicRasterWriter]:
+    stack = getattr(_OPEN_WRITERS, "stack", None)
+    if stack is None:
+        stack = _OPEN_WRITERS.stack = []
+    return stack
+
+
+class AtomicRasterWriter:
+    r"""Write a raster to a temporary file and move it onto its final path when complete.
+
+    On entering, a hidden file ``.<name>.geonp-partial-<host>-<pid>-<random>.tif`` is created
+    in the output's directory and its rasterio writer is returned (temporary files that killed
+    runs of this machine left for the same output are deleted first). On a clean exit the
+    writer is closed, converted to COG if asked, read back in full (GDAL can silently truncate
+    a file on a full disk), flushed to disk and moved onto the final path. On any exception,
+    KeyboardInterrupt included, the temporary file is deleted and the exception propagates; a
+    full disk becomes :class:`~geonp.errors.OutputError`. Either way no partial output
+    remains. A ``.aux.xml`` sidecar GDAL writes for metadata the TIFF cannot hold is moved
+    along with the raster.
+
+    Writers nested in one thread form one transaction: an inner writer that finishes while an
+    outer one is still open keeps its finished temporary file until the outer one finishes,
+    then both are moved into place (inner ones first); if the outer one fails, neither
+    appears. So a filled raster and its std raster appear together or not at all.
+
+    Example:
+        >>> with AtomicRasterWriter("filled.tif", profile, overwrite=False) as dst, \
+        ...         AtomicRasterWriter("filled_std.tif", std_profile, overwrite=False) as dstd:
+        ...     dst.write(data)
+        ...     dstd.write(std)
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        profile: Mapping[str, Any],
+        *,
+        overwrite: bool,
+        cog: bool = False,
+        creation_options: Mapping[str, str] | None = None,
+        driver: str | None = None,
+        overview_resampling: str | None = None,
+    ) -> None:
+        """Prepare the writer (nothing is created until the context is entered).
+
+        Args:
+            path: Final output path.
+            profile: rasterio profile (see :func:`output_profile`).
+            overwrite: Whether an existing file at ``path`` may be replaced.
+            cog: Convert to a Cloud Optimized GeoTIFF before moving into place.
+            creation_options: Parsed ``--co`` options for the COG conversion (only with
+                ``cog=True``) or the conversion to another driver.
+            driver: GDAL driver of the final file; default from the path's extension
+                (:func:`output_driver`). Other drivers than GTiff are written as a GeoTIFF
+                and converted when complete.
+            overview_resampling: COG overview resampling (``"RMS"`` for std rasters).
+        """
+        self.path = Path(os.fspath(path)).expanduser().absolute()
+        self.profile = dict(profile)
+        self.overwrite = overwrite
+        self.cog = cog
+        self.creation_options = dict(creation_options or {})
+        self.driver = "COG" if cog else (driver or output_driver(self.path))
+        self.overview_resampling = overview_resampling
+        self.temp_path: Path | None = None
+        self._dst: DatasetWriter | None = None
+        self._extra_temps: list[Path] = []
+        self._ready: Path | None = None
+        self._pending: list[AtomicRasterWriter] = []
+
+    def __enter__(self) -> DatasetWriter:
+        """Create the temporary file and return its open writer."""
+        if not self.overwrite and self.path.exists():
+            raise OutputError(f"{self.path} already exists; pass --overwrite to replace it.")
+        if not self.path.parent.is_dir():
+            raise OutputError(
+                f"Output directory {self.path.parent} does not exist; create it first."
+            )
+        remove_stale_partials(self.path)
+        self.temp_path = _partial_path(self.path, ".tif")
+        try:
+            self._dst = rasterio.open(self.temp_path, "w", **self.profile)
+        except Exception as err:
+            self._cleanup()
+            if is_disk_full(err):
+                raise OutputError(disk_full_message(self.path)) from err
+            raise
+        _open_writers().append(self)
+        return self._dst
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool:
+        """Commit the file (with the nested writers' files) on success; delete them on failure."""
+        stack = _open_writers()
+        if self in stack:
+            stack.remove(self)
+        outer = stack[-1] if stack else None
+        dst, self._dst = self._dst, None
+        if exc is not None:
+            # Measured before the partial file is removed: afterwards the disk has room again.
+            free = free_bytes(self.path.parent)
+            if dst is not None:
+                try:
+                    dst.close()
+                except Exception as close_err:  # the original error matters more
+                    logger.debug("closing %s after an error failed: %s", self.temp_path, close_err)
+            self._cleanup()
+            write_error = is_gdal_error(exc) and (
+                "write failed" in str(exc).lower()
+                or (self.temp_path is not None and self.temp_path.name in str(exc)))
+            if is_disk_full(exc) or (write_error and free is not None and free < NEARLY_FULL):
+                raise OutputError(disk_full_message(self.path)) from exc
+            if write_error:
+                raise write_failed(self.path, exc) from exc  # GDAL failed writing this file
+            return False
+        try:
+            if dst is not None:
+                dst.close()
+            self._prepare()
+            if outer is not None:
+                outer._pending.append(self)  # committed (or deleted) with the outer writer
+                return False
+            self._commit_all()
+        except BaseException as err:
+            self._cleanup()
+            if isinstance(err, OutputError) or not isinstance(err, Exception):
+                raise
+            raise write_failed(self.path, err) from err
+        return False
+
+    def _prepare(self) -> None:
+        """Close-time work short of the rename: COG conversion, read-back check, fsync."""
+        assert self.temp_path is not None, "AtomicRasterWriter used outside a with block"
+        ready = self.temp_path
+        if self.cog or self.driver not in DIRECT_DRIVERS:
+            suffix = ".tif" if self.cog else (self.path.suffix or suffix_for(self.driver))
+            converted = _partial_path(self.path, suffix)
+            self._extra_temps.append(converted)
+            if self.cog:
+                finalize_cog(self.temp_path, converted, self.creation_options,
+                             resampling=self.overview_resampling)
+            else:
+                convert_raster(self.temp_path, converted, self.driver, self.creation_options)
+            _unlink_quietly(self.temp_path)
+            _unlink_quietly(_aux_path(self.temp_path))
+            ready = converted
+        try:
+            verify_raster_file(ready, self.profile)
+        except OutputError as err:  # name the output the user asked for, not the partial file
+            raise verify_failed(self.path, err.__cause__ or err) from err
+        _fsync_path(ready)
+        self._ready = ready
+
+    def _writers(self) -> list[AtomicRasterWriter]:
+        """This writer's nested writers (depth first), then itself: the commit order."""
+        out: list[AtomicRasterWriter] = []
+        for inner in self._pending:
+            out.extend(inner._writers())
+        out.append(self)
+        return out
+
+    def _commit_all(self) -> None:
+        writers = self._writers()
+        if len(writers) > 1:
+            for w in writers:  # no-clobber check before moving anything
+                if not w.overwrite and w.path.exists():
+                    raise OutputError(f"{w.path} already exists (it appeared while geonp was "
+                                      "writing); pass --overwrite to replace it.")
+        done: list[AtomicRasterWriter] = []
+        try:
+            for w in writers:
+                w._move_into_place()
+                done.append(w)
+        except BaseException:
+            for w in done:  # best effort: take back the new files that did not replace any
+                if not w.overwrite:
+                    _unlink_quietly(w.path)
+            raise
+        for parent in {w.path.parent for w in writers}:
+            _fsync_dir(parent)
+
+    def _move_into_place(self) -> None:
+        assert self._ready is not None, "AtomicRasterWriter committed before it was prepared"
+        _commit(self._ready, self.path, overwrite=self.overwrite)
+        aux = _aux_path(self._ready)
+        final_aux = _aux_path(self.path)
+        if aux.exists():
+            os.replace(aux, final_aux)
+        elif final_aux.exists():
+            # Left by the file just replaced: it would now describe the wrong raster.
+            _unlink_quietly(final_aux)
+
+    def _cleanup(self) -> None:
+        for inner in self._pending:
+            inner._cleanup()
+        self._pending = []
+        for path in [self.temp_path, *self._extra_temps]:
+            if path is not None:
+                _unlink_quietly(path)
+                _unlink_quietly(_aux_path(path))
+
+
+def _aux_path(path: Path) -> Path:
+    return path.with_name(path.name + ".aux.xml")
+
+
+def atomic_write_file(path: str | os.PathLike[str], write: Callable[[Path], object]) -> None:
+    """Write a file atomically through a writer function (temporary file, then replace).
+
+    ``write(temp)`` creates and fills ``temp``, a hidden file beside ``path`` (as
+    ``safetensors.torch.save_file`` or ``Path.write_text`` do); the file is then flushed to disk
+    and moved onto ``path``. On any exception, KeyboardInterrupt included, the temporary file is
+    deleted and the exception propagates (a full disk as :class:`~geonp.errors.OutputError`).
+
+    Args:
+        path: Final path; an existing file is replaced.
+        write: Function that writes the whole content to the path it is given.
+
+    Raises:
+        OutputError: If the disk is full (no file is left behind).
+    """
+    final = Path(os.fspath(path)).expanduser().absolute()
+    tmp = _partial_path(final, ".tmp")
+    try:
+        write(tmp)
+        _fsync_path(tmp)
+        os.replace(tmp, final)
+    except BaseException as err:
+        _unlink_quietly(tmp)
+        if is_disk_full(err):
+            raise OutputError(disk_full_message(final)) from err
+        raise
+    _fsync_dir(final.parent)
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
+    """Write bytes to a file atomically (see :func:`atomic_write_file`).
+
+    Args:
+        path: Final path; an existing file is replaced.
+        data: The content.
+
+    Raises:
+        OutputError: If the disk is full (no file is left behind).
+    """
+
+    def write(tmp: Path) -> None:
+        with open(tmp, "xb") as fh:
+            fh.write(data)
+
+    atomic_write_file(path, write)
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
+    """Write UTF-8 text to a file atomically (see :func:`atomic_write_bytes`).
+
+    Args:
+        path: Final path; an existing file is replaced.
+        text: The content.
+
+    Raises:
+        OutputError: If the disk is full (no file is left behind).
+    """
+    atomic_write_bytes(path, text.encode("utf-8"))
