@@ -47,7 +47,7 @@ def tiny_model(directory: Path) -> Path:
 
     from geonp.config import ModelConfig
     from geonp.models import build_model
-    from geonp.training.checkpoint import save_model
+    from geonp.model_files.checkpoint import save_model
 
     torch.manual_seed(0)
     cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)
@@ -55,7 +55,7 @@ def tiny_model(directory: Path) -> Path:
 
 
 def _warm(model: str) -> int:
-    from geonp.models.registry import cached_model
+    from geonp.model_files.registry import cached_model
 
     cached_model(model, "cpu")
     return os.getpid()
@@ -65,7 +65,7 @@ def measure(workers: int, src: Path, out: Path, model: str, fill_opts: dict) -> 
     from distributed import Client, LocalCluster
 
     import geonp
-    from geonp.models.registry import resolve_model_path
+    from geonp.model_files.registry import resolve_model_path
 
     t0 = time.perf_counter()
     with LocalCluster(n_workers=workers, threads_per_worker=1, processes=True, dashboard_address=None) as cluster, \

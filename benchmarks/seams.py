@@ -23,7 +23,7 @@ from geonp.engine import tile_options
 from geonp.inference import fill_array
 from geonp.io.observed import read_observed
 from geonp.io.raster import open_raster, raster_info
-from geonp.models.registry import load_model
+from geonp.model_files.registry import load_model
 
 SCENE = (
     Path(__file__).resolve().parents[1].parent

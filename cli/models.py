@@ -16,7 +16,7 @@ def models(as_json: bool) -> None:
     Example:
       geonp models
     """
-    from geonp.models.registry import list_models
+    from geonp import list_models
 
     cards = list_models()
     if as_json:

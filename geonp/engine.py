@@ -215,7 +215,7 @@ class BlockRunner:
     """
 
     def __init__(self, job: BlockJob, loaded: Any = None) -> None:
-        from geonp.models.registry import cached_model
+        from geonp.model_files.registry import cached_model
 
         self.job = job
         loaded = loaded or LOCAL_MODELS.get(job.model) or cached_model(job.model, "cpu")

@@ -295,7 +295,7 @@ class _Scored:
 
 
 def _load_models(models: Sequence[Any], calibrate: bool) -> list[tuple[str, Any]]:
-    from geonp.models.registry import PRETRAINED, load_model
+    from geonp.model_files.registry import PRETRAINED, load_model
 
     out: list[tuple[str, Any]] = []
     seen: dict[str, int] = {}

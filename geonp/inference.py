@@ -85,7 +85,7 @@ def default_uncertainty_path(output: str | os.PathLike[str]) -> Path:
 
 
 def _load(model: Any) -> Any:
-    from geonp.models.registry import cached_model, load_model
+    from geonp.model_files.registry import cached_model, load_model
 
     if not isinstance(model, str | os.PathLike):
         return model

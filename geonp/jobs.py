@@ -187,7 +187,7 @@ def _fill_one(task: _FileTask) -> dict[str, Any]:
     t0 = time.perf_counter()
     try:
         from geonp.inference import fill_raster
-        from geonp.models.registry import cached_model
+        from geonp.model_files.registry import cached_model
 
         Path(task.output).parent.mkdir(parents=True, exist_ok=True)
         report = fill_raster(task.input, task.output, uncertainty=task.uncertainty,
@@ -284,7 +284,7 @@ def _check_dirs(input_dir: str | os.PathLike[str], output_dir: str | os.PathLike
 def _fill_options(fill_options: Mapping[str, Any]) -> tuple[str, dict[str, Any], dict[str, Any]]:
     """Check the fill options; returns the model path, the options to pass, all effective values."""
     from geonp.io.profiles import parse_creation_options
-    from geonp.models.registry import load_model, resolve_model_path
+    from geonp.model_files.registry import load_model, resolve_model_path
 
     unknown = sorted(set(fill_options) - set(FILL_OPTIONS))
     if unknown:

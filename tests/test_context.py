@@ -169,7 +169,7 @@ def test_training_and_fill_share_select_context():
 
 def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):
     from geonp.engine import tile_options
-    from geonp.models.registry import load_model
+    from geonp.model_files.registry import load_model
 
     lm = load_model(tiny_model)
     assert tile_options(lm, None, None, 8, 512).n_far == 0  # a card without far fields: 0.1's rule

@@ -167,7 +167,7 @@ def test_baseline_functions_directly():
 
 def test_calibrate_writes_std_scale_and_helps(smooth_tif, tiny_model, tmp_path):
     from geonp.inference import fill_array
-    from geonp.models.registry import load_model
+    from geonp.model_files.registry import load_model
 
     model_dir = tmp_path / "tiny_copy"
     shutil.copytree(tiny_model, model_dir)
@@ -210,7 +210,7 @@ def test_calibrate_writes_std_scale_and_helps(smooth_tif, tiny_model, tmp_path):
 
 
 def test_calibrate_refuses_builtin_model(smooth_tif, tiny_model, tmp_path, monkeypatch):
-    from geonp.models import registry
+    from geonp.model_files import registry
 
     shutil.copytree(tiny_model, tmp_path / "pretrained" / "mini")
     monkeypatch.setattr(registry, "PRETRAINED", tmp_path / "pretrained")

@@ -8,7 +8,7 @@ from geonp.context import DISTANCE_BIN_EDGES, apply_std_calibration, distance_to
 from geonp.data.synthetic import gp_grid_field, gp_posterior
 from geonp.inference import fill_array
 from geonp.metrics import binned_scores
-from geonp.models.registry import load_model
+from geonp.model_files.registry import load_model
 
 BINS = (1.0, 2.0, 4.0, 8.0, 16.0)
 

@@ -174,7 +174,7 @@ def test_model_loaded_once_per_worker(tmp_path, tiny_model, cluster):
     assert report.ok and report.counts["done"] == 6 and report.workers == 2
 
     def cache_info():
-        from geonp.models.registry import cached_model
+        from geonp.model_files.registry import cached_model
 
         info = cached_model.cache_info()
         return info.hits, info.misses
@@ -192,7 +192,7 @@ def test_fill_one_reports_unexpected_errors(monkeypatch, tmp_path):
         raise RuntimeError("boom\nsecond line")
 
     monkeypatch.setattr(geonp.inference, "fill_raster", boom)
-    monkeypatch.setattr("geonp.models.registry.cached_model", lambda path, device: object())
+    monkeypatch.setattr("geonp.model_files.registry.cached_model", lambda path, device: object())
     task = jobs._FileTask("a.tif", str(tmp_path / "a.tif"), str(tmp_path / "o" / "a.tif"),
                           str(tmp_path / "o" / "a_std.tif"), "m", False, ())
     result = jobs._fill_one(task)

@@ -421,12 +421,21 @@ def _aux_path(path: Path) -> Path:
     return path.with_name(path.name + ".aux.xml")
 
 
+def _umask() -> int:
+    """The process's file-creation mask (read by setting it and putting it back)."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
 def atomic_write_file(path: str | os.PathLike[str], write: Callable[[Path], object]) -> None:
     """Write a file atomically through a writer function (temporary file, then replace).
 
     ``write(temp)`` creates and fills ``temp``, a hidden file beside ``path`` (as
-    ``safetensors.torch.save_file`` or ``Path.write_text`` do); the file is then flushed to disk
-    and moved onto ``path``. On any exception, KeyboardInterrupt included, the temporary file is
+    ``safetensors.torch.save_file`` or ``Path.write_text`` do); the file then gets the
+    permissions the user's umask gives new files (some writers create 0600 files, and a model or a
+    report is meant to be shared like any file the user writes), is flushed to disk and moved onto
+    ``path``. On any exception, KeyboardInterrupt included, the temporary file is
     deleted and the exception propagates (a full disk as :class:`~geonp.errors.OutputError`).
 
     Args:
@@ -440,6 +449,7 @@ def atomic_write_file(path: str | os.PathLike[str], write: Callable[[Path], obje
     tmp = _partial_path(final, ".tmp")
     try:
         write(tmp)
+        os.chmod(tmp, 0o666 & ~_umask())
         _fsync_path(tmp)
         os.replace(tmp, final)
     except BaseException as err:

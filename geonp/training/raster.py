@@ -37,7 +37,8 @@ from geonp.data.tasks import Task, collate, window_task
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.models import build_model
 from geonp.normalize import Normalizer
-from geonp.training.checkpoint import load_checkpoint, load_training_state, save_model, save_training_state
+from geonp.model_files.checkpoint import load_checkpoint, save_model
+from geonp.model_files.train_state import load_training_state, save_training_state
 from geonp.training.loop import FitResult, fit
 
 logger = logging.getLogger(__name__)

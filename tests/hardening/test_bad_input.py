@@ -176,7 +176,7 @@ def band_count(tmp: Path, model: Path) -> Case:
     src, out, _ = _base(tmp, model)
     from geonp.config import ModelConfig
     from geonp.models import build_model
-    from geonp.training.checkpoint import save_model
+    from geonp.model_files.checkpoint import save_model
 
     cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)
     three = save_model(tmp / "three", build_model(cfg), cfg,
@@ -351,7 +351,7 @@ def model_other_architecture(tmp: Path, model: Path) -> Case:
     src, out, _ = _base(tmp, model)
     from geonp.config import ModelConfig
     from geonp.models import build_model
-    from geonp.training.checkpoint import save_model
+    from geonp.model_files.checkpoint import save_model
 
     cfg = ModelConfig(arch="tnpd", dim=16, depth=1, num_heads=2, ff_dim=32)
     other = save_model(tmp / "tnpd", build_model(cfg), cfg)

@@ -90,7 +90,7 @@ def test_tiled_fill_equals_untiled_fill(tmp_path, tiny_model):
     """With one tile covering the raster, the fill is one model call on all gaps and context."""
     import torch
 
-    from geonp.models.registry import load_model
+    from geonp.model_files.registry import load_model
 
     arr, gap = _scene(1, size=24)
     valid = ~gap[None]
@@ -114,7 +114,7 @@ def test_tiled_fill_equals_untiled_fill(tmp_path, tiny_model):
 
 def test_seams_are_no_larger_than_jumps_inside_tiles(tmp_path):
     """Measure the prediction's jump across tile borders against jumps inside tiles."""
-    from geonp.models.registry import builtin_models
+    from geonp.model_files.registry import builtin_models
 
     model = "default" if "default" in builtin_models() else None
     if model is None:

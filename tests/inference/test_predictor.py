@@ -8,7 +8,7 @@ import rasterio
 
 import geonp
 from geonp.data.gaps import cloud_mask
-from geonp.models.registry import load_model
+from geonp.model_files.registry import load_model
 from geonp.context import HaloTooSmall
 from geonp.predict import Predictor, TileOptions, band_tasks, block_tasks, pack, reference_predict
 from tests.conftest import DEVICES, smooth_field, write_raster

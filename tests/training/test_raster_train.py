@@ -8,7 +8,7 @@ from click.testing import CliRunner
 from geonp.config import ModelConfig, TrainConfig
 from geonp.data.datasets import sample_patches, split_columns
 from geonp.errors import NoValidPixelsError
-from geonp.training.checkpoint import load_checkpoint
+from geonp.model_files.checkpoint import load_checkpoint
 from geonp.training.raster import TaskShape, train
 from geonp_cli.main import cli
 from tests.conftest import smooth_field, write_raster

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from geonp.errors import CheckpointError
+from geonp.model_files.checkpoint import LoadedModel, load_checkpoint
 
 PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"
 
@@ -41,15 +42,13 @@ def resolve_model_path(name_or_path: str | os.PathLike[str]) -> Path:
     )
 
 
-def load_model(name_or_path: str | os.PathLike[str] = "default", *, device: str = "cpu") -> Any:
-    """Load a built-in model by name, or a model directory, as a ``LoadedModel``."""
-    from geonp.training.checkpoint import load_checkpoint
-
+def load_model(name_or_path: str | os.PathLike[str] = "default", *, device: str = "cpu") -> LoadedModel:
+    """Load a built-in model by name, or a model directory, as a :class:`LoadedModel`."""
     return load_checkpoint(resolve_model_path(name_or_path), device=device)
 
 
 @functools.lru_cache(maxsize=4)
-def cached_model(path: str, device: str) -> Any:
+def cached_model(path: str, device: str) -> LoadedModel:
     """Load a model once per process (Dask workers reuse it across tiles and files)."""
     return load_model(path, device=device)
 

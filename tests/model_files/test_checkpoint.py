@@ -7,7 +7,7 @@ import torch
 from geonp.config import ModelConfig
 from geonp.errors import CheckpointError
 from geonp.models import build_model
-from geonp.training.checkpoint import load_checkpoint, save_model
+from geonp.model_files.checkpoint import load_checkpoint, save_model
 
 
 @pytest.fixture()

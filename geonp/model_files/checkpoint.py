@@ -1,0 +1,175 @@
+"""Save and load model directories: ``model.safetensors`` and ``config.json`` (and ``card.md``).
+
+Loading never unpickles: weights go through safetensors, everything else is JSON. A corrupt,
+tampered or mismatched file raises :class:`~geonp.errors.CheckpointError` with what to do.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file, save_file
+from torch import nn
+
+from geonp._version import __version__
+from geonp.config import ModelConfig
+from geonp.errors import CheckpointError, ConfigError
+from geonp.io.atomic import atomic_write_file
+from geonp.model_files.checks import check_model_meta, check_weights_header
+from geonp.models import build_model
+
+FORMAT_VERSION = 1
+WEIGHTS = "model.safetensors"
+CONFIG = "config.json"
+CARD = "card.md"
+
+
+@dataclass
+class LoadedModel:
+    """A model with everything needed to use it on rasters.
+
+    Attributes:
+        module: the torch module (eval mode).
+        config: its architecture.
+        normalizer: per-band normalisation statistics (``Normalizer.to_dict()``) or None.
+        calibration: post-hoc std scale factors (``{"std_scale": [...]}``) or None.
+        card: model card fields (name, command, scores...).
+        path: the directory it came from.
+    """
+
+    module: nn.Module
+    config: ModelConfig
+    normalizer: dict[str, Any] | None = None
+    calibration: dict[str, Any] | None = None
+    card: dict[str, Any] = field(default_factory=dict)
+    path: Path | None = None
+
+    @property
+    def name(self) -> str:
+        """Short name for logs and output tags."""
+        return str(self.card.get("name") or (self.path.name if self.path else "unnamed"))
+
+
+def save_model(
+    directory: str | os.PathLike[str],
+    module: nn.Module,
+    config: ModelConfig,
+    *,
+    normalizer: dict[str, Any] | None = None,
+    calibration: dict[str, Any] | None = None,
+    card: dict[str, Any] | None = None,
+    card_markdown: str | None = None,
+) -> Path:
+    """Write a model directory (each file atomically); returns its path."""
+    out = Path(directory)
+    out.mkdir(parents=True, exist_ok=True)
+    # _orig_mod. is what torch.compile prefixes; strip it here, the one place that saves.
+    state = {k.removeprefix("_orig_mod."): v.detach().cpu().contiguous() for k, v in module.state_dict().items()}
+    atomic_write_file(out / WEIGHTS, lambda p: save_file(state, p, metadata={"format": "pt"}))
+    meta = {
+        "format_version": FORMAT_VERSION,
+        "geonp_version": __version__,
+        "model": config.to_dict(),
+        "normalizer": normalizer,
+        "calibration": calibration,
+        "card": card or {},
+    }
+    atomic_write_file(out / CONFIG, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
+    if card_markdown is not None:
+        atomic_write_file(out / CARD, lambda p: Path(p).write_text(card_markdown))
+    return out
+
+
+def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.device = "cpu") -> LoadedModel:
+    """Load a model directory written by :func:`save_model`.
+
+    Raises:
+        CheckpointError: missing files, corrupt JSON or weights, wrong format version, or weights
+            that do not match the architecture in the config.
+    """
+    path = Path(directory)
+    if path.is_file():
+        raise CheckpointError(
+            f"{path} is a file; a geonp model is a directory with {CONFIG} and {WEIGHTS} "
+            "(geonp never loads pickled .pt/.pth files)"
+        )
+    for name in (CONFIG, WEIGHTS):
+        if not (path / name).is_file():
+            raise CheckpointError(f"{path} is not a geonp model directory: {name} is missing")
+    try:
+        meta = json.loads((path / CONFIG).read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise CheckpointError(f"{path / CONFIG} is corrupt ({err}); re-download or retrain the model") from err
+    if not isinstance(meta, dict) or meta.get("format_version") != FORMAT_VERSION:
+        got = meta.get("format_version") if isinstance(meta, dict) else None
+        raise CheckpointError(
+            f"{path} has format_version={got}; this geonp {__version__} reads {FORMAT_VERSION}. "
+            "Retrain the model with this geonp."
+        )
+    check_model_meta(meta, path / CONFIG)
+    try:
+        config = ModelConfig.from_dict(meta.get("model", {}))
+    except ConfigError as err:
+        raise CheckpointError(f"{path / CONFIG} describes a model this geonp cannot build: {err}") from err
+    check_weights_header(path / WEIGHTS)
+    try:
+        state = load_file(str(path / WEIGHTS), device="cpu")
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(
+            f"{path / WEIGHTS} is corrupt or truncated ({err}); re-download or retrain the model"
+        ) from err
+    try:
+        module = build_model(config)
+    except (KeyError, ValueError, TypeError, RuntimeError) as err:
+        raise CheckpointError(f"{path / CONFIG} describes a model this geonp cannot build ({err})") from err
+    expected = module.state_dict()
+    missing = sorted(set(expected) - set(state))
+    unexpected = sorted(set(state) - set(expected))
+    wrong = sorted(k for k in set(expected) & set(state) if expected[k].shape != state[k].shape)
+    if missing or unexpected or wrong:
+        raise CheckpointError(
+            f"{path / WEIGHTS} does not match the {config.arch}/{config.attention} architecture in "
+            f"{CONFIG} (missing {missing[:3]}, unexpected {unexpected[:3]}, wrong shape {wrong[:3]}); "
+            "the files come from different models"
+        )
+    if any(not torch.isfinite(t).all() for t in state.values() if t.is_floating_point()):
+        raise CheckpointError(f"{path / WEIGHTS} holds NaN or Inf weights; retrain the model")
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path / WEIGHTS} cannot be loaded into its architecture ({err})") from err
+    module.to(device).eval()
+    return LoadedModel(
+        module=module,
+        config=config,
+        normalizer=meta.get("normalizer"),
+        calibration=meta.get("calibration"),
+        card=meta.get("card") or {},
+        path=path,
+    )
+
+
+def write_calibration(directory: str | os.PathLike[str], calibration: dict[str, Any]) -> Path:
+    """Replace the calibration block of a model directory's ``config.json`` (atomically).
+
+    ``geonp evaluate --calibrate`` stores the std scale it fits this way; ``geonp fill`` applies
+    it. Everything else in the file is kept as it is.
+
+    Args:
+        directory: The model directory.
+        calibration: The new block (``std_scale``, ``fitted_on``, optional ``distance_bins``).
+
+    Returns:
+        The path of the ``config.json`` written.
+    """
+    path = Path(directory) / CONFIG
+    meta = json.loads(path.read_text())
+    meta["calibration"] = calibration
+    atomic_write_file(path, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
+    return path

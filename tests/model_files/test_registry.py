@@ -1,0 +1,79 @@
+"""The registry: built-in names, model paths, cards, ``geonp models``, and calibration updates."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+from click.testing import CliRunner
+
+from geonp.errors import CheckpointError
+from geonp.model_files.checkpoint import LoadedModel, write_calibration
+from geonp.model_files.registry import (
+    PRETRAINED,
+    builtin_models,
+    list_models,
+    load_model,
+    resolve_model_path,
+)
+from geonp_cli.main import cli
+
+
+def test_the_default_model_is_built_in():
+    models = builtin_models()
+    assert models["default"] == PRETRAINED / "default"
+    assert resolve_model_path("default") == PRETRAINED / "default"
+
+
+def test_a_model_directory_resolves_to_its_absolute_path(tiny_model, monkeypatch):
+    monkeypatch.chdir(tiny_model.parent)
+    assert resolve_model_path(tiny_model.name) == tiny_model
+    assert resolve_model_path(tiny_model.name).is_absolute()
+
+
+def test_an_unknown_name_lists_the_built_in_ones():
+    with pytest.raises(CheckpointError, match=r"unknown model 'nope'.*\(default\).*see `geonp models`"):
+        resolve_model_path("nope")
+
+
+def test_load_model_returns_a_typed_loaded_model(tiny_model):
+    loaded = load_model(tiny_model)
+    assert isinstance(loaded, LoadedModel)
+    assert loaded.name == "tiny" and loaded.path == tiny_model
+    assert loaded.config.dim == 16 and loaded.config.depth == 1
+    assert loaded.module.training is False
+
+
+def test_list_models_gives_the_cards_with_the_architecture():
+    cards = {c["name"]: c for c in list_models()}
+    card = cards["default"]
+    meta = json.loads((PRETRAINED / "default" / "config.json").read_text())
+    assert card["path"] == str(PRETRAINED / "default")
+    assert card["model"] == meta["model"] and card["model"]["arch"] == "tnpkr"
+    assert card["description"] == meta["card"]["description"]
+
+
+def test_geonp_models_prints_every_built_in_model():
+    res = CliRunner().invoke(cli, ["models"])
+    assert res.exit_code == 0, res.output
+    meta = json.loads((PRETRAINED / "default" / "config.json").read_text())
+    first = res.output.splitlines()[0]
+    assert first == f"default: {meta['card']['description']}"
+    assert f"  architecture: tnpkr/scan, width {meta['model']['dim']}, depth {meta['model']['depth']}" in res.output
+    as_json = CliRunner().invoke(cli, ["models", "--json"])
+    assert json.loads(as_json.output)[0]["model"] == meta["model"]
+
+
+def test_write_calibration_replaces_only_the_calibration_block(tiny_model, tmp_path):
+    model = tmp_path / "m"
+    shutil.copytree(tiny_model, model)
+    before = json.loads((model / "config.json").read_text())
+    path = write_calibration(model, {"std_scale": [1.5], "fitted_on": "a test"})
+    after = json.loads(path.read_text())
+    assert path == model / "config.json"
+    assert after["calibration"] == {"std_scale": [1.5], "fitted_on": "a test"}
+    assert {k: v for k, v in after.items() if k != "calibration"} == {
+        k: v for k, v in before.items() if k != "calibration"}
+    assert load_model(model).calibration == {"std_scale": [1.5], "fitted_on": "a test"}
+    assert sorted(p.name for p in model.iterdir()) == sorted(p.name for p in tiny_model.iterdir())
