@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 import geonp
-from geonp.model_files.registry import load_model
 from geonp.model_files.checkpoint import save_model
+from geonp.model_files.registry import load_model
 
 SCENE = (
     Path(__file__).resolve().parents[1].parent

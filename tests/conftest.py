@@ -34,8 +34,8 @@ def tiny_model(tmp_path_factory):
     import torch
 
     from geonp.config import ModelConfig
-    from geonp.models import build_model
     from geonp.model_files.checkpoint import save_model
+    from geonp.models import build_model
 
     torch.manual_seed(0)
     cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)

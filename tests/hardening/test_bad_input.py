@@ -175,8 +175,8 @@ def all_nan(tmp: Path, model: Path) -> Case:
 def band_count(tmp: Path, model: Path) -> Case:
     src, out, _ = _base(tmp, model)
     from geonp.config import ModelConfig
-    from geonp.models import build_model
     from geonp.model_files.checkpoint import save_model
+    from geonp.models import build_model
 
     cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)
     three = save_model(tmp / "three", build_model(cfg), cfg,
@@ -350,8 +350,8 @@ def model_config_missing(tmp: Path, model: Path) -> Case:
 def model_other_architecture(tmp: Path, model: Path) -> Case:
     src, out, _ = _base(tmp, model)
     from geonp.config import ModelConfig
-    from geonp.models import build_model
     from geonp.model_files.checkpoint import save_model
+    from geonp.models import build_model
 
     cfg = ModelConfig(arch="tnpd", dim=16, depth=1, num_heads=2, ff_dim=32)
     other = save_model(tmp / "tnpd", build_model(cfg), cfg)

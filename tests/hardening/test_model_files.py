@@ -73,8 +73,8 @@ def test_integer_weights_are_refused(tmp_path, tiny_model) -> None:
 
 def test_saved_model_files_follow_the_umask(tmp_path) -> None:
     from geonp.config import ModelConfig
-    from geonp.models import build_model
     from geonp.model_files.checkpoint import save_model
+    from geonp.models import build_model
 
     cfg = ModelConfig(dim=8, depth=1, num_heads=2, ff_dim=8)
     old = os.umask(0o022)

@@ -6,8 +6,8 @@ import torch
 
 from geonp.config import ModelConfig
 from geonp.errors import CheckpointError
-from geonp.models import build_model
 from geonp.model_files.checkpoint import load_checkpoint, save_model
+from geonp.models import build_model
 
 
 @pytest.fixture()

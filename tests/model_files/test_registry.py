@@ -7,6 +7,7 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from geonp_cli.main import cli
 
 from geonp.errors import CheckpointError
 from geonp.model_files.checkpoint import LoadedModel, write_calibration
@@ -17,7 +18,6 @@ from geonp.model_files.registry import (
     load_model,
     resolve_model_path,
 )
-from geonp_cli.main import cli
 
 
 def test_the_default_model_is_built_in():

@@ -5,10 +5,10 @@ import torch
 from geonp.config import ModelConfig, TrainConfig
 from geonp.data.gp_tasks import sample_gp_batch
 from geonp.errors import ConfigError
+from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.models import CMANP, build_model
 from geonp.models.attention import dense_attention
 from geonp.models.cmanp import CrossAttentionState, cross_attention_update
-from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.training.loop import evaluate_nll, fit
 
 
