@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import functools
+import json
+from pathlib import Path
 
 import numpy as np
 from rasterio.crs import CRS
@@ -15,14 +17,12 @@ from rasterio.windows import transform as window_transform
 from geonp.errors import InputRasterError
 from geonp.io.raster import RasterInfo
 
-__all__ = ["rasterize_geojson"]
+__all__ = ["geojson_crs", "load_geojson", "rasterize_geojson"]
 
 
 @functools.lru_cache(maxsize=8)
 def _geometries(name: str, like_crs: str | None, role: str) -> tuple[dict, ...]:
     """The file's polygons in the input's CRS (cached: read once per run)."""
-    from geonp.io.footprint import load_geojson
-
     geoms, crs_name = load_geojson(name, role=role)
     if like_crs is None:
         return tuple(geoms)  # pixel-unit rasters: take the coordinates as they are
@@ -61,3 +61,42 @@ def rasterize_geojson(
     tf = window_transform(Window(c0, r0, w, h), like.transform)
     outside = geometry_mask(geoms, out_shape=(h, w), transform=tf, all_touched=False)
     return ~outside
+
+
+def geojson_crs(doc: dict) -> str:
+    """The CRS a GeoJSON document declares (old ``crs`` member), else WGS 84 (RFC 7946)."""
+    crs = doc.get("crs") if isinstance(doc, dict) else None
+    if isinstance(crs, dict):
+        name = (crs.get("properties") or {}).get("name")
+        if isinstance(name, str) and name:
+            return name
+    return "EPSG:4326"
+
+
+def load_geojson(name: str, *, role: str) -> tuple[list[dict], str]:
+    """Read the geometries of a GeoJSON file and its CRS."""
+    try:
+        doc = json.loads(Path(name).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        raise InputRasterError(
+            f"{role} {name} is not a readable GeoJSON file ({err}); check it."
+        ) from err
+    geoms: list[dict] = []
+    kind = doc.get("type") if isinstance(doc, dict) else None
+    if kind == "FeatureCollection":
+        geoms = [f.get("geometry") for f in doc.get("features", []) if isinstance(f, dict)]
+    elif kind == "Feature":
+        geoms = [doc.get("geometry")]
+    elif kind in ("Polygon", "MultiPolygon", "GeometryCollection"):
+        geoms = [doc]
+    geoms = [
+        g
+        for g in geoms
+        if isinstance(g, dict)
+        and g.get("type") in ("Polygon", "MultiPolygon", "GeometryCollection")
+    ]
+    if not geoms:
+        raise InputRasterError(
+            f"{role} {name} holds no Polygon or MultiPolygon; give polygons (GeoJSON)."
+        )
+    return geoms, geojson_crs(doc)
