@@ -50,7 +50,7 @@ def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mas
       geonp evaluate clean.tif --model default --model my_model --mask-kind cloud --coverage 0.5
       geonp evaluate clean.tif --model my_model --calibrate --window 0 0 512 512
     """
-    from geonp.evaluation import evaluate as run_evaluation
+    from geonp import evaluate as run_evaluation
 
     if mask_kinds:
         masks: tuple[str, ...] = mask_kinds

@@ -259,3 +259,18 @@ def test_public_api_geonp_evaluate_stays_callable(smooth_tif):
     first = geonp.evaluate(smooth_tif, models=(), masks=("random",), seed=9)
     second = geonp.evaluate(smooth_tif, models=(), masks=("random",), seed=9)
     assert _scores(first) == _scores(second) and first.rows[0]["method"] == "fillnodata"
+
+
+def test_evaluate_takes_a_config_object_and_keywords_replace_its_fields(smooth_tif):
+    from geonp.evaluation import EvaluationConfig
+
+    cfg = EvaluationConfig(models=(), masks=("random",), seed=9)
+    by_config = evaluate(smooth_tif, cfg)
+    by_keywords = evaluate(smooth_tif, models=(), masks=("random",), seed=9)
+    assert _scores(by_config) == _scores(by_keywords)
+    other_seed = evaluate(smooth_tif, cfg, seed=10)
+    assert other_seed.seed == 10 and _scores(other_seed) != _scores(by_config)
+    with pytest.raises(ConfigError, match=r"unknown evaluate option\(s\) modle; valid: models, masks"):
+        evaluate(smooth_tif, cfg, modle="default")
+    with pytest.raises(ConfigError, match="coverage=1.5 must be between 0 and 1"):
+        EvaluationConfig(coverage=1.5)

@@ -20,7 +20,7 @@ import numpy as np
 from geonp.io.atomic import atomic_write_bytes
 
 if TYPE_CHECKING:
-    from geonp.evaluation import EvaluationReport
+    from geonp.evaluation.report import EvaluationReport
 
 __all__ = ["QuicklookPanels", "write_evaluation_plot"]
 
