@@ -82,9 +82,8 @@ def _check_quicklook(input: str, output: str, opts: dict[str, object]) -> None:
         return
     from pathlib import Path
 
+    from geonp import check_output_path, default_uncertainty_path
     from geonp.errors import OutputError
-    from geonp.inference import default_uncertainty_path
-    from geonp.io.paths import check_output_path
 
     std = opts.get("uncertainty") or default_uncertainty_path(output)
     others = [p for p in (input, opts.get("mask"), opts.get("qa"), opts.get("footprint")) if p is not None]

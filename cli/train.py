@@ -55,9 +55,9 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, config_file:
       geonp fill scene.tif filled.tif --model my_model
     """
     import geonp
+    from geonp import TaskShape
     from geonp.config import ModelConfig, TrainConfig
     from geonp.errors import ConfigError
-    from geonp.training.raster import TaskShape
 
     if Path(output).exists() and any(Path(output).iterdir()) and not opts["resume"]:
         if not (Path(output) / "config.json").exists():

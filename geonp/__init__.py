@@ -1,7 +1,9 @@
 """geonp: fill gaps in geospatial rasters with Transformer Neural Processes.
 
 The public API is re-exported lazily (PEP 562) so that ``import geonp`` and ``geonp --help``
-do not import torch or rasterio.
+do not import torch or rasterio. The CLI (``geonp_cli``) imports only these names and the
+modules ``geonp.config``, ``geonp.errors`` and ``geonp._version``
+(``tests/meta/test_import_boundaries.py`` checks it).
 """
 
 from __future__ import annotations
@@ -21,6 +23,9 @@ _LAZY = {
     "evaluate": "geonp.evaluation",
     "fill_many": "geonp.jobs",
     "FillConfig": "geonp.config",
+    "TaskShape": "geonp.training.raster",
+    "default_uncertainty_path": "geonp.inference",
+    "check_output_path": "geonp.io.paths",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

@@ -53,3 +53,189 @@ def test_help_and_version_do_not_import_torch():
     subprocess.run([sys.executable, "-c", code], check=True)
     out = subprocess.run([sys.executable, "-m", "geonp_cli", "--version"], capture_output=True, text=True)
     assert out.returncode == 0 and "geonp, version" in out.stdout
+
+
+# --------------------------------------------------------------------------------------------
+# geonp's own layers
+#
+# Every import counts, also those inside functions (they hide cycles from Python, not from
+# readers): each file is parsed with ast and every Import/ImportFrom node anywhere in it is an
+# edge from its module to the geonp module it names (``from a.b import c`` names ``a.b.c`` when
+# that is a module, else ``a.b``).
+#
+# The layers, bottom up:
+#   errors, _version, config            (no geonp imports but errors)
+#   io, tiling, normalize, metrics      (io: io.* and errors only; no torch)
+#   models                              (torch only: models.*, config, errors)
+#   model_files                         (model directories: models, io, config, errors)
+#   data, context, predict, engine, inference, training, evaluation, jobs, ...
+#   geonp (the lazy public API)  <-  geonp_cli (the CLI): geonp, geonp.config, geonp.errors,
+#                                    geonp._version only
+
+PACKAGES = {"geonp": ROOT / "geonp", "geonp_cli": ROOT / "cli"}
+
+#: Module prefix -> the geonp modules (prefixes) it may import.
+ALLOWED = {
+    "geonp.models": ("geonp.models", "geonp.config", "geonp.errors"),
+    "geonp.io": ("geonp.io", "geonp.errors"),
+    "geonp.tiling": ("geonp.errors",),
+    "geonp.normalize": ("geonp.errors",),
+    "geonp.metrics": ("geonp.errors",),
+    "geonp.errors": (),
+    "geonp.config": ("geonp.errors",),
+    "geonp.model_files": ("geonp.model_files", "geonp.models", "geonp.io", "geonp.config",
+                          "geonp.errors", "geonp._version"),
+    "geonp_cli": ("geonp_cli", "geonp", "geonp.config", "geonp.errors", "geonp._version"),
+}
+
+
+def module_files(packages: dict[str, Path]) -> dict[str, Path]:
+    """Dotted module name -> file, for every ``.py`` file of the packages."""
+    mods = {}
+    for pkg, base in packages.items():
+        for f in sorted(base.rglob("*.py")):
+            parts = [pkg, *f.relative_to(base).with_suffix("").parts]
+            if parts[-1] == "__init__":
+                parts = parts[:-1]
+            mods[".".join(parts)] = f
+    return mods
+
+
+def import_graph(packages: dict[str, Path]) -> dict[str, set[str]]:
+    """Module -> the modules of ``packages`` it imports, anywhere in its file."""
+    mods = module_files(packages)
+
+    def resolve(name: str) -> str | None:
+        while name and name not in mods:
+            name = name.rpartition(".")[0]
+        return name or None
+
+    graph: dict[str, set[str]] = {}
+    for mod, f in mods.items():
+        here = mod.split(".") if f.name == "__init__.py" else mod.split(".")[:-1]
+        deps: set[str] = set()
+        for node in ast.walk(ast.parse(f.read_text(), filename=str(f))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(here[: len(here) - node.level + 1] + ([base] if base else []))
+                names = [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            deps |= {r for r in map(resolve, names) if r is not None}
+        graph[mod] = deps - {mod}
+    return graph
+
+
+def find_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The import cycles: strongly connected components of two or more modules, sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    cycles = []
+
+    def visit(v: str) -> None:  # Tarjan's algorithm
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in sorted(graph.get(v, ())):
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            component = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                component.append(w)
+                if w == v:
+                    break
+            if len(component) > 1:
+                cycles.append(sorted(component))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return sorted(cycles)
+
+
+def _covers(allowed: str, dep: str) -> bool:
+    """An allowed name covers itself and its submodules; ``geonp`` alone is the public API only."""
+    return dep == allowed or (allowed != "geonp" and dep.startswith(allowed + "."))
+
+
+def layer_violations(graph: dict[str, set[str]]) -> list[str]:
+    """``"a imports b"`` for every import that ``ALLOWED`` forbids."""
+    out = []
+    for mod, deps in sorted(graph.items()):
+        rule = next((p for p in sorted(ALLOWED, key=len, reverse=True)
+                     if mod == p or mod.startswith(p + ".")), None)
+        if rule is None:
+            continue
+        for dep in sorted(deps):
+            if not any(_covers(a, dep) for a in ALLOWED[rule]):
+                out.append(f"{mod} imports {dep}")
+    return out
+
+
+def test_geonp_has_no_import_cycle():
+    graph = import_graph(PACKAGES)
+    assert len(graph) > 60 and "geonp.model_files.registry" in graph["geonp.inference"]
+    assert find_cycles(graph) == []
+
+
+def test_each_layer_imports_only_the_layers_below_it():
+    graph = import_graph(PACKAGES)
+    assert "geonp.config" in graph["geonp.models"]  # build_model reads ModelConfig
+    assert layer_violations(graph) == []
+
+
+def test_the_cli_uses_only_the_public_api():
+    graph = import_graph(PACKAGES)
+    cli_deps = set().union(*(deps for mod, deps in graph.items() if mod.startswith("geonp_cli")))
+    assert {d for d in cli_deps if not d.startswith("geonp_cli")} <= {
+        "geonp", "geonp.config", "geonp.errors", "geonp._version"}
+    import geonp
+
+    for f in sorted((ROOT / "cli").glob("*.py")):  # every name taken from geonp is public
+        for node in ast.walk(ast.parse(f.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.module == "geonp":
+                assert {a.name for a in node.names} <= set(geonp.__all__), f
+
+
+def test_the_cycle_finder_reports_a_planted_cycle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"d", "e"}}
+    assert find_cycles(graph) == [["a", "b", "c"]]
+    assert find_cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_a_cycle_hidden_in_a_function_is_found(tmp_path):
+    pkg = tmp_path / "pkg"
+    (pkg / "models").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("")
+    (pkg / "models" / "__init__.py").write_text("from pkg.models.net import Net\n")
+    (pkg / "models" / "net.py").write_text("class Net:\n    pass\n")
+    (pkg / "models" / "files.py").write_text(
+        "def load():\n    from pkg.training import checkpoint\n    return checkpoint\n")
+    (pkg / "training.py").write_text("from . import models\nfrom .models import files\n")
+    graph = import_graph({"pkg": pkg})
+    assert graph["pkg.training"] == {"pkg.models", "pkg.models.files"}
+    assert graph["pkg.models.files"] == {"pkg.training"}
+    assert find_cycles(graph) == [["pkg.models.files", "pkg.training"]]
+    rules = {"pkg.models": ("pkg.models",)}
+    violations = [f"{m} imports {d}" for m, deps in graph.items() if m.startswith("pkg.models")
+                  for d in deps if not any(d.startswith(r) for r in rules["pkg.models"])]
+    assert violations == ["pkg.models.files imports pkg.training"]
+
+
+def test_the_layer_rule_catches_models_importing_above_it():
+    graph = import_graph(PACKAGES)
+    planted = {**graph, "geonp.models.tnpkr": graph["geonp.models.tnpkr"] | {"geonp.model_files.registry"}}
+    assert layer_violations(planted) == ["geonp.models.tnpkr imports geonp.model_files.registry"]
+    cli = {**graph, "geonp_cli.fill": graph["geonp_cli.fill"] | {"geonp.inference"}}
+    assert layer_violations(cli) == ["geonp_cli.fill imports geonp.inference"]
