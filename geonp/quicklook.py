@@ -12,14 +12,19 @@ GAP_RGB = (1.0, 0.0, 1.0)
 _COLOURS = ("red", "green", "blue")
 
 
-def _read_small(path: str | os.PathLike[str], bands: Sequence[int], max_side: int) -> tuple[np.ndarray, float | None]:
+def _read_small(path: str | os.PathLike[str], bands: Sequence[int], max_side: int) -> tuple[np.ndarray, np.ndarray]:
+    """Values and validity of ``bands``, decimated to at most ``max_side`` px a side.
+
+    Validity is the rule fill and evaluate use (:func:`geonp.io.observed.read_observed`): NaN,
+    Inf, the file's nodata, and its internal mask or alpha band.
+    """
     import rasterio
 
+    from geonp.io.observed import read_observed_overview
+
     with rasterio.open(path) as src:
-        scale = max(1, int(np.ceil(max(src.width, src.height) / max_side)))
-        shape = (len(bands), max(1, src.height // scale), max(1, src.width // scale))
-        arr = src.read(list(bands), out_shape=shape, resampling=rasterio.enums.Resampling.nearest)
-        return arr.astype(np.float64), src.nodata
+        nodata = None if src.nodata is None else float(src.nodata)
+        return read_observed_overview(src, bands, max_side=max_side, nodata=nodata)
 
 
 def rgb_bands(bands: Sequence[int], colorinterp: Sequence[str], descriptions: Sequence[str | None]) -> list[int]:
@@ -92,14 +97,15 @@ def write_quicklook(
     position = {b: i + 1 for i, b in enumerate(bands)}
     shown = rgb
     raw, _ = _read_small(input, shown, max_side)
-    out, out_nodata = _read_small(filled, [position[b] for b in shown], max_side)
+    # A pixel left unfilled is missing in OUTPUT by the same rule as a gap in INPUT (nodata, or
+    # the mask or alpha band fill writes).
+    out, out_valid = _read_small(filled, [position[b] for b in shown], max_side)
     sd, _ = _read_small(std, [position[b] for b in shown], max_side)
     # The std raster says exactly which pixels were observed (std 0), whatever made the gaps
     # (nodata, --mask, --qa, alpha): so no mask is re-read here.
     valid = np.isfinite(sd) & (sd == 0)
     lo = np.array([np.nanpercentile(np.where(valid[i], raw[i], np.nan), 2) for i in range(len(shown))])
     hi = np.array([np.nanpercentile(np.where(valid[i], raw[i], np.nan), 98) for i in range(len(shown))])
-    out_valid = np.isfinite(out) & ((out != out_nodata) if out_nodata is not None else True)
     fig, axes = plt.subplots(1, 3, figsize=(15, 5.4), constrained_layout=True)
     axes[0].imshow(_display(raw, valid, lo, hi))
     axes[0].set_title(f"input ({100 * (1 - valid.all(0).mean()):.1f}% gaps, in magenta)")

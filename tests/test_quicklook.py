@@ -48,3 +48,32 @@ def test_fill_quicklook_shows_gaps_in_magenta(tmp_path: Path, tiny_model) -> Non
     pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3)
     magenta = (pixels[:, 0] > 250) & (pixels[:, 1] < 5) & (pixels[:, 2] > 250)
     assert magenta.sum() > 50  # the 10x10 gap, scaled into the first panel
+
+
+def _magenta(png: Path) -> int:
+    pixels = np.asarray(Image.open(png).convert("RGB")).reshape(-1, 3)
+    return int(((pixels[:, 0] > 250) & (pixels[:, 1] < 5) & (pixels[:, 2] > 250)).sum())
+
+
+def test_pixels_the_output_masks_are_shown_as_unfilled(tmp_path: Path) -> None:
+    """The filled panel uses fill's rule for a missing pixel: the internal mask counts too."""
+    from geonp.quicklook import write_quicklook
+
+    arr = np.stack([smooth_field((48, 48), seed=s) for s in range(3)]).astype("float32")
+    std = np.zeros_like(arr)
+    std[:, 10:20, 10:20] = 1.0
+    gappy = arr.copy()
+    gappy[:, 10:20, 10:20] = -9999
+    src = write_raster(tmp_path / "in.tif", gappy, nodata=-9999)
+    sd = write_raster(tmp_path / "std.tif", std)
+    plain = write_raster(tmp_path / "plain.tif", arr, nodata=-9999)
+    masked = write_raster(tmp_path / "masked.tif", arr, nodata=-9999)
+    with rasterio.Env(GDAL_TIFF_INTERNAL_MASK=True), rasterio.open(masked, "r+") as dst:
+        mask = np.full((48, 48), 255, "uint8")
+        mask[30:40, 30:40] = 0  # left unfilled: masked, although its values look valid
+        dst.write_mask(mask)
+    for name, filled in (("plain.png", plain), ("masked.png", masked)):
+        write_quicklook(tmp_path / name, src, filled, sd, bands=[1, 2, 3], nodata=-9999)
+    extra = _magenta(tmp_path / "masked.png") - _magenta(tmp_path / "plain.png")
+    # the 10x10 masked block, drawn at the panel's scale (about 8 screen px per raster px)
+    assert extra > 2000, extra

@@ -245,7 +245,8 @@ class RasterInfo:
     has_internal_mask: bool
 
 
-def _has_internal_mask(flags: Sequence[MaskFlags]) -> bool:
+def has_internal_mask(flags: Sequence[MaskFlags]) -> bool:
+    """Tell whether a band's validity comes from a GDAL mask band or an alpha band."""
     return MaskFlags.per_dataset in flags or MaskFlags.alpha in flags
 
 
@@ -271,7 +272,7 @@ def raster_info(src: DatasetReader) -> RasterInfo:
         descriptions=tuple(src.descriptions),
         tags=dict(src.tags()),
         band_tags=tuple(dict(src.tags(b)) for b in range(1, src.count + 1)),
-        has_internal_mask=any(_has_internal_mask(f) for f in src.mask_flag_enums),
+        has_internal_mask=any(has_internal_mask(f) for f in src.mask_flag_enums),
     )
 
 
@@ -403,7 +404,7 @@ def read_band_masks(src: DatasetReader, window: Window, bands: Sequence[int]) ->
         return out
     flags = src.mask_flag_enums
     for i, band in enumerate(bands):
-        if _has_internal_mask(flags[int(band) - 1]):
+        if has_internal_mask(flags[int(band) - 1]):
             try:
                 masks = src.read_masks(int(band), window=clipped)
             except (rasterio.errors.RasterioError, OSError) as err:
