@@ -184,6 +184,7 @@ def test_save_and_reload_gives_identical_outputs(tmp_path):
     torch.testing.assert_close(s1, s2, rtol=0, atol=1e-6)
 
 
+@pytest.mark.slow  # 70-90 s on 2 CPU cores; run with -m slow
 def test_trains_on_gp_tasks():
     torch.manual_seed(0)
     model = build_model(ModelConfig(arch="cmanp", dim=32, depth=2, num_heads=4, ff_dim=64, num_latents=16,
