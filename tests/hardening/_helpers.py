@@ -13,8 +13,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 from click.testing import CliRunner, Result
-
 from geonp_cli.main import cli
+
 from tests.conftest import smooth_field, write_raster
 
 
@@ -121,3 +121,86 @@ def fill_to(path: Path, free_bytes: int) -> None:
     avail = st.f_bavail * st.f_frsize
     if avail > free_bytes:
         (path / "filler").write_bytes(b"\0" * (avail - free_bytes))
+
+
+#: A ``geonp`` run in a child process that stops at a chosen point of writing its outputs, writes
+#: MARKER and waits there for the test's signal: kills land exactly where the test says, not
+#: where a sleep happens to end. argv: MARKER POINT geonp-args...
+#:   block:   the third block has been written into the partial file (mid-write)
+#:   closing: every block is written; the writers are about to close and check their files
+#:   prepared: OUTPUT has been closed, read back and flushed, not yet moved into place
+PAUSED_RUN = r"""
+import signal, sys
+from pathlib import Path
+
+import rasterio.io
+from geonp.io import atomic
+
+marker, point, argv = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+
+
+def pause():
+    marker.write_text(point)
+    while True:
+        signal.pause()  # the test's SIGKILL, or SIGTERM/SIGHUP turned into KeyboardInterrupt
+
+
+if point == "block":
+    write, written = rasterio.io.DatasetWriter.write, []
+
+    def counted(self, *args, **kwargs):
+        write(self, *args, **kwargs)
+        written.append(1)
+        if len(written) == 3:
+            pause()
+
+    rasterio.io.DatasetWriter.write = counted
+elif point == "closing":
+    exit_ = atomic.AtomicRasterWriter.__exit__
+
+    def closing(self, *exc):
+        if exc[0] is None and self.path.name.endswith("_std.tif"):
+            pause()
+        return exit_(self, *exc)
+
+    atomic.AtomicRasterWriter.__exit__ = closing
+elif point == "prepared":
+    prepare = atomic.AtomicRasterWriter._prepare
+
+    def prepared(self):
+        prepare(self)
+        if not self.path.name.endswith("_std.tif"):
+            pause()
+
+    atomic.AtomicRasterWriter._prepare = prepared
+else:
+    raise SystemExit(f"unknown point {point}")
+
+from geonp_cli.main import cli
+
+cli(argv)
+"""
+
+
+def start_paused_run(args: Sequence[object], marker: Path, point: str) -> subprocess.Popen:
+    """Start ``geonp ARGS`` in a child that stops at ``point`` (see :data:`PAUSED_RUN`)."""
+    import sys
+
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-c", PAUSED_RUN, str(marker), point, *(str(a) for a in args)]
+    return subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_marker(proc: subprocess.Popen, marker: Path, timeout: float = 120.0) -> None:
+    """Block until the child has reached its point (or fail with its output if it ended)."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not marker.exists():
+        if proc.poll() is not None:
+            _, err = proc.communicate()
+            pytest.fail(f"the run ended (exit {proc.returncode}) before its pause point: {err[-2000:]}")
+        if time.monotonic() > deadline:
+            proc.kill()
+            pytest.fail("the run did not reach its pause point in time")
+        time.sleep(0.01)  # polling for the marker; the kill itself waits for no clock

@@ -1,12 +1,14 @@
 """A ``geonp fill`` killed with SIGKILL leaves no file at OUTPUT or its std path; a rerun completes.
 
+The kills land at set points of the write (``tests/hardening/_helpers.PAUSED_RUN``), not after
+sleeps.
+
 (``geonp batch`` has the same test in tests/test_cli_batch.py.)
 """
 
 from __future__ import annotations
 
 import os
-import random
 import signal
 import subprocess
 import sys
@@ -19,9 +21,15 @@ import rasterio
 
 from geonp.data.gaps import cloud_mask
 from tests.conftest import smooth_field, write_raster
-from tests.hardening._helpers import checksums, invoke, listing
+from tests.hardening._helpers import (
+    checksums,
+    invoke,
+    listing,
+    start_paused_run,
+    wait_for_marker,
+)
 
-SIZE = 192  # about 2 s of filling with the tiny model on one core, plus ~3 s of imports
+SIZE = 192  # several blocks of 64 px: the third block is written well before the end
 OPTS = ["--block-size", "64", "--device", "cpu"]
 
 
@@ -34,27 +42,8 @@ def _partials(directory: Path) -> list[Path]:
     return sorted(directory.glob(".*geonp-partial*"))
 
 
-def _run_and_kill(cmd: list[str], out_dir: Path, *, delay: float, after_partial: bool) -> bool:
-    """Start ``cmd``, SIGKILL it ``delay`` s after start (or after its partial file appears).
-
-    Returns whether the process was still running when killed.
-    """
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        if after_partial:
-            deadline = time.monotonic() + 60
-            while proc.poll() is None and not _partials(out_dir) and time.monotonic() < deadline:
-                time.sleep(0.005)
-        time.sleep(delay)
-        alive = proc.poll() is None
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-    return alive
+#: Where the killed runs stop: mid-write, before the writers close, after OUTPUT is checked.
+KILL_POINTS = ("block", "closing", "prepared")
 
 
 def test_killed_fill_leaves_no_output_and_rerun_completes(tmp_path, tiny_model):
@@ -70,24 +59,25 @@ def test_killed_fill_leaves_no_output_and_rerun_completes(tmp_path, tiny_model):
     assert res.exit_code == 0, res.output
 
     out, std = out_dir / "filled.tif", out_dir / "filled_std.tif"
-    cmd = [sys.executable, "-c", "from geonp_cli.main import cli; cli()", "-q", "fill", str(src), str(out),
-           "--model", str(tiny_model), *OPTS]
-    rng = random.Random(20240611)
-    # one kill at a random time from the start, three at random times while the outputs are written
-    plans = [(rng.uniform(0.5, 4.0), False)] + [(rng.uniform(0.0, 1.5), True) for _ in range(3)]
+    args = ["-q", "fill", src, out, "--model", tiny_model, *OPTS]
     killed_while_writing = 0
-    for delay, after_partial in plans:
-        alive = _run_and_kill(cmd, out_dir, delay=delay, after_partial=after_partial)
-        if out.exists() or std.exists():
-            # the run had committed before the kill landed: then both files are whole
-            np.testing.assert_array_equal(_read(out), _read(ref_dir / "filled.tif"))
-            np.testing.assert_array_equal(_read(std), _read(ref_dir / "filled_std.tif"))
-            out.unlink()
-            std.unlink()
-            continue
-        killed_while_writing += bool(alive and after_partial)
+    for point in KILL_POINTS:
+        marker = tmp_path / f"{point}.reached"
+        proc = start_paused_run(args, marker, point)
+        try:
+            wait_for_marker(proc, marker)
+            assert _partials(out_dir), point  # the kill lands while the outputs are written
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait(30)
+        assert proc.returncode == -signal.SIGKILL
+        assert not out.exists() and not std.exists(), point
+        killed_while_writing += 1
         assert {p.name for p in out_dir.iterdir()} <= {p.name for p in _partials(out_dir)}
-    assert killed_while_writing >= 2, "the kills came too late to test anything; raise SIZE"
+    assert killed_while_writing == len(KILL_POINTS)
 
     # the rerun removes what the killed runs left, and gives what an uninterrupted run gives
     res = invoke(["-q", "fill", src, out, "--model", tiny_model, *OPTS])

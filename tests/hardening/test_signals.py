@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
-import time
 
 import pytest
 
 from geonp.data.gaps import cloud_mask
 from tests.conftest import smooth_field, write_raster
-from tests.hardening._helpers import checksums
+from tests.hardening._helpers import checksums, start_paused_run, wait_for_marker
 
-SIZE = 192  # a few seconds of filling with the tiny model on one core
+SIZE = 192  # several blocks of 64 px
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
@@ -25,16 +21,13 @@ def test_signal_mid_run_leaves_no_file(tmp_path, tiny_model, sig) -> None:
     digest = checksums([src])
     out_dir = tmp_path / "out"
     out_dir.mkdir()
-    cmd = [sys.executable, "-c", "from geonp_cli.main import cli; cli()", "fill", str(src),
-           str(out_dir / "filled.tif"), "--model", str(tiny_model), "--block-size", "64", "--device", "cpu"]
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    args = ["fill", src, out_dir / "filled.tif", "--model", tiny_model, "--block-size", "64",
+            "--device", "cpu"]
+    marker = tmp_path / "reached"
+    proc = start_paused_run(args, marker, "block")  # stopped mid-write, partial files on disk
     try:
-        deadline = time.monotonic() + 120
-        while proc.poll() is None and not list(out_dir.glob(".*geonp-partial*")) and time.monotonic() < deadline:
-            time.sleep(0.01)
-        assert proc.poll() is None, "the fill finished before the signal; raise SIZE"
-        time.sleep(0.3)
+        wait_for_marker(proc, marker)
+        assert list(out_dir.glob(".*geonp-partial*")), "the signal must land while writing"
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
