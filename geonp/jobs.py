@@ -34,7 +34,7 @@ from typing import Any, Literal
 from geonp._version import __version__
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, GeonpError, OutputError, one_line
-from geonp.io.atomic import remove_stale_partials
+from geonp.io.partials import remove_stale_partials
 
 logger = logging.getLogger(__name__)
 

@@ -11,13 +11,9 @@ truncated OUTPUT, and the next run that writes to the same directory removes it.
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
-import secrets
-import socket
 import threading
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -32,6 +28,7 @@ from rasterio.windows import Window
 
 from geonp.errors import OutputError
 from geonp.io.formats import DIRECT_DRIVERS, output_driver, suffix_for
+from geonp.io.partials import partial_path, remove_stale_partials, unlink_quietly
 from geonp.io.profiles import convert_raster, finalize_cog
 from geonp.io.write_errors import (
     NEARLY_FULL,
@@ -50,80 +47,8 @@ __all__ = [
     "atomic_write_bytes",
     "atomic_write_file",
     "atomic_write_text",
-    "remove_stale_partials",
     "verify_raster_file",
 ]
-
-
-_PARTIAL_TAG = ".geonp-partial-"
-
-
-def _host_tag() -> str:
-    """Six hex digits naming this machine (partial files on shared disks name their writer)."""
-    return hashlib.sha1(socket.gethostname().encode("utf-8", "replace")).hexdigest()[:6]
-
-
-def _partial_path(final: Path, suffix: str) -> Path:
-    """``.<name>.geonp-partial-<host>-<pid>-<random><suffix>`` beside ``final``."""
-    owner = f"{_host_tag()}-{os.getpid()}"
-    return final.with_name(f".{final.name}{_PARTIAL_TAG}{owner}-{secrets.token_hex(6)}{suffix}")
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # alive, owned by someone else
-        return True
-    except OSError:
-        return True
-    return True
-
-
-#: A partial file this old is a leftover whatever machine wrote it (no fill writes for a day
-#: without touching its file's directory entry... but a foreign host's process cannot be asked).
-STALE_PARTIAL_SECONDS = 24 * 3600
-
-
-def remove_stale_partials(final: str | os.PathLike[str]) -> list[Path]:
-    """Delete the temporary files that killed runs left in ``final``'s directory.
-
-    Any output's partial files are considered, not only ``final``'s: a run to another name in
-    the same directory cleans up too. A file is removed when this machine wrote it and its
-    process no longer runs, or when it is older than :data:`STALE_PARTIAL_SECONDS` (then
-    another machine sharing the disk wrote it and is long gone). A run writing right now keeps
-    its file.
-
-    Args:
-        final: The output path whose directory to clean.
-
-    Returns:
-        The paths removed.
-    """
-    path = Path(os.fspath(final)).expanduser().absolute()
-    if not path.parent.is_dir():
-        return []
-    removed = []
-    host = _host_tag()
-    now = time.time()
-    for tmp in path.parent.glob(f".*{_PARTIAL_TAG}*"):
-        rest = tmp.name.split(_PARTIAL_TAG, 1)[1]
-        parts = rest.split("-")
-        if len(parts) < 3 or not parts[1].isdigit():
-            continue
-        try:
-            old = now - tmp.stat().st_mtime > STALE_PARTIAL_SECONDS
-        except OSError:
-            continue
-        mine_and_dead = parts[0] == host and not _pid_alive(int(parts[1]))
-        if not (mine_and_dead or old):
-            continue
-        _unlink_quietly(tmp)
-        if not tmp.exists():
-            logger.info("removed %s, left by an interrupted run", tmp)
-            removed.append(tmp)
-    return removed
 
 
 def _fsync_path(path: Path) -> None:
@@ -142,13 +67,6 @@ def _fsync_dir(path: Path) -> None:
         pass
 
 
-def _unlink_quietly(path: Path) -> None:
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    except OSError as err:
-        logger.warning("could not remove temporary file %s: %s", path, err)
 
 
 #: Bytes read at a time when a finished file is read back.
@@ -290,7 +208,7 @@ class AtomicRasterWriter:
                 f"Output directory {self.path.parent} does not exist; create it first."
             )
         remove_stale_partials(self.path)
-        self.temp_path = _partial_path(self.path, ".tif")
+        self.temp_path = partial_path(self.path, ".tif")
         try:
             self._dst = rasterio.open(self.temp_path, "w", **self.profile)
         except Exception as err:
@@ -351,15 +269,15 @@ class AtomicRasterWriter:
         ready = self.temp_path
         if self.cog or self.driver not in DIRECT_DRIVERS:
             suffix = ".tif" if self.cog else (self.path.suffix or suffix_for(self.driver))
-            converted = _partial_path(self.path, suffix)
+            converted = partial_path(self.path, suffix)
             self._extra_temps.append(converted)
             if self.cog:
                 finalize_cog(self.temp_path, converted, self.creation_options,
                              resampling=self.overview_resampling)
             else:
                 convert_raster(self.temp_path, converted, self.driver, self.creation_options)
-            _unlink_quietly(self.temp_path)
-            _unlink_quietly(_aux_path(self.temp_path))
+            unlink_quietly(self.temp_path)
+            unlink_quietly(_aux_path(self.temp_path))
             ready = converted
         try:
             verify_raster_file(ready, self.profile)
@@ -391,7 +309,7 @@ class AtomicRasterWriter:
         except BaseException:
             for w in done:  # best effort: take back the new files that did not replace any
                 if not w.overwrite:
-                    _unlink_quietly(w.path)
+                    unlink_quietly(w.path)
             raise
         for parent in {w.path.parent for w in writers}:
             _fsync_dir(parent)
@@ -405,7 +323,7 @@ class AtomicRasterWriter:
             os.replace(aux, final_aux)
         elif final_aux.exists():
             # Left by the file just replaced: it would now describe the wrong raster.
-            _unlink_quietly(final_aux)
+            unlink_quietly(final_aux)
 
     def _cleanup(self) -> None:
         for inner in self._pending:
@@ -413,8 +331,8 @@ class AtomicRasterWriter:
         self._pending = []
         for path in [self.temp_path, *self._extra_temps]:
             if path is not None:
-                _unlink_quietly(path)
-                _unlink_quietly(_aux_path(path))
+                unlink_quietly(path)
+                unlink_quietly(_aux_path(path))
 
 
 def _aux_path(path: Path) -> Path:
@@ -446,14 +364,14 @@ def atomic_write_file(path: str | os.PathLike[str], write: Callable[[Path], obje
         OutputError: If the disk is full (no file is left behind).
     """
     final = Path(os.fspath(path)).expanduser().absolute()
-    tmp = _partial_path(final, ".tmp")
+    tmp = partial_path(final, ".tmp")
     try:
         write(tmp)
         os.chmod(tmp, 0o666 & ~_umask())
         _fsync_path(tmp)
         os.replace(tmp, final)
     except BaseException as err:
-        _unlink_quietly(tmp)
+        unlink_quietly(tmp)
         if is_disk_full(err):
             raise OutputError(disk_full_message(final)) from err
         raise

@@ -90,10 +90,10 @@ def test_killed_fill_leaves_no_output_and_rerun_completes(tmp_path, tiny_model):
 
 def test_stale_partials_of_live_processes_are_kept(tmp_path):
     """Only files of dead writers are removed: a run writing the same output keeps its file."""
-    from geonp.io.atomic import _host_tag, remove_stale_partials
+    from geonp.io.partials import host_tag, remove_stale_partials
 
     final = tmp_path / "out.tif"
-    host = _host_tag()
+    host = host_tag()
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
     mine = tmp_path / f".out.tif.geonp-partial-{host}-{os.getpid()}-aaaaaaaaaaaa.tif"
