@@ -42,7 +42,7 @@ def peak_children_mb() -> float:
 
 
 def make_crop(path: Path, size: int, coverage: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    from geonp.data.gaps import cloud_mask
+    from geonp.data.gap_shapes import cloud_mask
 
     with rasterio.open(SCENE) as src:
         # the rightmost columns; the last 20 % (408) are the default model's held-out test region,
@@ -63,7 +63,7 @@ def make_crop(path: Path, size: int, coverage: float, seed: int) -> tuple[np.nda
 
 def synthetic(path: Path, size: int, coverage: float) -> None:
     """A smooth uint16 single-band raster with cloud gaps, written block by block."""
-    from geonp.data.gaps import cloud_mask
+    from geonp.data.gap_shapes import cloud_mask
 
     profile = dict(driver="GTiff", width=size, height=size, count=1, dtype="uint16", nodata=0, tiled=True,
                    blockxsize=256, blockysize=256, compress="deflate", crs="EPSG:32621",

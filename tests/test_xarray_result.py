@@ -84,7 +84,7 @@ def test_accessor_and_api_fill_return_typed_filled(tmp_path: Path, tiny_model) -
 def test_api_and_cli_agree_on_gaps_at_the_raster_edge(tmp_path: Path, tiny_model) -> None:
     """Pixels outside the raster are never queries: a block's halo over the edge changes nothing."""
     import geonp
-    from geonp.data.gaps import cloud_mask
+    from geonp.data.gap_shapes import cloud_mask
     from tests.conftest import smooth_field
 
     arr = np.stack([smooth_field((64, 64), seed=s) for s in range(2)]).astype("uint16")

@@ -1,7 +1,7 @@
 import numpy as np
 import pytest
 
-from geonp.data import gaps
+from geonp.data import gap_shapes, gaps
 from geonp.errors import ConfigError
 
 SHAPES = [(64, 64), (256, 256)]
@@ -31,9 +31,9 @@ def test_score_based_kinds_are_exact_to_one_pixel(kind):
 
 
 def test_cloud_without_shadow_and_extremes():
-    assert gaps.cloud_mask((64, 64), coverage=0.25, rng=1, shadow=False).sum() == 1024
-    assert not gaps.cloud_mask((64, 64), coverage=0.0, rng=1).any()
-    assert gaps.stripe_mask((64, 64), coverage=1.0, rng=1).all()
+    assert gap_shapes.cloud_mask((64, 64), coverage=0.25, rng=1, shadow=False).sum() == 1024
+    assert not gap_shapes.cloud_mask((64, 64), coverage=0.0, rng=1).any()
+    assert gap_shapes.stripe_mask((64, 64), coverage=1.0, rng=1).all()
 
 
 @pytest.mark.parametrize("kind", MASK := ["cloud", "stripe", "random", "mixed", "borrowed"])
@@ -65,7 +65,7 @@ def _shadow_shift(cloud: np.ndarray, shade: np.ndarray) -> np.ndarray:
 def test_shadows_are_offset_from_clouds():
     offset = np.array([12, -8])  # (dy, dx): shadows fall down and to the left
     for seed in range(3):
-        cloud, shade = gaps.cloud_and_shadow(
+        cloud, shade = gap_shapes.cloud_and_shadow(
             (256, 256), coverage=0.3, rng=seed, shadow_offset=(12, -8)
         )
         assert not (cloud & shade).any()
@@ -73,7 +73,7 @@ def test_shadows_are_offset_from_clouds():
         assert shade.mean() > 0.03
         np.testing.assert_array_equal(
             cloud | shade,
-            gaps.cloud_mask((256, 256), coverage=0.3, rng=seed, shadow_offset=(12, -8)),
+            gap_shapes.cloud_mask((256, 256), coverage=0.3, rng=seed, shadow_offset=(12, -8)),
         )
         # shadow-only pixels sit one offset away from the clouds (within 1 px of erosion)
         assert np.abs(_shadow_shift(cloud, shade) - offset).max() <= 1
@@ -92,7 +92,7 @@ def test_shadows_are_offset_from_clouds():
 def test_default_shadow_offset_is_3_to_15_percent_of_the_size():
     lengths = []
     for seed in range(8):
-        cloud, shade = gaps.cloud_and_shadow((256, 256), coverage=0.3, rng=seed)
+        cloud, shade = gap_shapes.cloud_and_shadow((256, 256), coverage=0.3, rng=seed)
         assert shade.mean() > 0.01
         lengths.append(np.hypot(*_shadow_shift(cloud, shade)))
     assert min(lengths) >= 0.03 * 256 - 1.5
@@ -101,7 +101,7 @@ def test_default_shadow_offset_is_3_to_15_percent_of_the_size():
 
 
 def test_stripes_repeat_with_the_period_along_rows():
-    m = gaps.stripe_mask((256, 256), coverage=0.3, rng=2, angle_deg=0.0, period=16.0)
+    m = gap_shapes.stripe_mask((256, 256), coverage=0.3, rng=2, angle_deg=0.0, period=16.0)
     same = (m[16:] == m[:-16]).mean()
     half = (m[8:] == m[:-8]).mean()
     assert same > 0.99
@@ -112,7 +112,7 @@ def test_stripes_are_parallel_at_the_angle():
     # (dy, dx) = (-3, 17) points along a +10 degree stripe (tan 10 deg = 0.1763 ~ 3 / 17);
     # 10 rows down is half a period across the stripes
     for seed in range(4):
-        m = gaps.stripe_mask((256, 256), coverage=0.3, rng=seed, angle_deg=10.0, period=20.0)
+        m = gap_shapes.stripe_mask((256, 256), coverage=0.3, rng=seed, angle_deg=10.0, period=20.0)
         along = (m[:-3, 17:] == m[3:, :-17]).mean()
         across = (m[10:] == m[:-10]).mean()
         assert along > 0.9
@@ -121,7 +121,7 @@ def test_stripes_are_parallel_at_the_angle():
 
 def test_default_stripe_angle_and_period_match_slc_off():
     for seed in range(6):
-        m = gaps.stripe_mask((256, 256), coverage=0.3, rng=seed).astype(float)
+        m = gap_shapes.stripe_mask((256, 256), coverage=0.3, rng=seed).astype(float)
         spec = np.abs(np.fft.fft2(m - m.mean()))
         spec[0, 0] = 0
         ky, kx = np.unravel_index(np.argmax(spec), spec.shape)
@@ -134,10 +134,10 @@ def test_default_stripe_angle_and_period_match_slc_off():
 
 
 def test_stripe_gap_is_a_wedge_from_the_centre_line():
-    prio = gaps._stripe_priority(
+    prio = gap_shapes.stripe_priority(
         (128, 128), angle_deg=0.0, period=16.0, phase=0.0, centre_offset=0.0
     )
-    m = gaps._hide_highest(prio, 0.3)
+    m = gap_shapes.hide_highest(prio, 0.3)
     width = m.mean(0)  # gap fraction per column
     assert width[62:66].max() < 0.05
     assert width[:8].mean() > 0.45 and width[-8:].mean() > 0.45
@@ -145,7 +145,7 @@ def test_stripe_gap_is_a_wedge_from_the_centre_line():
 
 
 def test_random_mask_is_iid_bernoulli():
-    m = gaps.random_mask((256, 256), coverage=0.2, rng=0)
+    m = gap_shapes.random_mask((256, 256), coverage=0.2, rng=0)
     assert abs(m.mean() - 0.2) < 0.01
     # no spatial structure: horizontal neighbours agree as often as independent draws would
     both = (m[:, 1:] & m[:, :-1]).mean()
@@ -153,26 +153,26 @@ def test_random_mask_is_iid_bernoulli():
 
 
 def test_borrowed_mask_is_a_transform_of_the_source():
-    src = gaps.random_mask((64, 64), coverage=0.4, rng=11)
+    src = gap_shapes.random_mask((64, 64), coverage=0.4, rng=11)
     variants = [np.rot90(src, k) for k in range(4)]
     variants += [v[:, ::-1] for v in variants]
     for seed in range(8):
-        m = gaps.borrowed_mask((64, 64), source=src, rng=seed)
+        m = gap_shapes.borrowed_mask((64, 64), source=src, rng=seed)
         assert any(np.array_equal(m, v) for v in variants)
 
 
 def test_borrowed_mask_keeps_the_source_fraction():
     src = _stripe_source()
-    fracs = [gaps.borrowed_mask((64, 64), source=src, rng=s).mean() for s in range(40)]
+    fracs = [gap_shapes.borrowed_mask((64, 64), source=src, rng=s).mean() for s in range(40)]
     assert abs(np.mean(fracs) - src.mean()) < 0.03
     # source smaller than the shape: mirror-tiled, fraction kept
-    big = gaps.borrowed_mask((400, 300), source=src, rng=0)
+    big = gap_shapes.borrowed_mask((400, 300), source=src, rng=0)
     assert big.shape == (400, 300)
     assert abs(big.mean() - src.mean()) < 0.03
 
 
 def test_make_mask_borrowed_picks_crop_near_coverage():
-    src = gaps.cloud_mask((512, 512), coverage=0.4, rng=0, shadow=False)
+    src = gap_shapes.cloud_mask((512, 512), coverage=0.4, rng=0, shadow=False)
     m = gaps.make_mask("borrowed", (64, 64), coverage=0.4, rng=1, source=src)
     assert abs(m.mean() - 0.4) < 0.1
 
@@ -189,13 +189,13 @@ def test_unknown_kind_lists_valid_kinds():
 
 def test_bad_arguments_raise_config_error():
     with pytest.raises(ConfigError, match="coverage=1.5 is outside"):
-        gaps.cloud_mask((64, 64), coverage=1.5, rng=0)
+        gap_shapes.cloud_mask((64, 64), coverage=1.5, rng=0)
     with pytest.raises(ConfigError, match="source=None"):
         gaps.make_mask("borrowed", (64, 64), coverage=0.3, rng=0)
     with pytest.raises(ConfigError, match="not a numpy Generator"):
-        gaps.random_mask((64, 64), coverage=0.3, rng=None)
+        gap_shapes.random_mask((64, 64), coverage=0.3, rng=None)
     with pytest.raises(ConfigError, match="two positive integers"):
-        gaps.stripe_mask((0, 64), coverage=0.3, rng=0)
+        gap_shapes.stripe_mask((0, 64), coverage=0.3, rng=0)
 
 
 def test_training_mask_distribution():
@@ -241,7 +241,7 @@ def test_scene_cloud_masks_hold_gaps_hundreds_of_pixels_across():
 
 
 def test_footprint_mask_is_a_straight_collar():
-    out = gaps.footprint_mask((128, 128), rng=3, fraction=(0.2, 0.2))
+    out = gap_shapes.footprint_mask((128, 128), rng=3, fraction=(0.2, 0.2))
     assert out.sum() == round(0.2 * 128 * 128)
     # a half-plane: convex, so its convex hull adds nothing (every row is one run, touching an edge)
     for row in out:

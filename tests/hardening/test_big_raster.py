@@ -22,7 +22,7 @@ import rasterio
 from rasterio.transform import from_origin
 from rasterio.windows import Window
 
-from geonp.data.gaps import cloud_mask
+from geonp.data.gap_shapes import cloud_mask
 
 SIZE = int(os.environ.get("GEONP_BIG_SIZE", "16384"))
 BLOCK = 512

@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 import rasterio
 
-from geonp.data.gaps import cloud_mask
+from geonp.data.gap_shapes import cloud_mask
 from tests.conftest import smooth_field, write_raster
 from tests.hardening._helpers import (
     checksums,

@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from geonp.data.gaps import cloud_mask
+from geonp.data.gap_shapes import cloud_mask
 from tests.conftest import smooth_field, write_raster
 from tests.hardening._helpers import checksums, start_paused_run, wait_for_marker
 

@@ -4,7 +4,7 @@ import rasterio
 from click.testing import CliRunner
 
 import geonp
-from geonp.data.gaps import cloud_mask
+from geonp.data.gap_shapes import cloud_mask
 from geonp.errors import InputRasterError, NoValidPixelsError, OutputError
 from geonp_cli.main import cli
 from tests.conftest import smooth_field, write_raster

@@ -7,7 +7,7 @@ import pytest
 import rasterio
 
 import geonp
-from geonp.data.gaps import cloud_mask
+from geonp.data.gap_shapes import cloud_mask
 from geonp.model_files.registry import load_model
 from geonp.context import HaloTooSmall
 from geonp.predict import Predictor, TileOptions, band_tasks, block_tasks, pack, reference_predict

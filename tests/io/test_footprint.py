@@ -171,7 +171,7 @@ def _write_u16(path: Path, arr: np.ndarray) -> Path:
 
 @pytest.mark.parametrize("seed", range(12))
 def test_simulated_clouds_in_crops_are_always_inside(tmp_path: Path, seed: int) -> None:
-    from geonp.data.gaps import cloud_mask
+    from geonp.data.gap_shapes import cloud_mask
 
     gap = cloud_mask((96, 96), coverage=0.3, rng=seed)  # blobs that often touch edges and corners
     path = _write_u16(tmp_path / "c.tif", np.where(gap, 0, 700))

@@ -12,6 +12,7 @@ FORBIDDEN = {
     "geonp/normalize.py": {"torch", "rasterio"},
     "geonp/metrics.py": {"torch", "rasterio"},
     "geonp/data/gaps.py": {"torch", "rasterio"},
+    "geonp/data/gap_shapes.py": {"torch", "rasterio"},
 }
 
 
