@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Literal
 
 import numpy as np
 
@@ -44,8 +43,6 @@ from geonp.errors import ConfigError
 
 MASK_KINDS: tuple[str, ...] = ("cloud", "stripe", "random", "borrowed", "mixed", "scene_cloud")
 """Gap kinds accepted by :func:`make_mask` (new kinds are appended: evaluation seeds use the index)."""
-
-MaskKind = Literal["cloud", "stripe", "random", "borrowed", "mixed", "scene_cloud"]
 
 #: Training distribution of gap kinds (``borrowed`` only when a source pattern is given).
 TRAINING_KIND_WEIGHTS: dict[str, float] = {

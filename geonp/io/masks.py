@@ -13,9 +13,6 @@ import os
 from collections.abc import Sequence
 
 import numpy as np
-from affine import Affine
-from rasterio.crs import CRS
-from rasterio.io import DatasetReader
 from rasterio.windows import Window
 
 from geonp.errors import InputRasterError
@@ -187,39 +184,6 @@ def _check_plain(checked: np.ndarray, name: str) -> None:
             "quality band, pass it with --qa FILE --qa-kind landsat-c2|sentinel2-scl|fmask, or "
             "say which values or bits mean a gap with --mask-values 8,9 or --mask-bits 3,4; "
             "otherwise write 0 for observed and 1 for missing pixels."
-        )
-
-
-def _grid_text(width: int, height: int, transform: Affine, crs: str | None) -> str:
-    """Describe a grid in one short phrase for error messages."""
-    crs_text = "no CRS"
-    if crs:
-        parsed = CRS.from_wkt(crs)
-        crs_text = parsed.to_string() if parsed.to_epsg() else (parsed.name or "custom CRS")
-    t = transform
-    return (
-        f"{width}x{height} px, origin ({t.c:.10g}, {t.f:.10g}), "
-        f"pixel ({t.a:.10g}, {t.e:.10g}), {crs_text}"
-    )
-
-
-def _check_same_grid(src: DatasetReader, like: RasterInfo, name: str) -> None:
-    """Raise if the mask ``src`` is not on the grid of ``like``."""
-    mask_crs = src.crs.to_wkt() if src.crs else None
-    same = (
-        src.width == like.width
-        and src.height == like.height
-        and src.transform.almost_equals(like.transform)
-    )
-    if same and mask_crs and like.crs:
-        same = CRS.from_wkt(mask_crs) == CRS.from_wkt(like.crs)
-    if not same:
-        mask_grid = _grid_text(src.width, src.height, src.transform, mask_crs)
-        input_grid = _grid_text(like.width, like.height, like.transform, like.crs)
-        raise InputRasterError(
-            f"Mask {name} is on another grid than input {like.path} (mask: {mask_grid}; "
-            f"input: {input_grid}); resample the mask to the input's grid (e.g. with "
-            "gdalwarp -te/-tr) first."
         )
 
 
