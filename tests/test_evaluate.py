@@ -274,3 +274,18 @@ def test_evaluate_takes_a_config_object_and_keywords_replace_its_fields(smooth_t
         evaluate(smooth_tif, cfg, modle="default")
     with pytest.raises(ConfigError, match="coverage=1.5 must be between 0 and 1"):
         EvaluationConfig(coverage=1.5)
+
+
+@pytest.mark.parametrize("calibration,bands,expected", [
+    (None, 3, [1.0, 1.0, 1.0]),
+    ({"std_scale": [2.0]}, 3, [2.0, 2.0, 2.0]),
+    ({"std_scale": [2.0, 3.0, 4.0]}, 3, [2.0, 3.0, 4.0]),
+    ({"std_scale": [2.0, 3.0]}, 3, [2.0, 2.0, 2.0]),  # calibrated on other bands: the first factor
+    ({"std_scale": [1.5, 2.5]}, 1, [1.5]),
+])
+def test_calibration_starts_from_the_scale_fill_applies(calibration, bands, expected):
+    from types import SimpleNamespace
+
+    from geonp.evaluation.scoring import previous_scale
+
+    assert previous_scale(SimpleNamespace(calibration=calibration), bands) == expected

@@ -151,13 +151,12 @@ def combine_bins(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, A
 
 
 def previous_scale(lm: Any, n_bands: int) -> list[float]:
-    """The std scale ``fill`` applies now, per band (the same rule as ``fill_block``)."""
+    """The std scale ``fill`` applies now, per band: :func:`apply_std_calibration`'s own rule."""
     prev = (lm.calibration or {}).get("std_scale")
-    if prev and len(prev) == n_bands:
-        return [float(v) for v in prev]
-    if prev:
-        return [float(prev[0])] * n_bands
-    return [1.0] * n_bands
+    cal = {"std_scale": prev} if prev else None
+    one, at_zero = np.ones(1), np.zeros(1)
+    return [float(apply_std_calibration(one, at_zero, cal, band=b, band_count=n_bands)[0])
+            for b in range(n_bands)]
 
 
 def curves_and_scatter(

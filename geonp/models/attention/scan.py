@@ -25,16 +25,19 @@ def _chunks(n: int, size: int) -> list[slice]:
 def _tile_logits(
     q_scaled: torch.Tensor,
     k: torch.Tensor,
-    tiles: BiasTiles | None,
-    bias_tensors: tuple[torch.Tensor, ...],
+    bias_tile: torch.Tensor | None,
     key_valid: torch.Tensor | None,
-    qs: slice,
+    tiles: BiasTiles | None,
     ks: slice,
 ) -> torch.Tensor:
-    """Logits of one tile ``[B, H, Qc, Kc]``, masked keys at -inf."""
+    """Logits of one tile ``[B, H, Qc, Kc]``, masked keys at -inf (the forward and backward rule).
+
+    ``bias_tile`` is the tile's bias ``[B, H, Qc, Kc]`` (None without a bias); keys are masked
+    here unless the bias already put -inf on them (``tiles.masks_keys``).
+    """
     s = q_scaled @ k[:, :, ks].transpose(-1, -2)  # [B, H, Qc, Kc]
-    if tiles is not None:
-        s = s + tiles.fn(bias_tensors, qs, ks)
+    if bias_tile is not None:
+        s = s + bias_tile
     if key_valid is not None and not (tiles is not None and tiles.masks_keys):
         s = s.masked_fill(~key_valid[:, None, None, ks], float("-inf"))
     return s
@@ -84,7 +87,8 @@ def _scan_forward(
         l = q.new_zeros(q_scaled.shape[:-1])  # running normaliser [B, H, Qc]  # noqa: E741
         acc = q.new_zeros((*q_scaled.shape[:-1], v.shape[-1]))  # unnormalised output
         for ks in _chunks(k.shape[2], k_chunk):
-            s = _tile_logits(q_scaled, k, tiles, bias_tensors, key_valid, qs, ks)
+            bias_tile = tiles.fn(bias_tensors, qs, ks) if tiles is not None else None
+            s = _tile_logits(q_scaled, k, bias_tile, key_valid, tiles, ks)
             m_new = torch.maximum(m, s.amax(-1))
             # A row whose keys so far are all masked has m_new = -inf; shift by 0 there so that
             # exp(-inf - 0) = 0 instead of exp(-inf + inf) = NaN.
@@ -140,11 +144,8 @@ class _ScanAttentionFn(torch.autograd.Function):
             for ks in _chunks(k.shape[2], k_chunk):
                 with torch.enable_grad():
                     bias_tile = tiles.fn(leaves, qs, ks) if tiles is not None else None
-                s = q_scaled @ k[:, :, ks].transpose(-1, -2)  # [B, H, Qc, Kc]
-                if bias_tile is not None:
-                    s = s + bias_tile.detach()
-                if key_valid is not None and not (tiles is not None and tiles.masks_keys):
-                    s = s.masked_fill(~key_valid[:, None, None, ks], float("-inf"))
+                detached = None if bias_tile is None else bias_tile.detach()
+                s = _tile_logits(q_scaled, k, detached, key_valid, tiles, ks)
                 p = torch.exp(s - lse[:, :, qs, None])  # [B, H, Qc, Kc]
                 dv[:, :, ks] += p.transpose(-1, -2) @ do
                 dp = do @ v[:, :, ks].transpose(-1, -2)  # [B, H, Qc, Kc]
