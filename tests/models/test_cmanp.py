@@ -8,7 +8,7 @@ from geonp.errors import ConfigError
 from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.models import CMANP, build_model
 from geonp.models.attention import dense_attention
-from geonp.models.cmanp import CrossAttentionState, cross_attention_update
+from geonp.models.attention.constant_memory import CrossAttentionState, cross_attention_update
 from geonp.training.loop import evaluate_nll, fit
 
 
