@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from geonp.models.attention.bias import BiasTiles
-from geonp.models.attention.dense import BiasedSoftmaxAttention
+from geonp.models.attention.softmax import BiasedSoftmaxAttention
 
 
 def _chunks(n: int, size: int) -> list[slice]:
