@@ -1,1 +1,1 @@
-"""Training: the fit loop, checkpoints, raster training."""
+"""Training: the fit loop, its optimisers, raster training (model files: :mod:`geonp.model_files`)."""
