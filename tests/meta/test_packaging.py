@@ -1,0 +1,17 @@
+"""Every package of the source tree is listed in pyproject.toml, so a wheel ships all of them."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_every_package_directory_is_listed_in_pyproject():
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(config["packages"])
+    found = {"geonp_cli"} | {
+        ".".join(p.parent.relative_to(ROOT).parts) for p in (ROOT / "geonp").rglob("__init__.py")}
+    assert found <= listed, sorted(found - listed)
+    assert "geonp.model_files" in listed and "geonp.evaluation" in listed
