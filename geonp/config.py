@@ -64,6 +64,10 @@ class ModelConfig:
         dropout: residual dropout.
         coord_unit: what one coordinate unit is (``"pixel"`` for raster models).
         num_latents: CMANP latents per set (``|L_0| = |L_B|``).
+        temporal: multi-date TNP-KR: coordinates are (row, col, days from the target's date),
+            other dates enter as context (references), a temporal kernel bias joins the spatial
+            one (``dim_x`` is then 3).
+        time_length_scale: typical date difference in days (initialises the temporal bias).
     """
 
     arch: Literal["tnpkr", "tnpd", "cmanp"] = "tnpkr"
@@ -82,6 +86,8 @@ class ModelConfig:
     dropout: float = 0.0
     coord_unit: str = "pixel"
     num_latents: int = 64
+    temporal: bool = False
+    time_length_scale: float = 32.0
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
@@ -100,6 +106,14 @@ class ModelConfig:
             raise ConfigError(f"bias={self.bias!r} is not one of ['rbf', None]")
         if not isinstance(self.embed_coords, bool):
             raise ConfigError(f"embed_coords={self.embed_coords!r} must be true or false")
+        if not isinstance(self.temporal, bool):
+            raise ConfigError(f"temporal={self.temporal!r} must be true or false")
+        if self.temporal and (self.arch != "tnpkr" or self.attention not in ("scan", "dense")
+                              or self.bias is None or self.dim_x != 3):
+            raise ConfigError("temporal=true needs arch tnpkr, scan or dense attention, bias rbf and "
+                              f"dim_x 3 (row, col, days); got arch={self.arch}, attention={self.attention}, "
+                              f"bias={self.bias}, dim_x={self.dim_x}")
+        _check_number("time_length_scale", self.time_length_scale, low=0.0, low_open=True)
         if not isinstance(self.coord_unit, str):
             raise ConfigError(f"coord_unit={self.coord_unit!r} must be a string such as 'pixel'")
 
