@@ -34,8 +34,10 @@ __all__ = ["date_from_name", "date_from_tags", "find_raster_date", "parse_date",
 
 #: Years a loose ``YYYYMMDD`` in a name may have (Landsat 1 launched in 1972).
 _LOOSE_YEARS = (1972, 2100)
-#: How many parent folders of a file are searched for a date, nearest first.
-_PARENT_LEVELS = 3
+#: How many parent folders of a file are searched for a product ID (a Sentinel-2 band file sits
+#: five levels under its ``.SAFE``) and for a loose date, nearest first.
+_PRODUCT_LEVELS = 6
+_LOOSE_LEVELS = 2
 
 _DAY_OF_YEAR = re.compile(r"^(\d{4})-?(\d{3})$")
 _YMD_DASHED = re.compile(r"^(\d{4})-(\d{2})-(\d{2})$")
@@ -116,11 +118,11 @@ _LOOSE_PATTERNS = (
 )
 
 
-def _name_parts(name: str | os.PathLike[str]) -> list[str]:
-    """The file's base name, then its parent folders' names, nearest first."""
+def _name_parts(name: str | os.PathLike[str], levels: int) -> list[str]:
+    """The file's base name, then the names of up to ``levels`` parent folders, nearest first."""
     path = PurePath(os.fspath(name))
     parts = [path.name]
-    parts += [p.name for p in list(path.parents)[:_PARENT_LEVELS] if p.name]
+    parts += [p.name for p in list(path.parents)[:levels] if p.name]
     return parts
 
 
@@ -144,14 +146,14 @@ def _loose_date(part: str) -> datetime.date | None:
 
 
 def _product_date_from_name(name: str | os.PathLike[str]) -> datetime.date | None:
-    for part in _name_parts(name):
+    for part in _name_parts(name, _PRODUCT_LEVELS):
         if (found := _product_date(part)) is not None:
             return found
     return None
 
 
 def _loose_date_from_name(name: str | os.PathLike[str]) -> datetime.date | None:
-    for part in _name_parts(name):
+    for part in _name_parts(name, _LOOSE_LEVELS):
         if (found := _loose_date(part)) is not None:
             return found
     return None
@@ -166,7 +168,8 @@ def date_from_name(name: str | os.PathLike[str]) -> datetime.date | None:
     (``S2A_MSIL2A_20200101T103321_...``), Sentinel-2 tile files (``T32TQM_20200101T103321_B04``),
     HLS names (``HLS.S30.T32TQM.2020001T103321...``); failing those, a single unambiguous
     ``YYYYMMDD`` or ``YYYY-MM-DD`` between 1972 and 2100. The base name is searched first, then
-    up to three parent folders, nearest first.
+    the parent folders, nearest first (up to six for product IDs, two for loose dates). A product
+    ID in a folder's name outranks a loose date in the file's name.
 
     Args:
         name: The file's path or name.
