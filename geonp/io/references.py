@@ -27,7 +27,7 @@ from rasterio.windows import Window
 
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.dates import raster_date
-from geonp.io.masks import read_mask_file, valid_mask
+from geonp.io.masks import check_plain_mask, read_mask_file, valid_mask
 from geonp.io.qa import decode_gaps, resolve_classes
 from geonp.io.raster import (
     RasterInfo,
@@ -39,7 +39,7 @@ from geonp.io.raster import (
 )
 from geonp.io.reproject import same_grid, source_window, warp_array
 
-__all__ = ["RESAMPLING_METHODS", "Reference", "open_references"]
+__all__ = ["RESAMPLING_METHODS", "Reference", "open_references", "read_references"]
 
 #: Resampling methods a reference's values may be warped with (GDAL names).
 RESAMPLING_METHODS = ("nearest", "bilinear", "cubic", "cubic_spline", "lanczos", "average")
@@ -142,6 +142,7 @@ class Reference:
                 qa_nodata = qa_src.nodata
             qa_ok = valid_mask(qa_values, nodata=qa_nodata)
             if self.qa_kind is None:
+                check_plain_mask(qa_values[qa_ok], self.qa)
                 gap = qa_ok & (qa_values != 0)
             else:
                 gap = qa_ok & decode_gaps(qa_values, kind=self.qa_kind,
@@ -307,3 +308,24 @@ def open_references(
             resampling=resampling,
         ))
     return out
+
+
+def read_references(
+    references: Sequence[Reference], like: RasterInfo, window: Window
+) -> tuple[np.ndarray, np.ndarray]:
+    """Read several references for one window of the target, stacked.
+
+    Args:
+        references: The references (from :func:`open_references`), all with the same bands.
+        like: The target raster.
+        window: Window of the target's grid; may hang over its edge.
+
+    Returns:
+        ``(values, observed)``: float64 and bool arrays ``[R, bands, h, w]`` in the order of
+        ``references`` (``R = 0`` gives empty arrays with ``bands = 0``).
+    """
+    h, w = round(window.height), round(window.width)
+    if not references:
+        return np.zeros((0, 0, h, w)), np.zeros((0, 0, h, w), dtype=bool)
+    pairs = [ref.read(like, window) for ref in references]
+    return np.stack([v for v, _ in pairs]), np.stack([o for _, o in pairs])

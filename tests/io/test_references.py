@@ -13,7 +13,7 @@ from rasterio.windows import Window
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.observed import read_observed
 from geonp.io.raster import open_raster, raster_info
-from geonp.io.references import Reference, open_references
+from geonp.io.references import Reference, open_references, read_references
 
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
 TARGET = LSTS / "LE70350322012145EDC00.tif"  # cloudy: the date to fill
@@ -344,3 +344,32 @@ def test_other_grid_without_crs_is_a_one_line_error(tmp_path):
         [path], like=_info(TARGET), bands=[1], dates=["2012-06-09"]))
     assert msg.startswith(f"Reference {path} is on another grid than the input")
     assert "has no CRS" in msg
+
+
+def test_read_references_stacks_in_order():
+    like = _info(TARGET)
+    paths = [CLEAR, LSTS / "LE70350322012129EDC00.tif"]
+    refs = open_references(paths, like=like, bands=[1, 2])
+    values, observed = read_references(refs, like, OVERHANG)
+    assert values.shape == observed.shape == (2, 2, 72, 70)
+    for i, ref in enumerate(refs):
+        v, o = ref.read(like, OVERHANG)
+        np.testing.assert_array_equal(values[i], v)
+        np.testing.assert_array_equal(observed[i], o)
+    assert [r.date for r in refs] == [datetime.date(2012, 6, 9), datetime.date(2012, 5, 8)]
+    values, observed = read_references([], like, OVERHANG)
+    assert values.shape == observed.shape == (0, 0, 72, 70)
+
+
+def test_plain_mask_on_the_reference_grid_with_class_values_is_refused(tmp_path):
+    ref_path = _warp_to(CLEAR, tmp_path / "other.tif", "EPSG:32612")
+    with rasterio.open(ref_path) as src:
+        profile = dict(src.profile, count=1, dtype="uint8", nodata=None)
+        mask = np.zeros((src.height, src.width), np.uint8)
+    mask[5:10, 5:10] = 4
+    qa = tmp_path / "classes.tif"
+    with rasterio.open(qa, "w", **profile) as dst:
+        dst.write(mask, 1)
+    (ref,) = open_references([ref_path], like=_info(TARGET), bands=[1], qa=[qa])
+    msg = _one_line_error(InputRasterError, lambda: ref.read(_info(TARGET), FULL))
+    assert msg.startswith(f"Mask {qa} holds values other than 0 and 1 (or 0 and 255): 4;")
