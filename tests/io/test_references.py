@@ -373,3 +373,24 @@ def test_plain_mask_on_the_reference_grid_with_class_values_is_refused(tmp_path)
     (ref,) = open_references([ref_path], like=_info(TARGET), bands=[1], qa=[qa])
     msg = _one_line_error(InputRasterError, lambda: ref.read(_info(TARGET), FULL))
     assert msg.startswith(f"Mask {qa} holds values other than 0 and 1 (or 0 and 255): 4;")
+
+
+def test_coarser_grid_nearest_gives_the_covering_coarse_pixel(tmp_path):
+    """A 60 m reference (2x2 means of a real date) read onto the 30 m grid with nearest."""
+    with rasterio.open(CLEAR) as src:
+        data, profile = src.read().astype(np.float64), dict(src.profile)
+    blocks = data[:, :60, :60].reshape(3, 30, 2, 30, 2)
+    valid = (blocks != -9999).all(axis=(2, 4))
+    coarse = np.where(valid, blocks.mean(axis=(2, 4)).round(), -9999).astype(np.int16)
+    profile.update(width=30, height=30, transform=profile["transform"] * Affine.scale(2))
+    path = tmp_path / "coarse_20120609.tif"
+    with rasterio.open(path, "w", **profile) as dst:
+        dst.write(coarse)
+    like = _info(TARGET)
+    (ref,) = open_references([path], like=like, bands=[1, 2, 3], resampling="nearest")
+    values, observed = ref.read(like, FULL)
+    expected = np.repeat(np.repeat(coarse, 2, axis=1), 2, axis=2).astype(np.float64)
+    expected_valid = np.repeat(np.repeat(valid, 2, axis=1), 2, axis=2)
+    np.testing.assert_array_equal(observed[:, :60, :60], expected_valid)
+    np.testing.assert_array_equal(values[:, :60, :60][expected_valid], expected[expected_valid])
+    assert not observed[:, 60].any() and not observed[:, :, 60].any()  # beyond the coarse grid
