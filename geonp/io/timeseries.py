@@ -4,7 +4,8 @@ An archive of one place usually holds one raster per acquisition, often with a q
 beside it (``scene.tif`` and ``scene_fmask.tif``). :func:`scan_series` lists the dated rasters
 in time order with their quality bands attached; :func:`nearest` picks the references of a date
 (``geonp batch --neighbours K``); :func:`group_by_grid` splits a folder into rasters that share
-one grid, since neighbours are taken among rasters of the same grid.
+one grid, since neighbours are taken among rasters of the same grid; :func:`neighbours_by_grid`
+does both for a whole folder.
 """
 
 from __future__ import annotations
@@ -24,7 +25,9 @@ from geonp.io.raster import RasterInfo, open_raster, raster_info
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DatedRaster", "grid_key", "group_by_grid", "nearest", "scan_series"]
+__all__ = [
+    "DatedRaster", "grid_key", "group_by_grid", "nearest", "neighbours_by_grid", "scan_series",
+]
 
 #: Stem endings that mark a quality band of the raster with the rest of the stem.
 QA_SUFFIXES = ("_fmask", "_qa", "_QA_PIXEL", "_SCL")
@@ -168,3 +171,33 @@ def group_by_grid(series: Sequence[DatedRaster]) -> list[list[DatedRaster]]:
             key = grid_key(raster_info(src))
         groups.setdefault(key, []).append(r)
     return list(groups.values())
+
+
+def neighbours_by_grid(
+    series: Sequence[DatedRaster], k: int, *, before_only: bool = False
+) -> list[tuple[DatedRaster, list[DatedRaster]]]:
+    """Pair every raster of a series with its ``k`` nearest dates on the same grid.
+
+    This is ``geonp batch --neighbours K``: each raster is filled with the ``k`` rasters of its
+    grid group nearest to it in time as references (:func:`nearest`, :func:`group_by_grid`).
+
+    Args:
+        series: The series (from :func:`scan_series`).
+        k: References per raster.
+        before_only: Use only earlier dates.
+
+    Returns:
+        ``(raster, references)`` pairs in the series' order; ``references`` may be shorter than
+        ``k`` (or empty) when the group is small.
+
+    Raises:
+        ConfigError: If ``k`` is negative.
+        InputRasterError: If a raster cannot be opened.
+    """
+    if k < 0:
+        raise ConfigError(f"--neighbours {k} is negative; give the number of dates to use (>= 0).")
+    picked: dict[str, list[DatedRaster]] = {}
+    for group in group_by_grid(series):
+        for r in group:
+            picked[r.path] = nearest(group, r, k, before_only=before_only)
+    return [(r, picked[r.path]) for r in series]

@@ -9,7 +9,13 @@ import rasterio
 from affine import Affine
 
 from geonp.errors import ConfigError, InputRasterError
-from geonp.io.timeseries import DatedRaster, group_by_grid, nearest, scan_series
+from geonp.io.timeseries import (
+    DatedRaster,
+    group_by_grid,
+    nearest,
+    neighbours_by_grid,
+    scan_series,
+)
 
 D = datetime.date
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
@@ -140,3 +146,21 @@ def test_group_by_grid(tmp_path):
         ["shifted_20120601.tif"],
         ["small_20120601.tif", "small_20120701.tif"],
     ]
+
+
+def test_neighbours_by_grid_stays_within_a_grid(tmp_path):
+    for s in SCENES[:3]:
+        shutil.copy(LSTS / f"{s}.tif", tmp_path / f"{s}.tif")
+    _write(tmp_path / "small_20120520.tif")
+    _write(tmp_path / "small_20120701.tif")
+    pairs = neighbours_by_grid(scan_series(tmp_path), 2)
+    got = [(Path(r.path).stem, [Path(n.path).stem for n in refs]) for r, refs in pairs]
+    assert got == [
+        ("LE70350322012129EDC00", ["LE70350322012145EDC00", "LE70350322012161EDC00"]),
+        ("small_20120520", ["small_20120701"]),
+        ("LE70350322012145EDC00", ["LE70350322012129EDC00", "LE70350322012161EDC00"]),
+        ("LE70350322012161EDC00", ["LE70350322012145EDC00", "LE70350322012129EDC00"]),
+        ("small_20120701", ["small_20120520"]),
+    ]
+    before = neighbours_by_grid(scan_series(tmp_path), 2, before_only=True)
+    assert [len(refs) for _, refs in before] == [0, 0, 1, 2, 1]
