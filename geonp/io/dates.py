@@ -65,6 +65,8 @@ def _is_leap(year: int) -> bool:
 def parse_date(text: str | datetime.date, *, option: str = "--date") -> datetime.date:
     """Parse a date the user typed: ``YYYY-MM-DD``, ``YYYYMMDD`` or ``YYYY-DDD`` (day of year).
 
+    ``YYYYDDD`` (seven digits, as in Landsat scene IDs) is read as a day of the year too.
+
     Args:
         text: The text (surrounding spaces are ignored), or a date (returned as a date).
         option: The option the text came from, for messages.

@@ -4,7 +4,8 @@ Masks often come on another grid: a Sentinel-2 scene classification at 20 m for 
 QA band at 60 m, a cloud mask in another UTM zone. GDAL's warper resamples them onto the
 input's grid through a :class:`rasterio.vrt.WarpedVRT`; for gaps the maximum of the covering
 pixels is used, so a target pixel is a gap wherever any mask pixel that covers it says gap,
-and a gap edge never moves inwards.
+and a gap edge never moves inwards. :func:`warp_array` is the one warping step, shared with the
+reference rasters of multi-date filling (:mod:`geonp.io.references`).
 """
 
 from __future__ import annotations
