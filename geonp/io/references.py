@@ -79,6 +79,8 @@ class Reference:
         grid the values are warped with :attr:`resampling` (invalid pixels take no part), and a
         pixel is observed only where every reference pixel covering it is valid (the maximum of
         the warped gap mask), so a gap never shrinks; outside the reference nothing is observed.
+        A QA file on the reference's own grid is decoded before warping, so cloud values never
+        blend into the warped values; a QA file on any other grid is applied after warping.
 
         Args:
             like: The target raster.
