@@ -188,7 +188,7 @@ class FillConfig:
         bands: 1-based bands to fill (None = all).
         device: ``auto``, ``cpu`` or ``cuda``.
         tile_size: tile core edge in pixels (None = the model's training core size).
-        overlap: tile blend margin in pixels.
+        overlap: tile blend margin in pixels (None = the model's, 8 for single-date models).
         max_context: observed pixels per tile (None = the model's training context size).
         search_radius: farthest a tile looks for context, in pixels.
         max_distance: leave gaps farther than this (pixels) from observed pixels as nodata.
@@ -208,7 +208,7 @@ class FillConfig:
     bands: tuple[int, ...] | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     tile_size: int | None = None
-    overlap: int = 8
+    overlap: int | None = None
     max_context: int | None = None
     search_radius: int = 512
     max_distance: float | None = None
@@ -228,7 +228,8 @@ class FillConfig:
             value = getattr(self, name)
             if value is not None:
                 _check_int(name, value, low)
-        _check_int("overlap", self.overlap, 0)
+        if self.overlap is not None:
+            _check_int("overlap", self.overlap, 0)
         _check_int("search_radius", self.search_radius, 1)
         _check_int("batch_rows", self.batch_rows, 1)
         if self.workers is not None:

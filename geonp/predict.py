@@ -335,7 +335,11 @@ class Predictor:
         n = int(np.prod(shape))
         dev = self.device
         acc = torch.zeros((3, n), dtype=torch.float64, device=dev)  # weighted mean, weighted std, weight
-        for batch in pack([t.task.xt.shape[0] for t in tasks], self.batch_rows):
+        # Multi-date tasks have large contexts (reference pixels): their batches are sized by the
+        # context too, which bounds the context stream's attention tiles.
+        sizes = [max(t.task.xt.shape[0], t.task.xc.shape[0]) if self.opts.temporal else t.task.xt.shape[0]
+                 for t in tasks]
+        for batch in pack(sizes, self.batch_rows):
             t0 = time.perf_counter()
             group = [tasks[i] for i in batch]
             b = collate([t.task for t in group]).to(dev)

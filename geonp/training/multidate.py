@@ -52,6 +52,9 @@ logger = logging.getLogger(__name__)
 #: Gap kinds hidden on a target date (borrowed = a real cloud shape from another date's QA).
 SERIES_GAP_MIX = {"cloud": 0.3, "scene_cloud": 0.1, "stripe": 0.1, "random": 0.1}
 BORROW_PROBABILITY = 0.4
+#: Tile blend margin of fills with a multi-date model (its card's ``task_shape.overlap``): small
+#: tiles with a wide margin would carry each reference pixel into many tiles.
+FILL_OVERLAP = 2
 
 
 class Dated(Protocol):
@@ -326,6 +329,7 @@ def train_series(
         "coord_unit": "pixel",
         "task_shape": {**shape, **recipe.spec.to_dict(), "max_context": recipe.spec.n_near,
                        "core_size": recipe.core_size, "max_targets": recipe.max_targets,
+                       "overlap": FILL_OVERLAP,
                        "max_references": recipe.max_references},
         "spacetime_fraction": spacetime_fraction,
         "pretrain_steps": pretrain_steps,
