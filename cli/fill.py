@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from geonp_cli.options import CountBar, fill_config_options, workers_help
+from geonp_cli.options import CountBar, none_if_empty, fill_config_options, workers_help
 
 
 @click.command(short_help="Fill the gaps of a raster; write the filled raster and its std.")
@@ -24,6 +24,14 @@ from geonp_cli.options import CountBar, fill_config_options, workers_help
               help="The data footprint (raster, non-zero = inside, or GeoJSON) instead of computing it.")
 @click.option("-f", "--format", "format", metavar="DRIVER",
               help="GDAL driver of OUTPUT [default: from its extension; .tif = GTiff].")
+@click.option("--reference", "references", multiple=True, type=click.Path(),
+              help="Another date of the same place (any grid or CRS; repeatable): its pixels are context "
+                   "for a multi-date model (--model multidate unless another is given).")
+@click.option("--reference-date", "reference_dates", multiple=True, metavar="YYYY-MM-DD", callback=none_if_empty,
+              help="Acquisition date of each --reference, in order, where its tags and name lack one.")
+@click.option("--reference-qa", "reference_qa", multiple=True, type=click.Path(), callback=none_if_empty,
+              help="Quality band of each --reference, in order (read with --qa-kind).")
+@click.option("--date", metavar="YYYY-MM-DD", help="INPUT's acquisition date, where its tags and name lack one.")
 @fill_config_options
 @click.option("--workers", type=click.IntRange(min=1), default=None, help=workers_help)
 @click.option("--quicklook", type=click.Path(dir_okay=False), help="Write a PNG: input, prediction, std.")
@@ -46,6 +54,7 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
       geonp fill scene.tif filled.tif --nodata 0 -b 1 -b 2 --max-distance 200 --co COMPRESS=ZSTD
       geonp fill scene.tif filled.tif --nodata 0 --qa QA_PIXEL.TIF --qa-kind landsat-c2
       geonp fill s2_B04.tif filled.tif --qa SCL_20m.tif --qa-kind sentinel2-scl --qa-classes cloud,shadow
+      geonp fill LE07_..._20120524.tif filled.tif --reference LE07_..._20120508.tif --reference LE07_..._20120422.tif
     """
     import geonp
 

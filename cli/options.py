@@ -41,8 +41,9 @@ def _fill_option_list() -> list[F]:
         click.option("--tile-size", type=click.IntRange(min=4), default=d.tile_size,
                      help="Tile core edge (pixels) [default: the model's training core size, 48 for the "
                           "default model]."),
-        click.option("--overlap", type=click.IntRange(min=0), default=d.overlap, show_default=True,
-                     help="Tile blend margin (pixels)."),
+        click.option("--overlap", type=click.IntRange(min=0), default=d.overlap,
+                     help="Tile blend margin (pixels) [default: the model's; 8 for single-date models, 2 for "
+                          "multidate]."),
         click.option("--max-context", type=click.IntRange(min=1), default=d.max_context,
                      help="Observed pixels per tile, nearest first [default: as the model was trained, 256 "
                           "for the default model]."),
@@ -58,7 +59,7 @@ def _fill_option_list() -> list[F]:
                      help="GDAL creation option of OUTPUT, and of the std raster unless --std-co is given "
                           "(repeatable; checked by GDAL before any work)."),
         click.option("--std-co", "std_creation_options", multiple=True, metavar="KEY=VALUE",
-                     callback=_none_if_empty, help="GDAL creation option of the std raster (repeatable)."),
+                     callback=none_if_empty, help="GDAL creation option of the std raster (repeatable)."),
         click.option("--cog", is_flag=True, help="Write Cloud Optimized GeoTIFFs."),
         overwrite_option,
         click.option("--fill-outside", is_flag=True,
@@ -67,7 +68,7 @@ def _fill_option_list() -> list[F]:
     ]
 
 
-def _none_if_empty(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
+def none_if_empty(ctx: click.Context, param: click.Parameter, value: tuple[str, ...]) -> tuple[str, ...] | None:
     """An unused repeatable option means "not given" (None), not "no values"."""
     return value or None
 

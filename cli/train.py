@@ -41,6 +41,27 @@ from geonp_cli.options import band_option, device_option, expand_rasters, nodata
               help="Fraction of columns (rightmost) never used, kept for evaluation [0].")
 @click.option("--gap-source", type=click.Path(exists=True, dir_okay=False),
               help="A mask raster (non-zero = gap) or a raster whose missing pixels lend real gap shapes.")
+@click.option("--n-far", type=click.IntRange(min=0), default=None,
+              help="Far context pixels per task, spread over rings and sectors [0].")
+@click.option("--search-radius", type=click.IntRange(min=1), default=None, help="Farthest context pixel [512].")
+@click.option("--core-size", type=click.IntRange(min=4), default=None,
+              help="Query window edge; geonp fill's tile size for the model [48; 12 with --series].")
+@click.option("--tasks-per-window", type=click.IntRange(min=1), default=None, help="Tasks cut from one window [1].")
+@click.option("--gp-fraction", type=click.FloatRange(0, 1), default=None,
+              help="Fraction of windows drawn from simulated GP fields [0].")
+@click.option("--init-from", help="Start from this model's weights (a built-in name or a model directory).")
+@click.option("--series", is_flag=True,
+              help="Multi-date: RASTER_OR_DIR is a folder of co-registered dated rasters (QA files beside them, "
+                   "named <raster>_fmask.tif, _qa, _QA_PIXEL or _SCL); tasks hide pixels of one date and give "
+                   "others as references.")
+@click.option("--before", help="--series: use only dates before this one (YYYY-MM-DD), e.g. to keep later ones for testing.")
+@click.option("--qa-kind", type=click.Choice(["fmask", "landsat-c2", "sentinel2-scl"]), default=None,
+              help="--series: how the QA files are read [fmask].")
+@click.option("--n-ref", type=click.IntRange(min=1), default=None, help="--series: pixels per reference date and task [1024].")
+@click.option("--max-references", type=click.IntRange(min=1), default=None,
+              help="--series: references per task are 1 to this many [2].")
+@click.option("--spacetime-fraction", type=click.FloatRange(0, 1), default=None,
+              help="--series: fraction of tasks from simulated space-time fields [0.2].")
 @click.option("--resume", is_flag=True, help="Continue from the training state in --output.")
 @click.option("--metrics", type=click.Path(dir_okay=False), help="Write validation records to this .csv or .jsonl file.")
 @click.option("--name", help="Model name for its card.")
@@ -84,6 +105,9 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, config_file:
         target = "model" if key in model_keys else "training" if key in train_keys else "data"
         sections[target][key] = value
     data = sections["data"]
+    if data.pop("series", False):
+        _train_series(ctx, inputs, output, sections)
+        return
     shape_keys = {"patch_size", "max_context", "core_size", "max_targets"}
     shape = TaskShape(**{k: data.pop(k) for k in list(data) if k in shape_keys})
     update, close = progress_bar(ctx.obj.get("quiet", False), "training")
@@ -98,6 +122,47 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, config_file:
         )
     except TypeError as err:
         raise ConfigError(f"invalid data option: {err}") from err
+    finally:
+        close()
+    click.echo(
+        f"Trained {report.steps} steps in {report.seconds:.0f} s; best validation NLL "
+        f"{report.best_val_nll:.4f} at step {report.best_step}; model in {report.output}"
+    )
+
+
+def _train_series(ctx: click.Context, inputs: tuple[str, ...], output: str, sections: dict[str, dict[str, Any]]) -> None:
+    """``geonp train --series``: a multi-date model from a folder of dated rasters."""
+    from dataclasses import replace
+
+    from geonp import ContextSpec, SeriesRecipe, parse_date, scan_series, train_series
+    from geonp.config import TrainConfig
+    from geonp.errors import ConfigError
+
+    if len(inputs) != 1 or not Path(inputs[0]).is_dir():
+        raise ConfigError("--series takes one folder of dated rasters (RASTER_OR_DIR)")
+    if sections["model"]:
+        raise ConfigError("--series fine-tunes --init-from's architecture; drop "
+                          + ", ".join(f"--{k.replace('_', '-')}" for k in sections["model"]))
+    data = dict(sections["data"])
+    spec = ContextSpec(n_near=data.pop("max_context", 64), n_far=data.pop("n_far", 16),
+                       search_radius=data.pop("search_radius", 128), rings=4, sectors=8,
+                       n_ref=data.pop("n_ref", 1024), ref_margin=1)
+    recipe = SeriesRecipe(spec=spec, core_size=data.pop("core_size", 12),
+                          max_references=data.pop("max_references", 2))
+    recipe = replace(recipe, max_targets=recipe.core_size ** 2)
+    before = data.pop("before", None)
+    kwargs = {k: data.pop(k) for k in ("init_from", "spacetime_fraction", "pretrain_steps", "nodata",
+                                       "qa_kind", "name", "batch_size") if k in data}
+    if "bands" in data:
+        kwargs["bands"] = tuple(data.pop("bands"))
+    if data:
+        raise ConfigError(f"--series does not take {', '.join('--' + k.replace('_', '-') for k in data)}")
+    update, close = progress_bar(ctx.obj.get("quiet", False), "training")
+    command = "geonp " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    try:
+        report = train_series(scan_series(inputs[0]), output, training=TrainConfig.from_dict(sections["training"]),
+                              recipe=recipe, before=None if before is None else parse_date(before, option="--before"),
+                              command=command, progress=update, **kwargs)
     finally:
         close()
     click.echo(

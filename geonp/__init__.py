@@ -24,6 +24,11 @@ _LAZY = {
     "fill_many": "geonp.jobs",
     "FillConfig": "geonp.config",
     "TaskShape": "geonp.training.raster",
+    "train_series": "geonp.training.multidate",
+    "SeriesRecipe": "geonp.training.multidate",
+    "ContextSpec": "geonp.context",
+    "parse_date": "geonp.io.dates",
+    "scan_series": "geonp.io.timeseries",
     "default_uncertainty_path": "geonp.inference",
     "check_output_path": "geonp.io.paths",
 }

@@ -64,6 +64,10 @@ class ModelConfig:
         dropout: residual dropout.
         coord_unit: what one coordinate unit is (``"pixel"`` for raster models).
         num_latents: CMANP latents per set (``|L_0| = |L_B|``).
+        temporal: multi-date TNP-KR: coordinates are (row, col, days from the target's date),
+            other dates enter as context (references), a temporal kernel bias joins the spatial
+            one (``dim_x`` is then 3).
+        time_length_scale: typical date difference in days (initialises the temporal bias).
     """
 
     arch: Literal["tnpkr", "tnpd", "cmanp"] = "tnpkr"
@@ -82,6 +86,8 @@ class ModelConfig:
     dropout: float = 0.0
     coord_unit: str = "pixel"
     num_latents: int = 64
+    temporal: bool = False
+    time_length_scale: float = 32.0
 
     def __post_init__(self) -> None:
         if self.arch not in ARCHS:
@@ -100,6 +106,14 @@ class ModelConfig:
             raise ConfigError(f"bias={self.bias!r} is not one of ['rbf', None]")
         if not isinstance(self.embed_coords, bool):
             raise ConfigError(f"embed_coords={self.embed_coords!r} must be true or false")
+        if not isinstance(self.temporal, bool):
+            raise ConfigError(f"temporal={self.temporal!r} must be true or false")
+        if self.temporal and (self.arch != "tnpkr" or self.attention not in ("scan", "dense")
+                              or self.bias is None or self.dim_x != 3):
+            raise ConfigError("temporal=true needs arch tnpkr, scan or dense attention, bias rbf and "
+                              f"dim_x 3 (row, col, days); got arch={self.arch}, attention={self.attention}, "
+                              f"bias={self.bias}, dim_x={self.dim_x}")
+        _check_number("time_length_scale", self.time_length_scale, low=0.0, low_open=True)
         if not isinstance(self.coord_unit, str):
             raise ConfigError(f"coord_unit={self.coord_unit!r} must be a string such as 'pixel'")
 
@@ -174,7 +188,7 @@ class FillConfig:
         bands: 1-based bands to fill (None = all).
         device: ``auto``, ``cpu`` or ``cuda``.
         tile_size: tile core edge in pixels (None = the model's training core size).
-        overlap: tile blend margin in pixels.
+        overlap: tile blend margin in pixels (None = the model's, 8 for single-date models).
         max_context: observed pixels per tile (None = the model's training context size).
         search_radius: farthest a tile looks for context, in pixels.
         max_distance: leave gaps farther than this (pixels) from observed pixels as nodata.
@@ -194,7 +208,7 @@ class FillConfig:
     bands: tuple[int, ...] | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"
     tile_size: int | None = None
-    overlap: int = 8
+    overlap: int | None = None
     max_context: int | None = None
     search_radius: int = 512
     max_distance: float | None = None
@@ -214,7 +228,8 @@ class FillConfig:
             value = getattr(self, name)
             if value is not None:
                 _check_int(name, value, low)
-        _check_int("overlap", self.overlap, 0)
+        if self.overlap is not None:
+            _check_int("overlap", self.overlap, 0)
         _check_int("search_radius", self.search_radius, 1)
         _check_int("batch_rows", self.batch_rows, 1)
         if self.workers is not None:

@@ -43,6 +43,7 @@ __all__ = [
     "distance_bin_factors",
     "distance_to_observed",
     "select_context",
+    "select_reference_context",
 ]
 
 class HaloTooSmall(Exception):
@@ -67,6 +68,8 @@ class ContextSpec:
         rings: log-spaced distance rings of the far set; the innermost ends at
             ``search_radius / 2 ** (rings - 1)``.
         sectors: angular sectors of the far set, around the query window's centre.
+        n_ref: multi-date: pixels taken from each reference date (:func:`select_reference_context`).
+        ref_margin: multi-date: how far (pixels) beyond the query window reference pixels are taken.
     """
 
     n_near: int = 256
@@ -74,11 +77,13 @@ class ContextSpec:
     search_radius: int = 512
     rings: int = 8
     sectors: int = 16
+    n_ref: int = 1024
+    ref_margin: int = 4
 
     def __post_init__(self) -> None:
         for f in fields(self):
             v = getattr(self, f.name)
-            low = 0 if f.name == "n_far" else 1
+            low = 0 if f.name in ("n_far", "ref_margin") else 1
             if not isinstance(v, int | np.integer) or isinstance(v, bool) or v < low:
                 raise ValueError(f"ContextSpec.{f.name}={v!r} must be an integer >= {low}")
 
@@ -102,7 +107,7 @@ class ContextSpec:
         d = dict(d or {})
         n_near = d.get("n_near", d.get("max_context", cls.n_near))
         kw = {"n_near": int(n_near), "n_far": int(d.get("n_far", 0))}
-        for key in ("search_radius", "rings", "sectors"):
+        for key in ("search_radius", "rings", "sectors", "n_ref", "ref_margin"):
             if key in d and d[key] is not None:
                 kw[key] = int(d[key])
         return cls(**kw)
@@ -285,6 +290,47 @@ def select_context(
     exclude = rows * observed.shape[1] + cols
     fr, fc = _far(observed, qb, spec, origin, reach, exclude)
     return np.concatenate([rows, fr]), np.concatenate([cols, fc])
+
+
+def select_reference_context(
+    ref_observed: np.ndarray,
+    query_mask: np.ndarray,
+    query_bounds: tuple[int, int, int, int],
+    spec: ContextSpec,
+    *,
+    origin: tuple[int, int] = (0, 0),
+) -> tuple[np.ndarray, np.ndarray]:
+    """Choose the pixels of one reference date that a query window sees (multi-date fills).
+
+    What another date says about a gap pixel is mostly said *at* that pixel and around it, so a
+    reference contributes its observed pixels inside the query window grown by
+    ``spec.ref_margin``: first those at query pixels, then the others; beyond ``spec.n_ref`` they
+    are thinned by a fixed per-pixel hash (the same in every block and in training).
+
+    Args:
+        ref_observed: bool ``[h, w]``, True where the reference date has data (same window as the
+            target's arrays).
+        query_mask: bool ``[h, w]``, True at pixels to predict.
+        query_bounds: ``(r0, r1, c0, c1)`` of the query window.
+        spec: ``n_ref`` and ``ref_margin``.
+        origin: the window's offset in the full raster.
+
+    Returns:
+        ``(rows, cols)`` in the window, in row-major order; at most ``spec.n_ref``.
+    """
+    h, w = ref_observed.shape
+    r0, r1, c0, c1 = (int(v) for v in query_bounds)
+    m = spec.ref_margin
+    s0, s1, t0, t1 = max(0, r0 - m), min(h, r1 + m), max(0, c0 - m), min(w, c1 + m)
+    rows, cols = np.nonzero(ref_observed[s0:s1, t0:t1])
+    rows, cols = rows + s0, cols + t0
+    if rows.size <= spec.n_ref:
+        return rows, cols
+    inside = (rows >= r0) & (rows < r1) & (cols >= c0) & (cols < c1)
+    at_query = inside & query_mask[rows, cols]
+    key = (~at_query).astype(np.float64) + _pixel_jitter(rows + origin[0], cols + origin[1]) * 1e4
+    keep = np.sort(np.argpartition(key, spec.n_ref)[: spec.n_ref])
+    return rows[keep], cols[keep]
 
 
 # --------------------------------------------------------------------------------------------

@@ -31,7 +31,7 @@ from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.normalize import Normalizer
 from geonp.context import ContextSpec, HaloTooSmall, apply_std_calibration, distance_to_observed
-from geonp.predict import Predictor, TileOptions
+from geonp.predict import BlockReference, Predictor, TileOptions
 from geonp.tiling import make_tiles
 
 logger = logging.getLogger(__name__)
@@ -71,14 +71,17 @@ def resolve_device(device: str) -> Any:
     return torch.device(device)
 
 
-def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, overlap: int,
+def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, overlap: int | None,
                  search_radius: int) -> TileOptions:
-    """Tiling options; tile size, context cap and far-context geometry as the model was trained."""
+    """Tiling options; tile size, overlap, context cap and far-context geometry as the model was trained
+    (its card's ``task_shape``), unless given."""
     shape = loaded.card.get("task_shape") or {}
     spec = ContextSpec.from_dict(shape)
+    overlap = int(shape.get("overlap", 8)) if overlap is None else overlap
     return TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap,
                        max_context=int(max_context or spec.n_near), search_radius=search_radius,
-                       n_far=spec.n_far, rings=spec.rings, sectors=spec.sectors)
+                       n_far=spec.n_far, rings=spec.rings, sectors=spec.sectors, n_ref=spec.n_ref,
+                       ref_margin=spec.ref_margin, temporal=bool(getattr(loaded.config, "temporal", False)))
 
 
 def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:
@@ -117,6 +120,7 @@ def predict_region(
     progress: Callable[[int], None] | None = None,
     limit: int | None = None,
     fillable: np.ndarray | None = None,
+    references: list[tuple[np.ndarray, np.ndarray, float]] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of one block's region, in the bands' units.
 
@@ -133,6 +137,9 @@ def predict_region(
         progress: gap-pixels-done callback.
         limit: the largest context search radius the block's halo holds (None: all of it).
         fillable: bool ``[h, w]``: where predictions may go (the data footprint); None = all.
+        references: other dates on the block's window (multi-date models): ``(values, observed,
+            days)`` with ``values``/``observed`` ``[bands, h, w]`` in the bands' units and ``days``
+            the date offset from the target's date.
 
     Returns:
         ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
@@ -146,7 +153,9 @@ def predict_region(
     to_fill = np.stack([~obs & within(obs, max_distance) for obs in observed])
     if fillable is not None:
         to_fill &= fillable
-    mean, std = predictor.predict(normed, observed, to_fill, region, origin=origin, progress=progress, limit=limit)
+    refs = [BlockReference(norm.apply(np.where(ok, vals, 0.0)), ok, days) for vals, ok, days in references or ()]
+    mean, std = predictor.predict(normed, observed, to_fill, region, origin=origin, progress=progress, limit=limit,
+                                  references=refs)
     n = raw.shape[0]
     ms, ss = np.asarray(norm.mean).reshape(n, 1, 1), np.asarray(norm.std).reshape(n, 1, 1)
     std = std * ss
@@ -206,6 +215,8 @@ class BlockJob:
     out_nodata: float | None
     sources: GapSources | None = None  # --mask/--qa gaps and the data footprint
     validity: OutputValidity | None = None  # how unfilled pixels are marked (nodata, alpha, mask)
+    references: tuple[Any, ...] = ()  # other dates (geonp.io.references.Reference), multi-date models
+    reference_days: tuple[float, ...] = ()  # their date offsets from the target's date
 
 
 class BlockRunner:
@@ -270,12 +281,15 @@ class BlockRunner:
             region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
             fillable = None if job.sources is None else job.sources.fillable(
                 Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo))
+            win = Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo)
+            refs = [(*ref.read(self.info, win), days) for ref, days in zip(job.references, job.reference_days,
+                                                                          strict=True)]
             t_read += time.perf_counter() - t0
             try:
                 mean, std = predict_region(self.predictor, raw, ok, region, origin=(r0 - halo, c0 - halo),
                                            norm=self.norm, max_distance=job.max_distance,
                                            calibration=job.calibration, progress=count, limit=limit,
-                                           fillable=fillable)
+                                           fillable=fillable, references=refs)
                 break
             except HaloTooSmall:
                 continue

@@ -116,6 +116,10 @@ def fill_raster(
     qa_classes: str | Sequence[str] | None = None,
     footprint: str | os.PathLike[str] | None = None,
     format: str | None = None,
+    references: Sequence[str | os.PathLike[str]] = (),
+    reference_dates: Sequence[str | None] | None = None,
+    reference_qa: Sequence[str | None] | None = None,
+    date: str | None = None,
     **options: Any,
 ) -> FillReport:
     """Fill every gap of a raster file; write the filled raster and a std raster beside it.
@@ -142,6 +146,13 @@ def fill_raster(
         footprint: the data footprint (raster, non-zero = inside, or GeoJSON) instead of
             computing it.
         format: GDAL driver of OUTPUT (default: from its extension).
+        references: other dates of the place (any grid or CRS; reprojected on the fly), read as
+            context by a multi-date model (the built-in ``multidate`` when ``model`` is left at
+            ``default``).
+        reference_dates: their acquisition dates, where the files' tags and names lack them.
+        reference_qa: a quality band per reference (``qa_kind`` reads them; None entries: none).
+        date: the input's acquisition date, where its tags and name lack it (needed with
+            references).
         **options: any :class:`~geonp.config.FillConfig` field (``model``, ``nodata``, ``bands``,
             ``device``, ``tile_size``, ``overlap``, ``max_context``, ``search_radius``,
             ``max_distance``, ``block_size``, ``workers``, ``batch_rows``, ``creation_options``,
@@ -156,7 +167,18 @@ def fill_raster(
         return _fill_raster(input, output, FillConfig.of(config, **options), uncertainty=uncertainty, mask=mask,
                             quicklook=quicklook, dry_run=dry_run, scheduler=scheduler, progress=progress,
                             mask_values=mask_values, mask_bits=mask_bits, qa=qa, qa_kind=qa_kind,
-                            qa_classes=qa_classes, footprint=footprint, format=format)
+                            qa_classes=qa_classes, footprint=footprint, format=format,
+                            references=_References(tuple(references), reference_dates, reference_qa, date))
+
+
+@dataclasses.dataclass(frozen=True)
+class _References:
+    """The multi-date options of a fill, as given."""
+
+    paths: tuple[str | os.PathLike[str], ...] = ()
+    dates: Sequence[str | None] | None = None
+    qa: Sequence[str | None] | None = None
+    date: str | None = None
 
 
 def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], cfg: FillConfig, *,
@@ -165,9 +187,14 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
                  progress: Callable[[int, int], None] | None, mask_values: str | Sequence[int] | None,
                  mask_bits: str | Sequence[int] | None, qa: str | os.PathLike[str] | None, qa_kind: str | None,
                  qa_classes: str | Sequence[str] | None, footprint: str | os.PathLike[str] | None,
-                 format: str | None) -> FillReport:
+                 format: str | None, references: _References = _References()) -> FillReport:
     t0 = time.perf_counter()
+    if references.paths and cfg.model == "default":
+        cfg = dataclasses.replace(cfg, model="multidate")  # the built-in model that takes references
     loaded = _load(cfg.model)
+    if references.paths and not getattr(loaded.config, "temporal", False):
+        raise ConfigError(f"model {loaded.name} takes no references; use --model multidate or a model trained "
+                          "with geonp train --series")
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     co = parse_creation_options(cfg.creation_options)
     std_co = co if cfg.std_creation_options is None else parse_creation_options(cfg.std_creation_options)
@@ -182,7 +209,8 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         out_driver = output_driver(out_path, format)
         std_driver = output_driver(std_path, format if std_path.suffix == out_path.suffix else None)
         _check_creation(co, std_co, cfg, src, info, validity, out_driver, std_driver)
-        inputs = [p for p in (input, mask, qa, footprint) if p is not None]
+        refs, ref_days = _open_references(input, info, cfg, references, qa_kind, qa_classes)
+        inputs = [p for p in (input, mask, qa, footprint, *references.paths) if p is not None]
         if not dry_run:
             out_path = check_output_path(out_path, inputs=inputs, overwrite=cfg.overwrite)
             std_path = check_output_path(std_path, inputs=inputs, overwrite=cfg.overwrite)
@@ -192,9 +220,12 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
                 ql = check_output_path(quicklook, inputs=inputs, overwrite=cfg.overwrite)
                 if ql in (out_path, std_path):
                     raise ConfigError(f"--quicklook {quicklook} is one of the output rasters; give a .png path")
+        only_refs = qa is None and bool(references.qa)  # --qa-kind reads the references' QA alone
         sources = build_gap_sources(src, info=info, bands=band_list, nodata=nodata_v, mask=mask,
-                                    mask_values=mask_values, mask_bits=mask_bits, qa=qa, qa_kind=qa_kind,
-                                    qa_classes=qa_classes, footprint=footprint, fill_outside=cfg.fill_outside)
+                                    mask_values=mask_values, mask_bits=mask_bits, qa=qa,
+                                    qa_kind=None if only_refs else qa_kind,
+                                    qa_classes=None if only_refs else qa_classes, footprint=footprint,
+                                    fill_outside=cfg.fill_outside)
         gaps_from = sources.extra_gaps
         blocks = engine.plan_blocks(info.height, info.width, cfg.block_size)
         outside = [0]
@@ -237,9 +268,12 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             batch_rows=cfg.batch_rows, max_distance=cfg.max_distance, norm=norm.to_dict(),
             calibration=loaded.calibration, dtype=dtype,
             out_nodata=profile.get("nodata"), sources=_absolute_sources(sources), validity=validity,
+            references=refs, reference_days=ref_days,
         )
         # The model's name only: an absolute local path would publish the user's directories.
         tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__}
+        if refs:
+            tags["GEONP_REFERENCES"] = ", ".join(f"{Path(r.path).name} ({r.date})" for r in refs)
         done = [0]
         total = max(gap_pixels, 1)
 
@@ -286,6 +320,26 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
 
         write_quicklook(quicklook, input, out_path, std_path, bands=band_list, nodata=nodata_v, mask=mask)
     return report
+
+
+def _open_references(input: str | os.PathLike[str], info: Any, cfg: FillConfig, references: _References,
+                     qa_kind: str | None, qa_classes: str | Sequence[str] | None) -> tuple[tuple, tuple]:
+    """The references on the input's grid and their date offsets (days) from the input's date."""
+    if not references.paths:
+        if references.dates or references.qa:
+            raise ConfigError("--reference-date/--reference-qa describe references; give --reference FILE too")
+        return (), ()
+    from geonp.io.dates import raster_date
+    from geonp.io.references import open_references
+
+    target = raster_date(info, override=references.date, option="--date")
+    band_list = select_bands(info, cfg.bands)
+    refs = open_references([_absolute(p) for p in references.paths], like=info, bands=band_list,
+                           dates=references.dates, nodata=cfg.nodata,
+                           qa=None if references.qa is None else [None if q is None else _absolute(q)
+                                                                  for q in references.qa],
+                           qa_kind=qa_kind, qa_classes=qa_classes)
+    return tuple(refs), tuple(float((r.date - target).days) for r in refs)
 
 
 def _check_creation(co: dict[str, str], std_co: dict[str, str], cfg: FillConfig, src: Any, info: Any,

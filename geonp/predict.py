@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from scipy import ndimage
 
-from geonp.context import ContextSpec, select_context
-from geonp.data.tasks import Task, collate, standardize
+from geonp.context import ContextSpec
+from geonp.data.tasks import ReferenceBand, Task, collate, context_points, positions, standardize
 from geonp.tiling import Tile, pixel_weights
 
 
@@ -42,6 +42,9 @@ class TileOptions:
         n_far: far context pixels over ``rings`` x ``sectors`` (:class:`geonp.context.ContextSpec`).
         rings: distance rings of the far set.
         sectors: angular sectors of the far set.
+        n_ref: multi-date: pixels per reference date and tile.
+        ref_margin: multi-date: pixels beyond the query window a reference contributes.
+        temporal: the model takes dates (3-D coordinates: row, col, days from the target's date).
     """
 
     tile_size: int = 48
@@ -51,6 +54,9 @@ class TileOptions:
     n_far: int = 0
     rings: int = 8
     sectors: int = 16
+    n_ref: int = 1024
+    ref_margin: int = 4
+    temporal: bool = False
 
     def __post_init__(self) -> None:
         if self.tile_size < 4 or self.overlap < 0 or self.max_context < 1 or self.search_radius < 1:
@@ -63,7 +69,7 @@ class TileOptions:
     def context(self) -> ContextSpec:
         """The context geometry of a tile (the same rule training uses)."""
         return ContextSpec(n_near=self.max_context, n_far=self.n_far, search_radius=self.search_radius,
-                           rings=self.rings, sectors=self.sectors)
+                           rings=self.rings, sectors=self.sectors, n_ref=self.n_ref, ref_margin=self.ref_margin)
 
     @property
     def halo(self) -> int:
@@ -73,6 +79,21 @@ class TileOptions:
         pixels before it, and searches ``search_radius`` pixels beyond its query window.
         """
         return self.search_radius + 2 * self.overlap + self.tile_size
+
+
+@dataclass(frozen=True)
+class BlockReference:
+    """Another date on a block's window (multi-date fills).
+
+    Attributes:
+        values: ``[bands, h, w]`` in the target's normalised units (anything where not observed).
+        observed: bool ``[bands, h, w]``.
+        days: date offset from the target's date (negative = before it).
+    """
+
+    values: np.ndarray
+    observed: np.ndarray
+    days: float
 
 
 @dataclass
@@ -93,17 +114,6 @@ class TileTask:
     index: np.ndarray
     weights: np.ndarray
     core: int
-
-
-def _search(observed: np.ndarray, queries: np.ndarray, qb: tuple[int, int, int, int], opts: TileOptions,
-            origin: tuple[int, int], limit: int | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Context rows/cols (array coordinates) for the queries of a window.
-
-    :func:`geonp.context.select_context`, the rule training uses, with the tile options' spec:
-    the ``max_context`` observed pixels nearest to a query pixel, plus the far set of a model
-    trained with one. ``limit``: the largest search radius the block array holds.
-    """
-    return select_context(observed, queries, qb, opts.context, origin=origin, limit=limit)
 
 
 _MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
@@ -152,6 +162,7 @@ def band_tasks(
     opts: TileOptions,
     band: int = 0,
     limit: int | None = None,
+    references: Sequence[ReferenceBand] = (),
 ) -> list[TileTask]:
     """The tasks of one band of a block.
 
@@ -165,7 +176,9 @@ def band_tasks(
         origin: the block's offset in the full raster.
         opts: tiling options.
         band: the band's index in the block (for the output index).
-        limit: the largest context search radius the block array holds (see :func:`_search`).
+        limit: the largest context search radius the block array holds
+            (:func:`geonp.context.select_context`).
+        references: this band of other dates (multi-date models; ``opts.temporal``).
 
     Returns:
         One task per tile (or split tile) with gap pixels in the region and some context.
@@ -190,19 +203,23 @@ def band_tasks(
             # this tile's pixels only, so every block splits alike).
             work.extend(reversed(_quarters(tile)))
             continue
-        crow, ccol = _search(observed, to_fill, (qr0, qr1, qc0, qc1), opts, origin, limit)
+        # the rule training uses (geonp.data.tasks.context_points)
+        crow, ccol, days, y, n_target = context_points(values[None], observed, to_fill, (qr0, qr1, qc0, qc1),
+                                                       opts.context, origin=origin, limit=limit,
+                                                       references=references)
         if crow.size == 0:
             continue
         trow, tcol = np.nonzero(to_fill[rr0:rr1, cc0:cc1])
         trow, tcol = trow + rr0, tcol + cc0
         wts = pixel_weights(trow, tcol, tile)
-        yc, _, shift, scale = standardize(values[crow, ccol][:, None], None)
+        yc, _, shift, scale = standardize(y, None, n_target)
         # Coordinates relative to the query window's corner: what training patches look like, and
         # for translation-invariant models (scan) the same result as absolute coordinates, with
         # small squared-distance tables for the bias.
-        rel_c = np.stack([crow - qr0, ccol - qc0], -1).astype(np.float32)
-        rel_t = np.stack([trow - qr0, tcol - qc0], -1).astype(np.float32)
-        task = Task(xc=rel_c, yc=yc.astype(np.float32), xt=rel_t, yt=None, shift=shift, scale=scale)
+        timed = opts.temporal
+        task = Task(xc=positions(crow, ccol, (qr0, qc0), days if timed else None), yc=yc.astype(np.float32),
+                    xt=positions(trow, tcol, (qr0, qc0), np.zeros(trow.size) if timed else None), yt=None,
+                    shift=shift, scale=scale)
         index = (band * rh + (trow - r0)) * rw + (tcol - c0)
         out.append(TileTask(band, task, index.astype(np.int64), wts, int(np.count_nonzero(wts >= 1.0))))
     return out
@@ -217,13 +234,20 @@ def block_tasks(
     origin: tuple[int, int],
     opts: TileOptions,
     limit: int | None = None,
+    references: Sequence[BlockReference] = (),
 ) -> list[TileTask]:
-    """The tasks of every band of a block (``values``, ``observed``, ``to_fill``: ``[bands, h, w]``)."""
+    """The tasks of every band of a block (``values``, ``observed``, ``to_fill``: ``[bands, h, w]``).
+
+    ``references``: other dates on the block's window (multi-date models only).
+    """
+    if references and not opts.temporal:
+        raise ValueError("references need a multi-date model (TileOptions.temporal)")
     tasks: list[TileTask] = []
     for b in range(values.shape[0]):
-        if to_fill[b].any() and observed[b].any():
+        refs = [ReferenceBand(r.values[b][None], r.observed[b], r.days) for r in references]
+        if to_fill[b].any() and (observed[b].any() or any(r.observed.any() for r in refs)):
             tasks += band_tasks(values[b], observed[b], to_fill[b], region, origin=origin, opts=opts, band=b,
-                                limit=limit)
+                                limit=limit, references=refs)
     return tasks
 
 
@@ -280,6 +304,7 @@ class Predictor:
         origin: tuple[int, int],
         progress: Callable[[int], None] | None = None,
         limit: int | None = None,
+        references: Sequence[BlockReference] = (),
     ) -> tuple[np.ndarray, np.ndarray]:
         """Predict the ``to_fill`` pixels of a block's region (all bands).
 
@@ -292,13 +317,15 @@ class Predictor:
             progress: called with the number of region gap pixels (tile cores) done per batch.
             limit: the largest context search radius the block's halo holds; a tile that needs
                 more raises :class:`HaloTooSmall` before any model call.
+            references: other dates on the block's window (multi-date models).
 
         Returns:
             ``(mean, std)``, each ``[bands, r1 - r0, c1 - c0]``, normalised units, NaN where not
             filled.
         """
         t0 = time.perf_counter()
-        tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=self.opts, limit=limit)
+        tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=self.opts, limit=limit,
+                            references=references)
         self.timings["context"] += time.perf_counter() - t0
         return self.run(tasks, (values.shape[0], region[1] - region[0], region[3] - region[2]), progress)
 
@@ -308,7 +335,11 @@ class Predictor:
         n = int(np.prod(shape))
         dev = self.device
         acc = torch.zeros((3, n), dtype=torch.float64, device=dev)  # weighted mean, weighted std, weight
-        for batch in pack([t.task.xt.shape[0] for t in tasks], self.batch_rows):
+        # Multi-date tasks have large contexts (reference pixels): their batches are sized by the
+        # context too, which bounds the context stream's attention tiles.
+        sizes = [max(t.task.xt.shape[0], t.task.xc.shape[0]) if self.opts.temporal else t.task.xt.shape[0]
+                 for t in tasks]
+        for batch in pack(sizes, self.batch_rows):
             t0 = time.perf_counter()
             group = [tasks[i] for i in batch]
             b = collate([t.task for t in group]).to(dev)

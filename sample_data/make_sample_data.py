@@ -52,7 +52,7 @@ def write(path: Path, data: np.ndarray, profile: dict, tags: dict[str, str]) -> 
 def main() -> None:
     """Crop, mask and write the sample rasters, then print their checksums."""
     sys.path.insert(0, str(HERE.parent))  # run from a checkout without installing geonp
-    from geonp.data.gaps import cloud_mask
+    from geonp.data.gap_shapes import cloud_mask
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--source", type=Path, default=SOURCE, help="Landsat 8 B2/B3/B4 scene")

@@ -16,8 +16,8 @@ from geonp.context import (
     ring_edges,
     select_context,
 )
-from geonp.data.tasks import PRIOR_COUNT, standardize, window_task
-from geonp.predict import TileOptions, _search
+from geonp.data.tasks import PRIOR_COUNT, context_points, standardize, window_task
+from geonp.predict import TileOptions
 from geonp.tiling import nearest_context
 
 
@@ -159,12 +159,12 @@ def test_training_and_fill_share_select_context():
     observed = valid & ~is_gap
     opts = TileOptions(max_context=100, search_radius=150, n_far=48, rings=5, sectors=8)
     assert opts.context == spec
-    fill_rows, fill_cols = _search(observed, hidden, core, opts, (300, 400))
+    fill_rows, fill_cols = context_points(values, observed, hidden, core, opts.context, origin=(300, 400))[:2]
     np.testing.assert_array_equal(fill_rows, rows)
     np.testing.assert_array_equal(fill_cols, cols)
     # the far set needs the whole search radius: a narrow block read is refused
     with pytest.raises(HaloTooSmall):
-        _search(observed, hidden, core, opts, (300, 400), limit=64)
+        context_points(values, observed, hidden, core, opts.context, origin=(300, 400), limit=64)
 
 
 def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):

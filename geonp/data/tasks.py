@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from geonp.context import ContextSpec, select_context
+from geonp.context import ContextSpec, select_context, select_reference_context
 from geonp.data.batch import Batch
 
 # Floor of the context std used to standardise a task, in globally normalised units: a tile of
@@ -35,7 +35,8 @@ class Task:
     ``mean * scale + shift`` and ``std * scale``.
 
     Attributes:
-        xc: ``[Nc, 2]``; yc: ``[Nc, dy]``; xt: ``[Nt, 2]``; yt: ``[Nt, dy]`` or None.
+        xc: ``[Nc, P]``; yc: ``[Nc, dy]``; xt: ``[Nt, P]``; yt: ``[Nt, dy]`` or None. ``P`` is 2
+            (row, col), or 3 for multi-date models (row, col, days from the target's date).
         shift: ``[dy]`` context mean; scale: ``[dy]`` context std (floored).
     """
 
@@ -45,6 +46,99 @@ class Task:
     yt: np.ndarray | None
     shift: np.ndarray | None = None
     scale: np.ndarray | None = None
+
+
+@dataclass
+class ReferenceBand:
+    """Another date of the same place, on the task's window (multi-date tasks).
+
+    Attributes:
+        values: ``[dy, h, w]`` in the target's globally normalised units (anything where not
+            observed).
+        observed: bool ``[h, w]``, True where the reference has data.
+        days: date offset from the target's date, in days (negative = before it).
+    """
+
+    values: np.ndarray
+    observed: np.ndarray
+    days: float
+
+
+#: Fewest pixels observed on both dates for a reference to be matched to the target (below it,
+#: the reference enters in the global normalisation alone).
+MIN_MATCH = 16
+
+
+def match_reference(ref_at_common: np.ndarray, target_at_common: np.ndarray, ref_values: np.ndarray) -> np.ndarray:
+    """Linear histogram matching of a reference to the target on pixels observed on both dates.
+
+    ``ref_values [n, dy]`` mapped by gain ``std_t / std_r`` (clipped to [0.2, 5]) and the offset
+    that matches the means of the common pixels ``[m, dy]``; unchanged with fewer than
+    :data:`MIN_MATCH` common pixels. The classic first step of reference-based gap filling: the
+    model then corrects locally what one gain and offset per window cannot.
+    """
+    if ref_at_common.shape[0] < MIN_MATCH:
+        return ref_values
+    sr = np.maximum(ref_at_common.std(0), 1e-3)
+    gain = np.clip(target_at_common.std(0) / sr, 0.2, 5.0)
+    return (ref_values - ref_at_common.mean(0)) * gain + target_at_common.mean(0)
+
+
+def context_points(
+    values: np.ndarray,
+    observed: np.ndarray,
+    query_mask: np.ndarray,
+    query_bounds: tuple[int, int, int, int],
+    spec: ContextSpec,
+    *,
+    origin: tuple[int, int] = (0, 0),
+    limit: int | None = None,
+    references: tuple[ReferenceBand, ...] | list[ReferenceBand] = (),
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """The context of a query window, for training and filling alike.
+
+    The target date's pixels come from :func:`geonp.context.select_context`; each reference adds
+    the pixels :func:`geonp.context.select_reference_context` picks, matched to the target by
+    :func:`match_reference` on the target's context pixels it also observes.
+
+    Args:
+        values: ``[dy, h, w]`` globally normalised values of the target date.
+        observed: bool ``[h, w]``, where the target date may serve as context.
+        query_mask: bool ``[h, w]``, the pixels to predict.
+        query_bounds: ``(r0, r1, c0, c1)`` query window.
+        spec: context geometry.
+        origin: the window's offset in its raster.
+        limit: the largest search radius the window holds (see ``select_context``).
+        references: other dates on the same window.
+
+    Returns:
+        ``(rows, cols, days, y, n_target)``: window rows/cols, date offsets, values ``[n, dy]``
+        (target date first, then each reference), and how many are of the target date.
+    """
+    rows, cols = select_context(observed, query_mask, query_bounds, spec, origin=origin, limit=limit)
+    ys = [values[:, rows, cols].T]
+    rs, cs, ds = [rows], [cols], [np.zeros(rows.size)]
+    for ref in references:
+        rr, rc = select_reference_context(ref.observed, query_mask, query_bounds, spec, origin=origin)
+        if rr.size == 0:
+            continue
+        common = ref.observed[rows, cols]
+        ys.append(match_reference(ref.values[:, rows[common], cols[common]].T, ys[0][common],
+                                  ref.values[:, rr, rc].T))
+        rs.append(rr)
+        cs.append(rc)
+        ds.append(np.full(rr.size, float(ref.days)))
+    return (np.concatenate(rs), np.concatenate(cs), np.concatenate(ds), np.concatenate(ys),
+            int(rows.size))
+
+
+def positions(rows: np.ndarray, cols: np.ndarray, corner: tuple[int, int], days: np.ndarray | None) -> np.ndarray:
+    """Model coordinates ``[n, 2]`` (row, col from the query window's corner), with the date
+    offset as a third column ``[n, 3]`` when ``days`` is given (multi-date models)."""
+    xy = np.stack([rows - corner[0], cols - corner[1]], -1).astype(np.float32)
+    if days is None:
+        return xy
+    return np.concatenate([xy, np.asarray(days, np.float32)[:, None]], -1)
 
 
 def task_scale(yc: np.ndarray) -> np.ndarray:
@@ -60,14 +154,17 @@ def task_scale(yc: np.ndarray) -> np.ndarray:
     return np.maximum(np.sqrt((n * var + PRIOR_COUNT) / (n + PRIOR_COUNT)), STD_FLOOR)
 
 
-def standardize(yc: np.ndarray, yt: np.ndarray | None) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
+def standardize(yc: np.ndarray, yt: np.ndarray | None, n_stats: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
     """Standardise context (and target) values ``[N, dy]`` by the context mean and :func:`task_scale`.
 
     Values must be in globally normalised units (band mean 0, std 1), as training and filling
-    both pass them.
+    both pass them. ``n_stats``: only the first ``n_stats`` context values (the target date's)
+    set the mean and scale, unless there are none (a window seen by references alone).
     """
-    shift = yc.mean(0)
-    scale = task_scale(yc)
+    stats = yc[:n_stats] if n_stats else yc
+    shift = stats.mean(0)
+    scale = task_scale(stats)
     return (yc - shift) / scale, None if yt is None else (yt - shift) / scale, shift, scale
 
 
@@ -104,6 +201,7 @@ def window_task(
     max_targets: int,
     rng: np.random.Generator,
     origin: tuple[int, int] = (0, 0),
+    references: tuple[ReferenceBand, ...] | list[ReferenceBand] | None = None,
 ) -> Task | None:
     """Build a training task from a window, as ``geonp fill`` builds one from a tile.
 
@@ -117,6 +215,8 @@ def window_task(
         max_targets: cap on targets (a random subset; targets are independent given the context).
         rng: generator for the target subset.
         origin: the window's offset in its raster (positions are hashed absolutely).
+        references: other dates of the window (multi-date models); None for single-date models
+            (2-D coordinates), a sequence (possibly empty) for multi-date ones (a date column).
 
     Returns:
         The task (coordinates relative to the query window's corner), or None when it has no
@@ -127,19 +227,20 @@ def window_task(
     hidden[r0:r1, c0:c1] = (is_gap & valid)[r0:r1, c0:c1]
     if not hidden.any():
         return None
-    cr, cc = select_context(valid & ~is_gap, hidden, core, spec, origin=origin)
+    cr, cc, days, yc_raw, n_target = context_points(values, valid & ~is_gap, hidden, core, spec, origin=origin,
+                                                    references=references or ())
     if cr.size == 0:
         return None
     tr, tc = np.nonzero(hidden)
     if tr.size > max_targets:
         pick = rng.choice(tr.size, size=max_targets, replace=False)
         tr, tc = tr[pick], tc[pick]
-    yc, yt, shift, scale = standardize(values[:, cr, cc].T, values[:, tr, tc].T)
-    corner = np.array([r0, c0])
+    yc, yt, shift, scale = standardize(yc_raw, values[:, tr, tc].T, n_target)
+    timed = references is not None
     return Task(
-        xc=(np.stack([cr, cc], -1) - corner).astype(np.float32),
+        xc=positions(cr, cc, (r0, c0), days if timed else None),
         yc=yc.astype(np.float32),
-        xt=(np.stack([tr, tc], -1) - corner).astype(np.float32),
+        xt=positions(tr, tc, (r0, c0), np.zeros(tr.size) if timed else None),
         yt=yt.astype(np.float32),
         shift=shift,
         scale=scale,
@@ -151,9 +252,9 @@ def collate(tasks: list[Task]) -> Batch:
     b = len(tasks)
     nc = max(t.xc.shape[0] for t in tasks)
     nt = max(t.xt.shape[0] for t in tasks)
-    dy = tasks[0].yc.shape[1]
-    xc, yc = np.zeros((b, nc, 2), np.float32), np.zeros((b, nc, dy), np.float32)
-    xt, yt = np.zeros((b, nt, 2), np.float32), np.zeros((b, nt, dy), np.float32)
+    dy, p = tasks[0].yc.shape[1], tasks[0].xc.shape[1]
+    xc, yc = np.zeros((b, nc, p), np.float32), np.zeros((b, nc, dy), np.float32)
+    xt, yt = np.zeros((b, nt, p), np.float32), np.zeros((b, nt, dy), np.float32)
     cv, tv = np.zeros((b, nc), bool), np.zeros((b, nt), bool)
     for i, t in enumerate(tasks):
         n, m = t.xc.shape[0], t.xt.shape[0]

@@ -21,7 +21,7 @@ from geonp.io.raster import RasterInfo, check_nodata_in_range, open_raster, read
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["read_mask_file", "resolve_nodata", "valid_mask"]
+__all__ = ["check_plain_mask", "read_mask_file", "resolve_nodata", "valid_mask"]
 
 #: Values a mask file may hold: 0 = observed; 1 or 255 (the GDAL mask value) = missing.
 _MASK_VALUES = (0.0, 1.0, 255.0)
@@ -132,8 +132,8 @@ def read_mask_file(
             ``--qa-kind``).
     """
     name = os.fspath(path)
-    row_off, col_off = int(round(window.row_off)), int(round(window.col_off))
-    height, width = int(round(window.height)), int(round(window.width))
+    row_off, col_off = round(window.row_off), round(window.col_off)
+    height, width = round(window.height), round(window.width)
     rows = np.arange(row_off, row_off + height)
     cols = np.arange(col_off, col_off + width)
     inside = ((rows >= 0) & (rows < like.height))[:, None] & ((cols >= 0) & (cols < like.width))
@@ -145,7 +145,7 @@ def read_mask_file(
 
     def decode(values: np.ndarray, not_nodata: np.ndarray) -> np.ndarray:
         if plain:
-            _check_plain(values[not_nodata], name)
+            check_plain_mask(values[not_nodata], name)
             return not_nodata & (values != 0)
         return not_nodata & decode_gaps(values, kind=qa_kind, classes=qa_classes,
                                         mask_values=mask_values, mask_bits=mask_bits)
@@ -173,8 +173,16 @@ def read_mask_file(
     return ~inside | decode(values, inside & ~is_nodata)
 
 
-def _check_plain(checked: np.ndarray, name: str) -> None:
-    """Refuse a plain 0/1 mask with other values, with a hint at the options that read them."""
+def check_plain_mask(checked: np.ndarray, name: str) -> None:
+    """Refuse a plain 0/1 mask with other values, with a hint at the options that read them.
+
+    Args:
+        checked: The mask's values to check (its nodata pixels left out).
+        name: The mask's path, for the message.
+
+    Raises:
+        InputRasterError: If a value is not 0, 1 or 255.
+    """
     bad = checked[~np.isin(checked, _MASK_VALUES)]
     if bad.size:
         shown = np.unique(bad)[:5]

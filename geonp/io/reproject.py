@@ -4,7 +4,8 @@ Masks often come on another grid: a Sentinel-2 scene classification at 20 m for 
 QA band at 60 m, a cloud mask in another UTM zone. GDAL's warper resamples them onto the
 input's grid through a :class:`rasterio.vrt.WarpedVRT`; for gaps the maximum of the covering
 pixels is used, so a target pixel is a gap wherever any mask pixel that covers it says gap,
-and a gap edge never moves inwards.
+and a gap edge never moves inwards. :func:`warp_array` is the one warping step, shared with the
+reference rasters of multi-date filling (:mod:`geonp.io.references`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections.abc import Callable
 import numpy as np
 import rasterio
 import rasterio.errors
+from affine import Affine
 from rasterio.crs import CRS
 from rasterio.enums import Resampling
 from rasterio.io import DatasetReader, MemoryFile
@@ -27,7 +29,7 @@ from rasterio.windows import transform as window_transform
 from geonp.errors import InputRasterError
 from geonp.io.raster import RasterInfo, open_raster, read_window
 
-__all__ = ["read_gaps_on_grid", "read_on_grid", "same_grid"]
+__all__ = ["read_gaps_on_grid", "read_on_grid", "same_grid", "source_window", "warp_array"]
 
 
 def same_grid(src: DatasetReader, like: RasterInfo) -> bool:
@@ -53,15 +55,24 @@ def _check_crs(src: DatasetReader, like: RasterInfo, name: str, role: str) -> No
 
 def _window_ints(window: Window) -> tuple[int, int, int, int]:
     return (
-        int(round(window.row_off)),
-        int(round(window.col_off)),
-        int(round(window.height)),
-        int(round(window.width)),
+        round(window.row_off),
+        round(window.col_off),
+        round(window.height),
+        round(window.width),
     )
 
 
-def _source_window(src: DatasetReader, like: RasterInfo, window: Window) -> Window | None:
-    """The window of ``src`` that covers ``window`` of the input grid (with a 2-pixel margin)."""
+def source_window(src: DatasetReader, like: RasterInfo, window: Window) -> Window | None:
+    """The window of ``src`` that covers ``window`` of the input grid (with a 2-pixel margin).
+
+    Args:
+        src: A raster on another grid (with a CRS).
+        like: The input raster (with a CRS).
+        window: Window of the input grid; may hang over its edge.
+
+    Returns:
+        The covering window clipped to ``src``, or None when ``src`` does not reach it.
+    """
     r0, c0, h, w = _window_ints(window)
     dst_tf = window_transform(Window(c0, r0, w, h), like.transform)
     left, top = dst_tf * (0, 0)
@@ -90,38 +101,69 @@ def _warp(
 
     Returns ``[h, w]`` uint8 with 255 where the source does not cover the target.
     """
-    r0, c0, h, w = _window_ints(window)
+    _, _, h, w = _window_ints(window)
     out = np.full((h, w), 255, dtype=np.uint8)
-    src_win = _source_window(src, like, window)
+    src_win = source_window(src, like, window)
     if src_win is None:
         return out
     values = src.read(1, window=src_win).astype(np.float64)
     valid = src.read_masks(1, window=src_win) != 0
     decoded = decode(values, valid).astype(np.uint8)
+    out[:] = warp_array(decoded[None], crs=src.crs, transform=src.window_transform(src_win),
+                        like=like, window=window, resampling=resampling, nodata=255)[0]
+    return out
+
+
+def warp_array(
+    arr: np.ndarray,
+    *,
+    crs: CRS,
+    transform: Affine,
+    like: RasterInfo,
+    window: Window,
+    resampling: Resampling,
+    nodata: float,
+) -> np.ndarray:
+    """Warp an in-memory array of another grid onto one window of ``like``'s grid.
+
+    Args:
+        arr: Pixels ``[n, h, w]`` on the grid given by ``crs`` and ``transform``.
+        crs: The array's CRS.
+        transform: The array's affine transform.
+        like: The input raster (with a CRS).
+        window: Window of the input grid; may hang over its edge.
+        resampling: GDAL resampling method.
+        nodata: Value of ``arr`` that is not data (excluded from resampling; NaN works for
+            floats). It is also what the result holds where the array does not reach.
+
+    Returns:
+        Array ``[n, window.height, window.width]`` of ``arr``'s dtype.
+    """
+    r0, c0, h, w = _window_ints(window)
     profile = {
         "driver": "GTiff",
-        "width": int(src_win.width),
-        "height": int(src_win.height),
-        "count": 1,
-        "dtype": "uint8",
-        "crs": src.crs,
-        "transform": src.window_transform(src_win),
-        "nodata": 255,
+        "width": int(arr.shape[2]),
+        "height": int(arr.shape[1]),
+        "count": int(arr.shape[0]),
+        "dtype": str(arr.dtype),
+        "crs": crs,
+        "transform": transform,
+        "nodata": nodata,
     }
-    with MemoryFile() as mem, mem.open(**profile) as tmp:
-        tmp.write(decoded, 1)
+    with MemoryFile() as mem:
+        with mem.open(**profile) as tmp:
+            tmp.write(arr)
         dst_tf = window_transform(Window(c0, r0, w, h), like.transform)
-        with WarpedVRT(
+        with mem.open() as tmp, WarpedVRT(
             tmp,
             crs=CRS.from_wkt(like.crs),
             transform=dst_tf,
             width=w,
             height=h,
             resampling=resampling,
-            nodata=255,
+            nodata=nodata,
         ) as vrt:
-            out[:] = vrt.read(1)
-    return out
+            return vrt.read()
 
 
 def read_on_grid(

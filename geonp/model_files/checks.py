@@ -33,6 +33,10 @@ def _positive_numbers(value: Any) -> bool:
     )
 
 
+#: Architecture keys newer than format 1 (absent in older files = their default: single-date).
+LATER_KEYS = ("temporal", "time_length_scale")
+
+
 def check_model_meta(meta: dict[str, Any], where: Path) -> None:
     """Check a model's ``config.json`` before anything is built from it.
 
@@ -52,7 +56,8 @@ def check_model_meta(meta: dict[str, Any], where: Path) -> None:
     model = meta.get("model")
     if not isinstance(model, dict):
         raise _bad(where, "has no 'model' section describing the architecture")
-    missing = [f.name for f in fields(ModelConfig) if f.name not in model]
+    # keys added after format 1 may be absent: their defaults are what older files meant
+    missing = [f.name for f in fields(ModelConfig) if f.name not in model and f.name not in LATER_KEYS]
     if missing:
         raise _bad(where, f"lacks model.{missing[0]}" + (f" (and {', '.join(missing[1:])})" if missing[1:] else ""))
     for key, cap in SIZE_CAPS.items():

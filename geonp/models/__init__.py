@@ -23,6 +23,7 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     return TNPKR(
         **common, attention=cfg.attention, bias=cfg.bias, num_basis=cfg.num_basis,
         bias_length_scale=cfg.bias_length_scale, embed_coords=cfg.embed_coords,
+        temporal=cfg.temporal, time_length_scale=cfg.time_length_scale,
     )
 
 

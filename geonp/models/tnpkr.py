@@ -36,16 +36,25 @@ class TokenEmbedding(nn.Module):
     scan attention translation invariant (location enters through the kernel bias alone).
     """
 
-    def __init__(self, dim: int, dim_y: int, dim_x: int, *, embed_coords: bool, hidden: int) -> None:
+    def __init__(self, dim: int, dim_y: int, dim_x: int, *, embed_coords: bool, hidden: int,
+                 temporal: bool = False) -> None:
         super().__init__()
         self.embed_coords = embed_coords
-        self.flag = nn.Embedding(2, 8)
+        self.temporal = temporal
+        self.flag = nn.Embedding(3 if temporal else 2, 8)
         n_in = 8 + dim_y + (dim_x if embed_coords else 0)
         self.mlp = MLP([n_in, hidden, dim])
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, observed: bool) -> torch.Tensor:
-        """``x [B, N, P], y [B, N, dy] -> [B, N, E]``."""
-        flag = self.flag.weight[int(observed)].expand(*y.shape[:-1], -1)
+        """``x [B, N, P], y [B, N, dy] -> [B, N, E]``.
+
+        Flags: 0 a target (query), 1 an observed pixel of the target's date, 2 (temporal models)
+        an observed pixel of another date (a reference: its date offset ``x[..., -1]`` is not 0).
+        """
+        if observed and self.temporal:
+            flag = self.flag.weight[1 + (x[..., -1] != 0).long()]
+        else:
+            flag = self.flag.weight[int(observed)].expand(*y.shape[:-1], -1)
         parts = [flag, y] + ([x] if self.embed_coords else [])
         return self.mlp(torch.cat(parts, dim=-1))
 
@@ -65,6 +74,10 @@ class TNPKR(nn.Module):
         num_basis: basis functions of the RBF bias.
         bias_length_scale: typical distance in coordinate units (initialises the bias).
         embed_coords: put coordinates into the tokens (breaks translation invariance).
+        temporal: multi-date model: the last coordinate is the date offset in days (0 on the
+            target's date); a temporal kernel bias joins the spatial one and reference tokens
+            get their own flag (:mod:`geonp.models.attention.temporal`).
+        time_length_scale: typical date difference in days (initialises the temporal bias).
         sigma_min: lower bound of the predicted std.
         dropout: residual dropout.
         q_chunk: scan tile rows.
@@ -85,17 +98,25 @@ class TNPKR(nn.Module):
         num_basis: int = 5,
         bias_length_scale: float = 4.0,
         embed_coords: bool = False,
+        temporal: bool = False,
+        time_length_scale: float = 32.0,
         sigma_min: float = 0.01,
         dropout: float = 0.0,
         q_chunk: int = 1024,
         k_chunk: int = 1024,
     ) -> None:
         super().__init__()
+        if temporal and (dim_x < 2 or attention not in ("scan", "dense") or bias is None):
+            raise ValueError("a temporal model needs dim_x >= 2 (space, then days), scan or dense "
+                             "attention and a kernel bias")
         self.dim_y, self.dim_x = dim_y, dim_x
-        self.embed = TokenEmbedding(dim, dim_y, dim_x, embed_coords=embed_coords, hidden=2 * dim)
+        self.temporal = temporal
+        self.embed = TokenEmbedding(dim, dim_y, dim_x, embed_coords=embed_coords, hidden=2 * dim,
+                                    temporal=temporal)
         blocks = [
             KRBlock(dim, make_attention(attention, dim, num_heads, dim_x=dim_x, bias=bias, num_basis=num_basis,
-                                        bias_length_scale=bias_length_scale, q_chunk=q_chunk, k_chunk=k_chunk),
+                                        bias_length_scale=bias_length_scale, q_chunk=q_chunk, k_chunk=k_chunk,
+                                        time_length_scale=time_length_scale if temporal else None),
                     ff_dim=ff_dim, dropout=dropout)
             for _ in range(depth)
         ]

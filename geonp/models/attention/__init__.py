@@ -24,6 +24,7 @@ from geonp.models.attention.dense import DenseAttention, dense_attention
 from geonp.models.attention.dka import DeepKernelAttention, deep_kernel_attention
 from geonp.models.attention.performer import PerformerAttention, performer_attention
 from geonp.models.attention.scan import ScanAttention, scan_attention
+from geonp.models.attention.temporal import SpaceTimeBias
 
 ATTENTIONS = {
     "dense": DenseAttention,
@@ -44,6 +45,7 @@ def make_attention(
     bias_length_scale: float = 4.0,
     q_chunk: int = 1024,
     k_chunk: int = 1024,
+    time_length_scale: float | None = None,
 ) -> nn.Module:
     """An attention module by name (``scan``, ``dense``, ``dka`` or ``performer``).
 
@@ -58,12 +60,18 @@ def make_attention(
             positional scale).
         q_chunk: scan tile rows.
         k_chunk: scan tile columns.
+        time_length_scale: days; when given (``scan``/``dense`` with a bias), the last coordinate
+            is a date offset and the bias is :class:`SpaceTimeBias` (space + time kernels).
 
     Raises:
         ValueError: an unknown name.
     """
     if name in ("scan", "dense"):
-        b = BIASES[bias](num_heads, num_basis=num_basis, length_scale=bias_length_scale) if bias else None
+        if bias and time_length_scale is not None:
+            b = SpaceTimeBias(num_heads, num_basis=num_basis, length_scale=bias_length_scale,
+                              time_length_scale=time_length_scale)
+        else:
+            b = BIASES[bias](num_heads, num_basis=num_basis, length_scale=bias_length_scale) if bias else None
         extra = {"q_chunk": q_chunk, "k_chunk": k_chunk} if name == "scan" else {}
         return ATTENTIONS[name](dim, num_heads, bias=b, **extra)
     if name == "dka":
@@ -80,6 +88,7 @@ __all__ = [
     "PerformerAttention",
     "RBFNetworkBias",
     "ScanAttention",
+    "SpaceTimeBias",
     "deep_kernel_attention",
     "dense_attention",
     "make_attention",

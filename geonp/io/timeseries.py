@@ -1,0 +1,203 @@
+"""Scan a folder of dated rasters (a time series) and pick the dates nearest to one of them.
+
+An archive of one place usually holds one raster per acquisition, often with a quality band
+beside it (``scene.tif`` and ``scene_fmask.tif``). :func:`scan_series` lists the dated rasters
+in time order with their quality bands attached; :func:`nearest` picks the references of a date
+(``geonp batch --neighbours K``); :func:`group_by_grid` splits a folder into rasters that share
+one grid, since neighbours are taken among rasters of the same grid; :func:`neighbours_by_grid`
+does both for a whole folder.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rasterio.crs import CRS
+
+from geonp.errors import ConfigError, InputRasterError
+from geonp.io.dates import find_raster_date
+from geonp.io.raster import RasterInfo, open_raster, raster_info
+
+logger = logging.getLogger(__name__)
+
+__all__ = [
+    "DatedRaster", "grid_key", "group_by_grid", "nearest", "neighbours_by_grid", "scan_series",
+]
+
+#: Stem endings that mark a quality band of the raster with the rest of the stem.
+QA_SUFFIXES = ("_fmask", "_qa", "_QA_PIXEL", "_SCL")
+
+
+@dataclass(frozen=True)
+class DatedRaster:
+    """One raster of a time series.
+
+    Attributes:
+        path: The raster's path.
+        date: Its acquisition date.
+        qa: Path of its quality band (same stem plus a QA suffix), or None.
+    """
+
+    path: str
+    date: datetime.date
+    qa: str | None = None
+
+
+def _qa_base(stem: str, suffixes: Sequence[str]) -> str | None:
+    """The stem without its QA suffix (matched ignoring case, longest first), or None."""
+    for suffix in sorted(suffixes, key=len, reverse=True):
+        if len(stem) > len(suffix) and stem.lower().endswith(suffix.lower()):
+            return stem[: -len(suffix)]
+    return None
+
+
+def scan_series(
+    folder: str | os.PathLike[str],
+    *,
+    pattern: str = "*.tif",
+    qa_suffixes: Sequence[str] = QA_SUFFIXES,
+) -> list[DatedRaster]:
+    """List the dated rasters of a folder (not its subfolders), in time order.
+
+    A raster whose stem ends with a QA suffix (``scene_fmask.tif``) is the quality band of the
+    raster with the rest of the stem (``scene.tif``), not a date of its own; one without such a
+    raster is skipped with a warning in the log. Dates come from each raster's tags or name
+    (:func:`geonp.io.dates.raster_date`). Two rasters of the same date are both kept.
+
+    Args:
+        folder: The folder.
+        pattern: Glob pattern of the raster files.
+        qa_suffixes: Stem endings that mark quality bands (case is ignored).
+
+    Returns:
+        The rasters, sorted by date, then by path.
+
+    Raises:
+        InputRasterError: If the folder does not exist, or a raster cannot be opened or has no
+            date.
+    """
+    root = Path(os.fspath(folder))
+    if not root.is_dir():
+        raise InputRasterError(f"Time-series folder {root} does not exist or is not a folder; "
+                               "check the path.")
+    files = sorted(p for p in root.glob(pattern) if p.is_file())
+    qa_of: dict[str, Path] = {}
+    rasters = []
+    for p in files:
+        base = _qa_base(p.stem, qa_suffixes)
+        if base is None:
+            rasters.append(p)
+        else:
+            qa_of[base] = p
+    stems = {p.stem for p in rasters}
+    for base, p in qa_of.items():
+        if base not in stems:
+            logger.warning("Quality band %s has no raster %s%s beside it; skipped.",
+                           p, base, p.suffix)
+    out = []
+    for p in rasters:
+        with open_raster(p, role="Raster") as src:
+            day = find_raster_date(raster_info(src))
+        if day is None:
+            raise InputRasterError(
+                f"Raster {p} has no acquisition date in its tags or name; put the date in its "
+                "name (scene_20120406.tif) or tag it (gdal_edit.py -mo "
+                "TIFFTAG_DATETIME='2012:04:06 00:00:00'), or move it out of the folder."
+            )
+        qa = qa_of.get(p.stem)
+        out.append(DatedRaster(path=str(p), date=day, qa=None if qa is None else str(qa)))
+    return sorted(out, key=lambda r: (r.date, r.path))
+
+
+def nearest(
+    series: Sequence[DatedRaster], target: DatedRaster, k: int, *, before_only: bool = False
+) -> list[DatedRaster]:
+    """Pick the ``k`` other dates of a series nearest in time to ``target``.
+
+    Args:
+        series: The series (``target`` may be in it; it is never picked).
+        target: The raster to find references for.
+        k: How many to pick (fewer come back when the series is shorter).
+        before_only: Pick only rasters acquired strictly before ``target`` (as when filling
+            with the previous dates).
+
+    Returns:
+        The picked rasters, nearest first; at equal distance the earlier one first.
+
+    Raises:
+        ConfigError: If ``k`` is negative.
+    """
+    if k < 0:
+        raise ConfigError(f"--neighbours {k} is negative; give the number of dates to use (>= 0).")
+    others = [
+        r for r in series
+        if os.path.abspath(r.path) != os.path.abspath(target.path)
+        and (not before_only or r.date < target.date)
+    ]
+    others.sort(key=lambda r: (abs((r.date - target.date).days), r.date, r.path))
+    return others[:k]
+
+
+def grid_key(info: RasterInfo) -> tuple[object, ...]:
+    """A hashable description of a raster's grid (size, transform, CRS); equal keys, same grid."""
+    crs = CRS.from_wkt(info.crs).to_string() if info.crs else None
+    transform = tuple(round(v, 9) for v in info.transform[:6])
+    return (info.width, info.height, transform, crs)
+
+
+def group_by_grid(series: Sequence[DatedRaster]) -> list[list[DatedRaster]]:
+    """Split a series into groups of rasters on one grid (size, transform and CRS).
+
+    ``geonp batch --neighbours K`` takes the references of a raster among the rasters of its
+    group only, so that every reference is read directly, without warping.
+
+    Args:
+        series: The series.
+
+    Returns:
+        The groups, each in the series' order, ordered by their first raster.
+
+    Raises:
+        InputRasterError: If a raster cannot be opened.
+    """
+    groups: dict[tuple[object, ...], list[DatedRaster]] = {}
+    for r in series:
+        with open_raster(r.path, role="Raster") as src:
+            key = grid_key(raster_info(src))
+        groups.setdefault(key, []).append(r)
+    return list(groups.values())
+
+
+def neighbours_by_grid(
+    series: Sequence[DatedRaster], k: int, *, before_only: bool = False
+) -> list[tuple[DatedRaster, list[DatedRaster]]]:
+    """Pair every raster of a series with its ``k`` nearest dates on the same grid.
+
+    This is ``geonp batch --neighbours K``: each raster is filled with the ``k`` rasters of its
+    grid group nearest to it in time as references (:func:`nearest`, :func:`group_by_grid`).
+
+    Args:
+        series: The series (from :func:`scan_series`).
+        k: References per raster.
+        before_only: Use only earlier dates.
+
+    Returns:
+        ``(raster, references)`` pairs in the series' order; ``references`` may be shorter than
+        ``k`` (or empty) when the group is small.
+
+    Raises:
+        ConfigError: If ``k`` is negative.
+        InputRasterError: If a raster cannot be opened.
+    """
+    if k < 0:
+        raise ConfigError(f"--neighbours {k} is negative; give the number of dates to use (>= 0).")
+    picked: dict[str, list[DatedRaster]] = {}
+    for group in group_by_grid(series):
+        for r in group:
+            picked[r.path] = nearest(group, r, k, before_only=before_only)
+    return [(r, picked[r.path]) for r in series]

@@ -1,0 +1,110 @@
+"""A space-time kernel bias: the spatial RBF bias plus an RBF network on the date difference.
+
+Multi-date models (issue: other dates as references) see context points of other dates. Their
+coordinates carry a third entry, the date offset ``t`` in days from the date being filled (0 for
+the target date and for every query). The bias of seed 002 §3.2 is a sum of kernels over any
+metadata, so the time kernel sits beside the space kernel::
+
+    K(s_q, s_k) = K_space(|x_q - x_k|) + K_time(|t_q - t_k|)
+
+each an RBF network with its own weights per head. Both depend on differences only, so the model
+stays invariant to a shift of all positions and of all dates.
+
+Dates are whole days, so ``|Δt|`` takes few integer values: the time bias is evaluated once on
+the table ``0..max |Δt|`` and gathered per tile, like the spatial grid path. When no point of a
+batch has a date offset (a single-date fill), the time bias is a constant per head, which softmax
+ignores; it is then skipped, so a multi-date model fills single dates at the spatial model's cost.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from geonp.models.attention.bias import _SQ_CACHE, BiasTiles, RBFNetworkBias, _gather, _remember
+
+# Largest |Δt| (days) of the table path; beyond it the direct path is used.
+_MAX_DAYS = 100_000
+
+
+class SpaceTimeBias(nn.Module):
+    """Spatial RBF bias on coordinates ``[..., :-1]`` plus a temporal one on ``[..., -1]`` (days).
+
+    Args:
+        num_heads: attention heads.
+        num_basis: basis functions of each RBF network.
+        length_scale: typical distance (pixels), initialises the spatial network.
+        time_length_scale: typical date difference (days), initialises the temporal network.
+    """
+
+    def __init__(self, num_heads: int, *, num_basis: int = 5, length_scale: float = 4.0,
+                 time_length_scale: float = 32.0) -> None:
+        super().__init__()
+        self.space = RBFNetworkBias(num_heads, num_basis=num_basis, length_scale=length_scale)
+        self.time = RBFNetworkBias(num_heads, num_basis=num_basis, length_scale=time_length_scale,
+                                   grid_fast_path=False)
+        with torch.no_grad():  # starts as the spatial bias alone: a spatial model's weights carry over
+            self.time.a.zero_()
+
+    def tiles(self, q_pos: torch.Tensor, k_pos: torch.Tensor,
+              key_valid: torch.Tensor | None = None) -> BiasTiles:
+        """The bias between ``q_pos [B, Nq, P+1]`` and ``k_pos [B, Nk, P+1]`` (last entry: days)."""
+        space = self.space.tiles(q_pos[..., :-1], k_pos[..., :-1], key_valid)
+        qt, kt = q_pos[..., -1], k_pos[..., -1]
+        max_dt = _max_abs_dt(qt, kt)
+        if max_dt == 0:
+            return space
+        params = (self.time.a, self.time.b, self.time.c)
+        if max_dt is not None and max_dt <= _MAX_DAYS:
+            days = torch.arange(max_dt + 1, device=q_pos.device, dtype=q_pos.dtype)
+            time_tensors: tuple[torch.Tensor, ...] = (RBFNetworkBias.evaluate(params, days),)  # [H, T]
+
+            def time_tile(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
+                return _gather(tensors[0], _day_index(qt, kt, qs, ks))
+        else:
+            time_tensors = params
+
+            def time_tile(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
+                dt = (qt[:, qs, None] - kt[:, None, ks]).abs()
+                return RBFNetworkBias.evaluate(tensors, dt).permute(1, 0, 2, 3)
+
+        n = len(space.tensors)
+
+        def both(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
+            return space.fn(tensors[:n], qs, ks) + time_tile(tensors[n:], qs, ks)
+
+        return BiasTiles(space.tensors + time_tensors, both, masks_keys=space.masks_keys)
+
+
+def _day_index(qt: torch.Tensor, kt: torch.Tensor, qs: slice, ks: slice) -> torch.Tensor:
+    """``|Δt|`` in whole days ``[B, Qc, Kc]`` (int64), cached for the forward pass like distances."""
+    cache = _SQ_CACHE.get()
+    key = ("days", qt.data_ptr(), kt.data_ptr(), tuple(qt.shape), tuple(kt.shape),
+           qs.start, qs.stop, ks.start, ks.stop)
+    if cache is not None and key in cache:
+        return cache[key]
+    idx = (qt[:, qs, None] - kt[:, None, ks]).abs().round().long()
+    if cache is not None:
+        _remember(cache, key, idx)
+    return idx
+
+
+def _max_abs_dt(qt: torch.Tensor, kt: torch.Tensor) -> int | None:
+    """Largest ``|Δt|`` when all dates are whole days (0 when none differs), else None.
+
+    A host sync, so computed once per forward pass and pair of position tensors.
+    """
+    cache = _SQ_CACHE.get()
+    key = ("max_dt", qt.data_ptr(), kt.data_ptr(), tuple(qt.shape), tuple(kt.shape))
+    if cache is not None and key in cache:
+        return cache[key]
+    if qt.numel() == 0 or kt.numel() == 0:
+        out: int | None = 0
+    else:
+        lo = torch.minimum(qt.min(), kt.min())
+        hi = torch.maximum(qt.max(), kt.max())
+        whole = torch.equal(qt, qt.round()) and torch.equal(kt, kt.round())
+        out = int(round(float(hi - lo))) if whole else None
+    if cache is not None:
+        cache[key] = out
+    return out

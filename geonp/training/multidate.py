@@ -1,0 +1,372 @@
+"""Train a multi-date model: one date with hidden pixels, other dates of the place as references.
+
+A time series is a set of co-registered rasters with acquisition dates (and optional QA bands).
+Each training task picks a target date, hides pixels of it under a real cloud shape borrowed
+from another date's QA gaps or under simulated gaps (:mod:`geonp.data.gaps`), and gives one to
+three other dates (the previous ones, as ``geonp fill --reference`` is usually run, or dates on
+either side) as references with their own gaps. Tasks are built by
+:func:`geonp.data.tasks.window_task`, the code that builds a fill tile's task, so the reference
+pixels a training task sees are chosen as a fill chooses them.
+
+Simulated space-time fields pre-train the model (or are mixed in): a GP field shared by all
+dates, seen through a per-date gain and offset, plus a per-date GP field whose weight grows with
+the date difference, so a reference says less the farther its date.
+
+The model starts from a single-date model's weights (``init_from``): the temporal bias starts at
+zero and the reference token flag as the observed one, so before training it treats a reference
+pixel as an observed pixel of the target date.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import math
+import os
+import platform
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+
+from geonp._version import __version__
+from geonp.config import ModelConfig, TrainConfig
+from geonp.context import ContextSpec
+from geonp.data.batch import Batch
+from geonp.data.gaps import sample_window_mask
+from geonp.data.synthetic import gp_grid_field
+from geonp.data.tasks import ReferenceBand, Task, window_task
+from geonp.errors import ConfigError, NoValidPixelsError
+from geonp.model_files.checkpoint import load_checkpoint, save_model
+from geonp.models import build_model
+from geonp.normalize import Normalizer
+from geonp.training.loop import FitResult, fit
+from geonp.training.raster import make_batch
+
+logger = logging.getLogger(__name__)
+
+#: Gap kinds hidden on a target date (borrowed = a real cloud shape from another date's QA).
+SERIES_GAP_MIX = {"cloud": 0.3, "scene_cloud": 0.1, "stripe": 0.1, "random": 0.1}
+BORROW_PROBABILITY = 0.4
+#: Tile blend margin of fills with a multi-date model (its card's ``task_shape.overlap``): small
+#: tiles with a wide margin would carry each reference pixel into many tiles.
+FILL_OVERLAP = 2
+
+
+class Dated(Protocol):
+    """A raster of a series: ``path``, ``date`` and optional ``qa`` (see ``geonp.io.timeseries``)."""
+
+    path: str
+    date: dt.date
+    qa: str | None
+
+
+@dataclass
+class SeriesStack:
+    """A co-registered time series in memory.
+
+    Attributes:
+        values: ``[T, bands, h, w]`` float32, NaN where a date has no usable value.
+        days: ``[T]`` days since 1970-01-01.
+        names: file names, for the card.
+    """
+
+    values: np.ndarray
+    days: np.ndarray
+    names: list[str]
+
+    @property
+    def observed(self) -> np.ndarray:
+        """``[T, h, w]`` True where every band of a date is usable."""
+        return np.isfinite(self.values).all(1)
+
+
+def load_series(items: Sequence[Dated], *, bands: Sequence[int] | None = None, nodata: float | None = None,
+                qa_kind: str | None = "fmask", qa_classes: Sequence[str] | None = None) -> SeriesStack:
+    """Read a series of same-grid rasters (and their QA bands) into memory.
+
+    Raises:
+        InputRasterError: a raster on another grid than the first, or unreadable.
+    """
+    from rasterio.windows import Window
+
+    from geonp.errors import InputRasterError
+    from geonp.io.masks import read_mask_file, resolve_nodata, valid_mask
+    from geonp.io.raster import open_raster, raster_info, read_window, select_bands
+
+    if not items:
+        raise ConfigError("the time series is empty; give a folder of dated rasters")
+    stack, days, names = [], [], []
+    first = None
+    for item in sorted(items, key=lambda d: (d.date, str(d.path))):
+        with open_raster(item.path) as src:
+            info = raster_info(src)
+            if first is None:
+                first = info
+            elif (info.width, info.height) != (first.width, first.height) or \
+                    not info.transform.almost_equals(first.transform):
+                raise InputRasterError(f"{item.path} is not on the grid of {items[0].path}; training on a "
+                                       "time series needs co-registered rasters (gdalwarp them first)")
+            use = select_bands(info, bands)
+            window = Window(0, 0, info.width, info.height)
+            raw = read_window(src, window, use)
+            ok = valid_mask(raw, nodata=resolve_nodata(info, nodata), source_dtype=info.dtype).all(0)
+        if item.qa is not None and qa_kind is not None:
+            ok &= ~read_mask_file(item.qa, like=info, window=window, qa_kind=qa_kind, qa_classes=qa_classes)
+        stack.append(np.where(ok, raw, np.nan).astype(np.float32))
+        days.append((item.date - dt.date(1970, 1, 1)).days)
+        names.append(Path(item.path).name)
+    return SeriesStack(np.stack(stack), np.asarray(days, np.int64), names)
+
+
+@dataclass(frozen=True)
+class SeriesRecipe:
+    """How tasks are cut from a series.
+
+    Attributes:
+        spec: context geometry (near, far and reference pixels).
+        core_size: query window edge (the fill's tile size for this model).
+        max_targets: cap on targets per task.
+        max_references: references per task are drawn from 1..this.
+        previous_probability: chance the references are the nearest earlier dates (else the
+            nearest dates on either side, in random order).
+        min_observed: least fraction of observed pixels for a date to be a target.
+    """
+
+    spec: ContextSpec
+    core_size: int = 32
+    max_targets: int = 256
+    max_references: int = 3
+    previous_probability: float = 0.6
+    min_observed: float = 0.3
+
+
+def series_task(stack: SeriesStack, norm: Normalizer, targets: np.ndarray, recipe: SeriesRecipe,
+                rng: np.random.Generator) -> Task | None:
+    """One multi-date task: a target date among ``targets`` (indices), its references, hidden gaps."""
+    obs = stack.observed
+    t = int(rng.choice(targets))
+    others = np.flatnonzero((np.arange(len(stack.days)) != t) & (obs.mean((1, 2)) > 0.05))
+    if others.size == 0:
+        return None
+    k = int(rng.integers(1, recipe.max_references + 1))
+    gap_days = stack.days[others] - stack.days[t]
+    if rng.random() < recipe.previous_probability and (gap_days < 0).any():
+        before = others[gap_days < 0]
+        refs = before[np.argsort(-stack.days[before])][:k]
+    else:
+        refs = others[np.argsort(np.abs(gap_days))][: 2 * k]
+        refs = rng.permutation(refs)[:k]
+    h, w = obs.shape[1:]
+    valid = obs[t]
+    if rng.random() < BORROW_PROBABILITY:
+        donor = int(rng.choice(np.arange(len(stack.days))))
+        is_gap = ~obs[donor]
+        if not (is_gap & valid).any() or (valid & ~is_gap).mean() < 0.02:
+            is_gap, _ = sample_window_mask((h, w), rng=rng, weights=SERIES_GAP_MIX, footprint_probability=0.0)
+    else:
+        is_gap, _ = sample_window_mask((h, w), rng=rng, weights=SERIES_GAP_MIX, footprint_probability=0.0)
+    band = int(rng.integers(stack.values.shape[1]))
+    scaled = (stack.values[:, band] - norm.mean[band]) / norm.std[band]  # [T, h, w]
+    references = [ReferenceBand(np.nan_to_num(scaled[r])[None], obs[r], float(stack.days[r] - stack.days[t]))
+                  for r in refs]
+    c = min(recipe.core_size, h, w)
+    r0, c0 = int(rng.integers(0, h - c + 1)), int(rng.integers(0, w - c + 1))
+    return window_task(np.nan_to_num(scaled[t])[None], valid, is_gap, core=(r0, r0 + c, c0, c0 + c),
+                       spec=recipe.spec, max_targets=recipe.max_targets, rng=rng, references=references)
+
+
+def spacetime_task(recipe: SeriesRecipe, rng: np.random.Generator, size: int = 64) -> Task | None:
+    """A task on a simulated space-time field (see the module docstring)."""
+    ls = float(np.exp(rng.uniform(np.log(2.0), np.log(24.0))))
+    common = gp_grid_field((size, size), kernel="matern52", lengthscale=ls, rng=rng)
+    tau = float(np.exp(rng.uniform(np.log(8.0), np.log(400.0))))  # days over which a date decorrelates
+    k = int(rng.integers(1, recipe.max_references + 1))
+    offsets = -np.sort(rng.integers(1, 120, size=k)) if rng.random() < 0.6 else rng.integers(-120, 121, size=k)
+    offsets = np.where(offsets == 0, -1, offsets)
+
+    def date_field(days: float, target: bool) -> np.ndarray:
+        rho = math.exp(-abs(days) / tau)
+        own = gp_grid_field((size, size), kernel="matern32", lengthscale=float(rng.uniform(1.0, 12.0)), rng=rng)
+        gain, offset = (1.0, 0.0) if target else (rng.uniform(0.6, 1.5), rng.normal(0, 0.5))
+        field = gain * (rho * common + math.sqrt(1 - rho * rho) * own) + offset
+        return (field + rng.normal(0, 0.02, field.shape)).astype(np.float32)
+
+    target = date_field(0.0, True)
+    references = []
+    for d in offsets:
+        gaps, _ = sample_window_mask((size, size), rng=rng, weights=SERIES_GAP_MIX, footprint_probability=0.0)
+        references.append(ReferenceBand(date_field(float(d), False)[None], ~gaps, float(d)))
+    is_gap, _ = sample_window_mask((size, size), rng=rng, weights=SERIES_GAP_MIX, footprint_probability=0.0)
+    c = min(recipe.core_size, size)
+    r0, c0 = int(rng.integers(0, size - c + 1)), int(rng.integers(0, size - c + 1))
+    return window_task(target[None], np.ones((size, size), bool), is_gap, core=(r0, r0 + c, c0, c0 + c),
+                       spec=recipe.spec, max_targets=recipe.max_targets, rng=rng, references=references)
+
+
+def temporal_from(single: torch.nn.Module, cfg: ModelConfig) -> tuple[torch.nn.Module, ModelConfig]:
+    """A multi-date model carrying a single-date model's weights (see the module docstring)."""
+    tcfg = replace(cfg, temporal=True, dim_x=3)
+    module = build_model(tcfg)
+    state = {}
+    for key, value in single.state_dict().items():
+        if ".attn.bias." in key:  # the spatial bias lives under .space in a multi-date model
+            key = key.replace(".attn.bias.", ".attn.bias.space.")
+        state[key] = value
+    flag = state["embed.flag.weight"]
+    state["embed.flag.weight"] = torch.cat([flag, flag[1:2]], 0)  # references start as observed pixels
+    missing, unexpected = module.load_state_dict(state, strict=False)
+    if unexpected or any(".bias.time." not in k for k in missing):
+        raise ConfigError(f"cannot start a multi-date model from this one: missing {missing}, unexpected {unexpected}")
+    return module, tcfg
+
+
+@dataclass
+class SeriesTrainReport:
+    """What :func:`train_series` produced."""
+
+    output: Path
+    steps: int
+    best_val_nll: float
+    best_step: int
+    seconds: float
+
+
+def train_series(
+    items: Sequence[Dated],
+    output: str | os.PathLike[str],
+    *,
+    init_from: str | os.PathLike[str] = "default",
+    training: TrainConfig | None = None,
+    recipe: SeriesRecipe | None = None,
+    batch_size: int = 8,
+    before: dt.date | None = None,
+    val_from: dt.date | None = None,
+    spacetime_fraction: float = 0.2,
+    pretrain_steps: int = 0,
+    bands: Sequence[int] | None = None,
+    nodata: float | None = None,
+    qa_kind: str | None = "fmask",
+    val_tasks: int = 64,
+    name: str | None = None,
+    command: str | None = None,
+    progress: Callable[[int, int, float], None] | None = None,
+) -> SeriesTrainReport:
+    """Train a multi-date model on a time series and write it to ``output``.
+
+    Args:
+        items: dated rasters (``geonp.io.timeseries.scan_series``), co-registered.
+        output: model directory.
+        init_from: single-date (or multi-date) model whose weights start training.
+        training: optimisation settings.
+        recipe: task geometry (default: the start model's context, 32-px query windows).
+        batch_size: tasks per step.
+        before: use only dates before this one (targets and references alike).
+        val_from: dates from this one on (and before ``before``) are validation targets only;
+            default: the last 20 % of the dates.
+        spacetime_fraction: fraction of tasks drawn from simulated space-time fields.
+        pretrain_steps: steps on simulated space-time fields first.
+        bands: 1-based bands.
+        nodata: nodata when the files lack a tag.
+        qa_kind: how the series' QA files are read.
+        val_tasks: fixed validation tasks.
+        name: model name for its card.
+        command: the command line, for the card.
+        progress: ``(step, total, loss)`` callback.
+    """
+    from geonp.model_files.registry import load_model
+
+    t0 = time.perf_counter()
+    tcfg = training or TrainConfig()
+    chosen = [i for i in items if before is None or i.date < before]
+    if len(chosen) < 3:
+        raise ConfigError(f"{len(chosen)} date(s) to train on; a time series needs at least 3")
+    stack = load_series(chosen, bands=bands, nodata=nodata, qa_kind=qa_kind)
+    obs = stack.observed
+    flat = np.moveaxis(stack.values, 1, 0).reshape(stack.values.shape[1], -1)
+    norm = Normalizer.fit(flat, np.isfinite(flat), seed=tcfg.seed)
+    start = load_model(init_from)
+    if start.config.temporal:
+        module, mcfg = start.module, start.config
+    else:
+        module, mcfg = temporal_from(start.module, start.config)
+    shape = dict(start.card.get("task_shape") or {})
+    if recipe is None:
+        spec = ContextSpec.from_dict(shape)
+        recipe = SeriesRecipe(spec=replace(spec, search_radius=min(spec.search_radius, 128)))
+    usable = obs.mean((1, 2)) >= recipe.min_observed
+    cut = np.quantile(stack.days, 0.8) if val_from is None else (val_from - dt.date(1970, 1, 1)).days
+    train_targets = np.flatnonzero(usable & (stack.days < cut))
+    val_targets = np.flatnonzero(usable & (stack.days >= cut))
+    if train_targets.size == 0 or val_targets.size == 0:
+        raise NoValidPixelsError("no training or no validation target date has enough clear pixels "
+                                 f"({recipe.min_observed:.0%}); add dates or lower the validation split")
+
+    def draw(targets: np.ndarray, st: float) -> Callable[[np.random.Generator], Task | None]:
+        return lambda r: spacetime_task(recipe, r) if r.random() < st else series_task(stack, norm, targets, recipe, r)
+
+    val_rng = np.random.default_rng(tcfg.seed + 10_000)
+    val_batches = [make_batch(draw(val_targets, 0.0), min(8, val_tasks), val_rng)
+                   for _ in range(max(1, val_tasks // 8))]
+    out = Path(output)
+    out.mkdir(parents=True, exist_ok=True)
+    card: dict[str, Any] = {
+        "name": name or out.name,
+        "description": "multi-date TNP-KR (space + time kernel bias) fine-tuned by geonp train --series "
+                       f"from {start.name} on {len(chosen)} dates",
+        "geonp_version": __version__,
+        "command": command,
+        "training_data": stack.names,
+        "date_range": [str(min(i.date for i in chosen)), str(max(i.date for i in chosen))],
+        "validation_targets": [stack.names[i] for i in val_targets],
+        "init_from": str(init_from),
+        "band_count": int(stack.values.shape[1]),
+        "any_band_count": True,
+        "coord_unit": "pixel",
+        "task_shape": {**shape, **recipe.spec.to_dict(), "max_context": recipe.spec.n_near,
+                       "core_size": recipe.core_size, "max_targets": recipe.max_targets,
+                       "overlap": FILL_OVERLAP,
+                       "max_references": recipe.max_references},
+        "spacetime_fraction": spacetime_fraction,
+        "pretrain_steps": pretrain_steps,
+        "steps": tcfg.steps,
+        "batch_size": batch_size,
+        "train_config": tcfg.__dict__,
+        "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
+                    f"{'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}",
+    }
+    best: dict[str, Any] = {"nll": math.inf, "step": -1}
+
+    def save_best(record: dict[str, float], is_best: bool, result: FitResult) -> None:
+        logger.info("step %d val_nll %.4f", record["step"], record["val_nll"])
+        if is_best:
+            best.update(nll=record["val_nll"], step=record["step"])
+            card.update(best_val_nll=record["val_nll"], best_step=record["step"],
+                        training_seconds=round(time.perf_counter() - t0, 1))
+            save_model(out, module, mcfg, normalizer=norm.to_dict(), card=card)
+
+    total = pretrain_steps + tcfg.steps
+    result = FitResult(best_val_nll=math.inf)
+    opt_state = None
+    for begin, end, frac in ((0, pretrain_steps, 1.0), (pretrain_steps, total, spacetime_fraction)):
+        if begin >= end:
+            continue
+        sampler = draw(train_targets, frac)
+
+        def sample(step: int, sampler: Callable[[np.random.Generator], Task | None] = sampler) -> Batch:
+            return make_batch(sampler, batch_size, np.random.default_rng([tcfg.seed, step]))
+
+        result = fit(module, sample, val_batches, TrainConfig(**{**tcfg.__dict__, "steps": end}),
+                     start_step=begin, optimizer_state=opt_state, best_val_nll=result.best_val_nll,
+                     on_validate=save_best,
+                     progress=None if progress is None else lambda s, n, v: progress(s, total, v))
+        opt_state = result.optimizer_state
+    if best["step"] < 0:
+        raise NoValidPixelsError("training produced no model; the validation NLL was never finite")
+    loaded = load_checkpoint(out)
+    return SeriesTrainReport(out, total, float(loaded.card["best_val_nll"]), int(loaded.card["best_step"]),
+                             time.perf_counter() - t0)
