@@ -290,7 +290,7 @@ def _fill_options(fill_options: Mapping[str, Any]) -> tuple[str, dict[str, Any],
     if unknown:
         raise ConfigError(f"fill_many got unknown option(s) {', '.join(unknown)}; valid fill options: "
                           f"{', '.join(FILL_OPTIONS)}.")
-    model = fill_options.get("model", "default")
+    model = fill_options.get("model") or "default"
     if not isinstance(model, str | os.PathLike):
         raise ConfigError("fill_many needs the model as a built-in name or a model directory, not a "
                           "loaded model object (each Dask worker loads it once).")
