@@ -184,3 +184,25 @@ def test_fill_with_reference_qa_masks_the_reference_clouds(tmp_path):
     geonp.fill_raster(inp, plain, references=[REF], fill_outside=True)
     # the cloudy date adds nothing under its clouds: the fill stays close to the one with REF alone
     assert _rmse(filled[h], truth[h]) < 1.2 * _rmse(_read(plain)[0][h], truth[h])
+
+
+def test_batch_neighbours_fills_each_date_from_its_nearest_dates(tmp_path):
+    import json
+    import shutil
+
+    folder = tmp_path / "dates"
+    folder.mkdir()
+    for scene in ("LE70350322012129EDC00", "LE70350322012145EDC00", "LE70350322012161EDC00"):
+        for suffix in ("", "_fmask"):
+            shutil.copy(LSTS / f"{scene}{suffix}.tif", folder)
+    res = _cli("-q", "batch", folder, tmp_path / "out", "--neighbours", "1", "--qa-kind", "fmask", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "out" / "geonp_batch.json").read_text())
+    files = {f["name"]: f for f in manifest["files"]}
+    assert sorted(files) == ["LE70350322012129EDC00.tif", "LE70350322012145EDC00.tif", "LE70350322012161EDC00.tif"]
+    assert all(f["status"] == "done" for f in files.values())
+    # the cloudy middle date is filled (its Fmask clouds are gaps), from a neighbour
+    filled, _, tags = _read(tmp_path / "out" / "LE70350322012145EDC00.tif")
+    assert tags["GEONP_MODEL"] == "multidate"
+    assert tags["GEONP_REFERENCES"].startswith("LE70350322012129EDC00.tif (2012-05-08)")
+    assert int(tags["GEONP_FILLED_PIXELS"]) > 3 * 3000 and (filled != -9999).all()
