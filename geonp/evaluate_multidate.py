@@ -72,8 +72,24 @@ def reference_regression(target: np.ndarray, target_ok: np.ndarray, ref: np.ndar
     return out
 
 
-def _gap_fraction(stack: Any, i: int) -> float:
-    return float(1.0 - stack.observed[i].mean())
+def cloud_shapes(items: Sequence[Any], qa_kind: str) -> list[np.ndarray | None]:
+    """Each date's cloud and cloud-shadow pixels from its QA file (None without one).
+
+    Only clouds and shadows: a Landsat 7 date's SLC-off stripes sit at nearly the same place on
+    every date, so hiding another date's stripes would hide pixels that no reference sees.
+    """
+    import rasterio
+
+    from geonp.io.qa import decode_gaps
+
+    shapes: list[np.ndarray | None] = []
+    for item in items:
+        if item.qa is None:
+            shapes.append(None)
+            continue
+        with rasterio.open(item.qa) as src:
+            shapes.append(decode_gaps(src.read(1).astype(np.float64), kind=qa_kind, classes=("cloud", "shadow")))
+    return shapes
 
 
 def _write_like(path: Path, like: str, values: np.ndarray, ok: np.ndarray) -> None:
@@ -100,7 +116,7 @@ def evaluate_series(
     n_refs: int = 2,
     qa_kind: str = "fmask",
     min_clear: float = 0.5,
-    donor_gaps: tuple[float, float] = (0.15, 0.6),
+    donor_gaps: tuple[float, float] = (0.05, 0.75),
     seed: int = 0,
     workdir: str | None = None,
 ) -> list[DateScore]:
@@ -114,7 +130,7 @@ def evaluate_series(
         n_refs: references per target: the previous dates.
         qa_kind: how QA files are read.
         min_clear: least clear fraction of a target date.
-        donor_gaps: gap fraction range of the dates whose cloud shapes are hidden.
+        donor_gaps: cloud-and-shadow fraction range of the dates whose cloud shapes are hidden.
         seed: picks the donor date of each target.
         workdir: where the intermediate rasters go (a temporary folder by default).
     """
@@ -123,8 +139,10 @@ def evaluate_series(
 
     items = sorted(series, key=lambda d: (d.date, str(d.path)))
     stack = load_series(items, qa_kind=qa_kind)
-    gaps = np.array([_gap_fraction(stack, i) for i in range(len(items))])
-    donors = np.flatnonzero((gaps >= donor_gaps[0]) & (gaps <= donor_gaps[1]))
+    gaps = 1.0 - stack.observed.mean((1, 2))
+    shapes = cloud_shapes(items, qa_kind)
+    cloudy = np.array([np.nan if c is None else c.mean() for c in shapes])
+    donors = np.flatnonzero((cloudy >= donor_gaps[0]) & (cloudy <= donor_gaps[1]))
     rng = np.random.default_rng(seed)
     scores: list[DateScore] = []
     with tempfile.TemporaryDirectory(dir=workdir) as tmp:
@@ -132,8 +150,10 @@ def evaluate_series(
             if item.date < targets_from or t < n_refs or gaps[t] > 1 - min_clear:
                 continue
             truth, ok = np.nan_to_num(stack.values[t]).astype(np.float64), stack.observed[t]
+            if not (donors != t).any():
+                continue
             donor = int(rng.choice(donors[donors != t]))
-            hidden = ~stack.observed[donor] & ok
+            hidden = shapes[donor] & ok
             if not hidden.any():
                 continue
             refs = list(range(t - n_refs, t))

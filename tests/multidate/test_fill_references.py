@@ -206,3 +206,18 @@ def test_batch_neighbours_fills_each_date_from_its_nearest_dates(tmp_path):
     assert tags["GEONP_MODEL"] == "multidate"
     assert tags["GEONP_REFERENCES"].startswith("LE70350322012129EDC00.tif (2012-05-08)")
     assert int(tags["GEONP_FILLED_PIXELS"]) > 3 * 3000 and (filled != -9999).all()
+
+
+def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
+    import json
+
+    res = _cli("-q", "evaluate", LSTS, "--series", "--targets-from", "2013-05-20", "--json", tmp_path / "s.json")
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "s.json").read_text())
+    (d,) = s["per_date"]
+    assert d["date"] == "2013-05-27"
+    assert d["references"] == ["LE70350322012337EDC00.tif", "LE70350322013131EDC00.tif"]
+    assert d["scored"] > 100 and d["hidden"] >= d["scored"]
+    assert "2013-05-27" in res.output and "mean of 1 dates" in res.output
+    assert 0 < d["rmse_geonp"] < d["rmse_gdal"]
+    assert 0.5 < d["coverage95"] <= 1.0
