@@ -9,7 +9,7 @@ import click
 
 from geonp_cli.options import CountBar, band_option, device_option, nodata_option
 
-MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed")
+MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed", "scene_cloud")
 
 
 @click.command(short_help="Score geonp and its uncertainty against baselines on a clean raster.")
