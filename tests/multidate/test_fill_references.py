@@ -56,14 +56,15 @@ def test_a_reference_identical_to_the_truth_is_followed_with_a_small_std(tmp_pat
     _, profile, _ = _read(TARGET)
     same = _write(tmp_path / "same_scene_day_before.tif", truth, profile, "2012-05-07")
     out = tmp_path / "filled.tif"
-    report = geonp.fill_raster(inp, out, references=[same], fill_outside=True)
-    assert report.model == "multidate" and report.filled_pixels == report.gap_pixels >= 3 * hidden.sum()
+    report = geonp.fill_raster(inp, out, references=[same], fill_outside=True, bands=[1])
+    assert report.model == "multidate" and report.filled_pixels == report.gap_pixels >= hidden.sum()
     filled, _, tags = _read(out)
     std, _, _ = _read(tmp_path / "filled_std.tif")
     assert "same_scene_day_before.tif (2012-05-07)" in tags["GEONP_REFERENCES"]
     alone = tmp_path / "alone.tif"
-    geonp.fill_raster(inp, alone, fill_outside=True)
+    geonp.fill_raster(inp, alone, fill_outside=True, bands=[1])
     std_alone, _, _ = _read(tmp_path / "alone_std.tif")
+    truth = truth[:1]
     h = np.broadcast_to(hidden, truth.shape)
     gdal = fillnodata_baseline(np.where(h, 0, truth), ~h).mean
     err, err_gdal = _rmse(filled[h], truth[h]), _rmse(gdal[h], truth[h])
@@ -85,9 +86,10 @@ def test_a_reference_on_another_grid_is_reprojected_onto_the_input(tmp_path):
     other = _write(tmp_path / "ref_utm12.tif", warped, {**profile, "crs": "EPSG:32612", "transform": transform,
                                                       "width": w, "height": h}, "2012-06-09")
     a, b = tmp_path / "on_grid.tif", tmp_path / "other_grid.tif"
-    geonp.fill_raster(inp, a, references=[REF], fill_outside=True)
-    geonp.fill_raster(inp, b, references=[other], fill_outside=True)
+    geonp.fill_raster(inp, a, references=[REF], fill_outside=True, bands=[1])
+    geonp.fill_raster(inp, b, references=[other], fill_outside=True, bands=[1])
     on_grid, other_grid = _read(a)[0], _read(b)[0]
+    truth = truth[:1]
     hh = np.broadcast_to(hidden, truth.shape)
     # pixels near the warped reference's edge may lose it; compare where both fills used it
     interior = np.zeros_like(hidden)
@@ -155,7 +157,7 @@ def test_an_undated_input_with_references_asks_for_its_date(tmp_path):
     res = _cli("fill", undated, tmp_path / "o.tif", "--reference", REF)
     assert res.exit_code != 0
     assert "has no acquisition date in its tags or name; give one with --date YYYY-MM-DD" in res.output
-    res = _cli("fill", undated, tmp_path / "o.tif", "--reference", REF, "--date", "2012-05-08", "-q")
+    res = _cli("fill", undated, tmp_path / "o.tif", "--reference", REF, "--date", "2012-05-08", "-q", "-b", "1")
     assert res.exit_code == 0, res.output
     assert (tmp_path / "o.tif").exists()
 
@@ -176,12 +178,14 @@ def test_fill_with_reference_qa_masks_the_reference_clouds(tmp_path):
     cloudy = LSTS / "LE70350322012145EDC00.tif"  # 2012-05-24: mostly cloud; its Fmask says where
     out = tmp_path / "f.tif"
     res = _cli("fill", inp, out, "--reference", cloudy, "--reference-qa", CLOUDY, "--qa-kind", "fmask",
-               "--reference", REF, "--reference-qa", LSTS / "LE70350322012161EDC00_fmask.tif", "-q", "--fill-outside")
+               "--reference", REF, "--reference-qa", LSTS / "LE70350322012161EDC00_fmask.tif", "-q", "--fill-outside",
+               "-b", "1")
     assert res.exit_code == 0, res.output
     filled = _read(out)[0]
+    truth = truth[:1]
     h = np.broadcast_to(hidden, truth.shape)
     plain = tmp_path / "g.tif"
-    geonp.fill_raster(inp, plain, references=[REF], fill_outside=True)
+    geonp.fill_raster(inp, plain, references=[REF], fill_outside=True, bands=[1])
     # the cloudy date adds nothing under its clouds: the fill stays close to the one with REF alone
     assert _rmse(filled[h], truth[h]) < 1.2 * _rmse(_read(plain)[0][h], truth[h])
 
