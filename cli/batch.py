@@ -15,6 +15,12 @@ from geonp_cli.options import CountBar, fill_config_options
 @click.argument("output_dir", type=click.Path(file_okay=False))
 @click.option("--pattern", default="*.tif", show_default=True, help="Glob pattern of the input files.")
 @click.option("-r", "--recursive", is_flag=True, help="Match --pattern in subdirectories too.")
+@click.option("--neighbours", type=click.IntRange(min=0), default=0,
+              help="Multi-date: fill each raster with the K dates of the same grid in INPUT_DIR nearest to it in "
+                   "time as references (dates from tags or names; QA files beside the rasters give clouds).")
+@click.option("--qa-kind", type=click.Choice(["landsat-c2", "sentinel2-scl", "fmask"]),
+              help="With --neighbours: how the QA files beside the rasters (<raster>_fmask.tif, _qa, _QA_PIXEL, "
+                   "_SCL) are read.")
 @fill_config_options
 @click.option("--skip-existing/--no-skip-existing", default=True, show_default=True,
               help="Skip files a previous run completed; --no-skip-existing fills them again.")
@@ -42,6 +48,7 @@ def batch(ctx: click.Context, input_dir: str, output_dir: str, bands: tuple[int,
       geonp batch scenes/ filled/ --model my_model
       geonp batch archive/ filled/ --pattern "*_SR.tif" -r --workers 8 --co COMPRESS=ZSTD
       geonp batch scenes/ filled/ --scheduler tcp://10.0.0.5:8786
+      geonp batch landsat_dates/ filled/ --neighbours 2 --qa-kind fmask
     """
     import geonp
 

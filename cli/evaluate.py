@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import click
+
 from geonp_cli.options import CountBar, band_option, device_option, nodata_option
 
-MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed")
+MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed", "scene_cloud")
 
 
 @click.command(short_help="Score geonp and its uncertainty against baselines on a clean raster.")
-@click.argument("clean_raster", type=click.Path(exists=True, dir_okay=False))
+@click.argument("clean_raster", type=click.Path(exists=True))
 @click.option("--model", "models", multiple=True, metavar="NAME|PATH",
               help="geonp model to score (repeatable) [default: default].")
 @click.option("--mask-kind", "mask_kinds", type=click.Choice(MASK_KIND_CHOICES), multiple=True,
@@ -33,6 +35,15 @@ MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write every score as JSON here.")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Write a PNG: calibration curve, error vs std, quicklook panels.")
+@click.option("--series", is_flag=True,
+              help="Multi-date mode: CLEAN_RASTER is a folder of dated rasters with QA files beside them; each date "
+                   "from --targets-from gets clear pixels hidden under another date's clouds and is filled with its "
+                   "previous dates as references, beside GDAL FillNodata and per-band reference regression.")
+@click.option("--targets-from", metavar="YYYY-MM-DD", help="--series: first date scored [every date].")
+@click.option("--references", "n_refs", type=click.IntRange(min=1), default=2, show_default=True,
+              help="--series: previous dates used as references.")
+@click.option("--qa-kind", type=click.Choice(["fmask", "landsat-c2", "sentinel2-scl"]), default="fmask",
+              show_default=True, help="--series: how the QA files are read.")
 @device_option
 @click.pass_context
 def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mask_kinds: tuple[str, ...],
@@ -52,6 +63,13 @@ def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mas
     """
     from geonp import evaluate as run_evaluation
 
+    series, targets_from, n_refs, qa_kind = (opts.pop(k) for k in ("series", "targets_from", "n_refs", "qa_kind"))
+    if series:
+        _evaluate_series(clean_raster, models, targets_from, n_refs, qa_kind, opts.get("json_path"), opts.get("seed", 0))
+        return
+    if Path(clean_raster).is_dir():
+        raise click.BadParameter(f"{clean_raster} is a folder; give a raster, or --series for a folder of dates",
+                                 param_hint="CLEAN_RASTER")
     if mask_kinds:
         masks: tuple[str, ...] = mask_kinds
     else:
@@ -74,3 +92,29 @@ def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mas
         click.echo(f"Scores: {opts['json_path']}")
     if opts.get("plot"):
         click.echo(f"Plot: {opts['plot']}")
+
+
+def _evaluate_series(folder: str, models: tuple[str, ...], targets_from: str | None, n_refs: int, qa_kind: str,
+                     json_path: str | None, seed: int) -> None:
+    """``geonp evaluate --series``: multi-date scores per target date, and their means."""
+    import datetime as dt
+    import json
+
+    from geonp import evaluate_series, parse_date, scan_series
+    from geonp import series_summary as summary
+
+    start = parse_date(targets_from, option="--targets-from") if targets_from else dt.date.min
+    scores = evaluate_series(scan_series(folder), targets_from=start, model=models[0] if models else "multidate",
+                             n_refs=n_refs, qa_kind=qa_kind, seed=seed)
+    s = summary(scores)
+    click.echo("date        scored px  geonp  GDAL   regression  no refs  geonp/GDAL  geonp/regr  cov95")
+    for d in scores:
+        click.echo(f"{d.date}  {d.scored:9d}  {d.rmse_geonp:5.0f}  {d.rmse_gdal:5.0f}  {d.rmse_regression:10.0f}  "
+                   f"{d.rmse_single_date:7.0f}  {d.rmse_geonp / d.rmse_gdal:10.2f}  "
+                   f"{d.rmse_geonp / d.rmse_regression:10.2f}  {d.coverage95:5.3f}")
+    if s["dates"]:
+        click.echo(f"mean of {s['dates']} dates: geonp {s['rmse_geonp']:.0f}, GDAL {s['rmse_gdal']:.0f}, regression "
+                   f"{s['rmse_regression']:.0f}; geonp/GDAL {s['geonp_over_gdal']:.2f}, geonp/regression "
+                   f"{s['geonp_over_regression']:.2f}, 95% coverage {s['coverage95']:.3f}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(s, indent=1))

@@ -13,8 +13,9 @@ F = Callable[..., Any]
 RASTER_SUFFIXES = (".tif", ".tiff", ".vrt", ".img", ".jp2")
 
 model_option = click.option(
-    "--model", "model", default="default", show_default=True, metavar="NAME|PATH",
-    help="A built-in model name (see `geonp models`) or a model directory.",
+    "--model", "model", default=None, metavar="NAME|PATH",
+    help="A built-in model name (see `geonp models`) or a model directory [default: default; multidate "
+         "with --reference].",
 )
 device_option = click.option(
     "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,

@@ -13,6 +13,7 @@ from typing import Any
 
 from geonp._version import __version__
 
+#: Public name -> the module that defines it (``module:name`` where the module names it otherwise).
 _LAZY = {
     "fill": "geonp.inference",
     "fill_array": "geonp.inference",
@@ -31,6 +32,8 @@ _LAZY = {
     "scan_series": "geonp.io.timeseries",
     "default_uncertainty_path": "geonp.inference",
     "check_output_path": "geonp.io.paths",
+    "evaluate_series": "geonp.evaluate_multidate",
+    "series_summary": "geonp.evaluate_multidate:summary",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]
@@ -38,5 +41,6 @@ __all__ = ["__version__", *sorted(_LAZY)]
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        module, _, attr = _LAZY[name].partition(":")
+        return getattr(importlib.import_module(module), attr or name)
     raise AttributeError(f"module 'geonp' has no attribute {name!r}")

@@ -183,7 +183,8 @@ class FillConfig:
     their defaults, and ``geonp.jobs`` keys its resume records on them.
 
     Attributes:
-        model: built-in model name or model directory (the API also takes a loaded model).
+        model: built-in model name or model directory (the API also takes a loaded model); None =
+            ``default``, or ``multidate`` when references are given.
         nodata: nodata value overriding a missing or wrong tag.
         bands: 1-based bands to fill (None = all).
         device: ``auto``, ``cpu`` or ``cuda``.
@@ -203,7 +204,7 @@ class FillConfig:
         fill_outside: also fill gaps outside the data footprint (a scene's nodata collar).
     """
 
-    model: Any = "default"
+    model: Any = None
     nodata: float | None = None
     bands: tuple[int, ...] | None = None
     device: Literal["auto", "cpu", "cuda"] = "auto"

@@ -73,8 +73,10 @@ def resolve_device(device: str) -> Any:
 
 def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, overlap: int | None,
                  search_radius: int) -> TileOptions:
-    """Tiling options; tile size, overlap, context cap and far-context geometry as the model was trained
-    (its card's ``task_shape``), unless given."""
+    """Tiling options: tile size, overlap, context cap and context geometry as the model was trained.
+
+    The model card's ``task_shape`` gives what the arguments leave as None.
+    """
     shape = loaded.card.get("task_shape") or {}
     spec = ContextSpec.from_dict(shape)
     overlap = int(shape.get("overlap", 8)) if overlap is None else overlap

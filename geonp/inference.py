@@ -189,8 +189,8 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
                  qa_classes: str | Sequence[str] | None, footprint: str | os.PathLike[str] | None,
                  format: str | None, references: _References = _References()) -> FillReport:
     t0 = time.perf_counter()
-    if references.paths and cfg.model == "default":
-        cfg = dataclasses.replace(cfg, model="multidate")  # the built-in model that takes references
+    if cfg.model is None:  # the built-in default, or the built-in model that takes references
+        cfg = dataclasses.replace(cfg, model="multidate" if references.paths else "default")
     loaded = _load(cfg.model)
     if references.paths and not getattr(loaded.config, "temporal", False):
         raise ConfigError(f"model {loaded.name} takes no references; use --model multidate or a model trained "
@@ -399,7 +399,7 @@ def fill_array(
     valid = np.broadcast_to(valid, values.shape) & np.isfinite(values)
     if not valid.any():
         raise NoValidPixelsError("the array has no valid pixel to fill from")
-    loaded = _load(cfg.model)
+    loaded = _load(cfg.model or "default")
     _check_model(loaded)
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     predictor = Predictor(loaded.module, opts, engine.resolve_device(cfg.device), batch_rows=cfg.batch_rows)
@@ -442,7 +442,7 @@ def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
             nodata = arr3.rio.nodata if arr3.rio.nodata is not None else nodata
         except Exception:  # noqa: BLE001 - rioxarray not imported or no CRS: fall back to attrs
             pass
-    loaded = _load(cfg.model)
+    loaded = _load(cfg.model or "default")
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     data = arr3.data
     footprint = None

@@ -180,6 +180,7 @@ class _FileTask:
     model: str
     overwrite: bool
     options: tuple[tuple[str, Any], ...]
+    per_file: tuple[tuple[str, Any], ...] = ()  # this file's own options (--neighbours references)
 
 
 def _fill_one(task: _FileTask) -> dict[str, Any]:
@@ -192,7 +193,7 @@ def _fill_one(task: _FileTask) -> dict[str, Any]:
         Path(task.output).parent.mkdir(parents=True, exist_ok=True)
         report = fill_raster(task.input, task.output, uncertainty=task.uncertainty,
                              model=cached_model(task.model, "cpu"), overwrite=task.overwrite, workers=1,
-                             **dict(task.options))
+                             **dict(task.options), **dict(task.per_file))
         return {"status": "done", "seconds": time.perf_counter() - t0,
                 "filled_pixels": report.filled_pixels, "gap_pixels": report.gap_pixels,
                 "tiles": report.tiles}
@@ -290,7 +291,7 @@ def _fill_options(fill_options: Mapping[str, Any]) -> tuple[str, dict[str, Any],
     if unknown:
         raise ConfigError(f"fill_many got unknown option(s) {', '.join(unknown)}; valid fill options: "
                           f"{', '.join(FILL_OPTIONS)}.")
-    model = fill_options.get("model", "default")
+    model = fill_options.get("model") or "default"
     if not isinstance(model, str | os.PathLike):
         raise ConfigError("fill_many needs the model as a built-in name or a model directory, not a "
                           "loaded model object (each Dask worker loads it once).")
@@ -421,7 +422,8 @@ class _Manifest:
 
 
 def _plan(report: JobReport, inputs: list[Path], manifest: _Manifest, *, key: str, skip_existing: bool,
-          overwrite: bool, model_path: str, passed: dict[str, Any]) -> dict[str, _FileTask]:
+          overwrite: bool, model_path: str, passed: dict[str, Any],
+          per_file: Mapping[Path, dict[str, Any]] | None = None) -> dict[str, _FileTask]:
     """Decide for every input: skip it, fail it now (output clash or foreign output), or fill it."""
     tasks: dict[str, _FileTask] = {}
     claimed = {p.resolve(): p.relative_to(report.input_dir).as_posix() for p in inputs}
@@ -457,8 +459,27 @@ def _plan(report: JobReport, inputs: list[Path], manifest: _Manifest, *, key: st
         rec.reason = "interrupted before it finished"
         manifest.put(rec, status="running", owned=True, options_key=key, **fp)
         tasks[name] = _FileTask(name, str(path), str(out), str(std), model_path, exists,
-                                tuple(sorted(passed.items())))
+                                tuple(sorted(passed.items())), tuple((per_file or {}).get(path, {}).items()))
     return tasks
+
+
+def _neighbour_plan(in_dir: Path, pattern: str, recursive: bool, k: int, qa_kind: str | None
+                    ) -> tuple[list[Path], dict[Path, dict[str, Any]]]:
+    """``--neighbours K``: the dated rasters of the folder, each with its K nearest same-grid dates."""
+    from geonp.io.timeseries import neighbours_by_grid, scan_series
+
+    if recursive:
+        raise ConfigError("--neighbours pairs the dates of one folder; drop --recursive")
+    series = scan_series(in_dir, pattern=pattern)
+    if any(d.qa for d in series) and qa_kind is None:
+        raise ConfigError("the folder holds QA files beside the rasters; say how to read them with --qa-kind")
+    per_file: dict[Path, dict[str, Any]] = {}
+    for raster, refs in neighbours_by_grid(series, k):
+        opts: dict[str, Any] = {"references": tuple(r.path for r in refs)}
+        if qa_kind is not None:
+            opts.update(qa=raster.qa, qa_kind=qa_kind, reference_qa=tuple(r.qa for r in refs))
+        per_file[Path(raster.path)] = opts
+    return [Path(d.path) for d in series], per_file
 
 
 def _apply(rec: FileRecord, result: Mapping[str, Any]) -> None:
@@ -483,6 +504,8 @@ def fill_many(
     dashboard_address: str | None = ":8787",
     progress: Callable[[int, int], None] | None = None,
     on_cluster: Callable[[str | None], None] | None = None,
+    neighbours: int = 0,
+    qa_kind: str | None = None,
     **fill_options: Any,
 ) -> JobReport:
     """Fill every raster of a directory in parallel on a Dask cluster.
@@ -506,6 +529,11 @@ def fill_many(
         dashboard_address: local cluster dashboard address (None: no dashboard).
         progress: ``(files_finished, files_total)`` callback; skipped files count as finished.
         on_cluster: called with the dashboard link (or None) once the cluster is up.
+        neighbours: fill each raster with the ``neighbours`` dates of the same grid in the folder
+            nearest to it in time as references (a multi-date model, ``multidate`` by default);
+            QA files beside the rasters (``<raster>_fmask.tif``, ``_qa``, ``_QA_PIXEL``, ``_SCL``)
+            give each date's clouds and are not filled themselves.
+        qa_kind: how those QA files are read (needed when there are any).
         **fill_options: options of :func:`geonp.inference.fill_raster`: ``model`` (a name or a
             directory), ``nodata``, ``bands``, ``device``, ``tile_size``, ``overlap``,
             ``max_context``, ``search_radius``, ``max_distance``, ``block_size``,
@@ -528,7 +556,13 @@ def fill_many(
         where = "in or under" if recursive else "in"
         hint = "check --pattern" if recursive else "check --pattern, or add --recursive for subdirectories"
         raise ConfigError(f"no file {where} {in_dir} matches {pattern!r}; {hint}.")
+    per_file: dict[Path, dict[str, Any]] = {}
+    if neighbours:
+        inputs, per_file = _neighbour_plan(in_dir, pattern, recursive, neighbours, qa_kind)
+        fill_options = {**fill_options, "model": fill_options.get("model") or "multidate"}
     model_path, passed, effective = _fill_options(fill_options)
+    if neighbours:
+        effective = {**effective, "neighbours": neighbours, "qa_kind": qa_kind}
     try:
         out_dir.mkdir(exist_ok=True)
     except OSError as err:
@@ -540,7 +574,8 @@ def fill_many(
         "started": _now(), "pattern": pattern, "recursive": recursive,
         "options": {k: v for k, v in effective.items() if k != "overwrite"}})
     tasks = _plan(report, inputs, manifest, key=key, skip_existing=skip_existing,
-                  overwrite=bool(fill_options.get("overwrite", False)), model_path=model_path, passed=passed)
+                  overwrite=bool(fill_options.get("overwrite", False)), model_path=model_path, passed=passed,
+                  per_file=per_file)
     for path, reason in broken:
         name = path.relative_to(in_dir).as_posix()
         rec = FileRecord(name, path, *output_paths(out_dir, name), "failed", reason=reason)

@@ -133,8 +133,10 @@ def context_points(
 
 
 def positions(rows: np.ndarray, cols: np.ndarray, corner: tuple[int, int], days: np.ndarray | None) -> np.ndarray:
-    """Model coordinates ``[n, 2]`` (row, col from the query window's corner), with the date
-    offset as a third column ``[n, 3]`` when ``days`` is given (multi-date models)."""
+    """Model coordinates ``[n, 2]``: row and col from the query window's corner.
+
+    With ``days`` (multi-date models), the date offset is a third column: ``[n, 3]``.
+    """
     xy = np.stack([rows - corner[0], cols - corner[1]], -1).astype(np.float32)
     if days is None:
         return xy

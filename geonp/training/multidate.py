@@ -294,7 +294,8 @@ def train_series(
         module, mcfg = start.module, start.config
     else:
         module, mcfg = temporal_from(start.module, start.config)
-    shape = dict(start.card.get("task_shape") or {})
+    shape = {k: v for k, v in (start.card.get("task_shape") or {}).items()
+             if k not in ("patch_size", "tasks_per_window")}  # single-date window settings
     if recipe is None:
         spec = ContextSpec.from_dict(shape)
         recipe = SeriesRecipe(spec=replace(spec, search_radius=min(spec.search_radius, 128)))

