@@ -60,17 +60,6 @@ _NARROW_SEARCH = 64
 _POOL_MIN_GAP_PIXELS = 150_000
 
 
-def resolve_device(device: str) -> Any:
-    """``auto`` = CUDA when available; ``cuda`` without a CUDA device is a ConfigError."""
-    import torch
-
-    if device == "cuda" and not torch.cuda.is_available():
-        raise ConfigError("--device cuda was asked for but no CUDA device is available; use --device cpu or auto")
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
-
-
 def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, overlap: int | None,
                  search_radius: int) -> TileOptions:
     """Tiling options: tile size, overlap, context cap and context geometry as the model was trained.
@@ -232,6 +221,8 @@ class BlockRunner:
 
         self.job = job
         loaded = loaded or LOCAL_MODELS.get(job.model) or cached_model(job.model, "cpu")
+        from geonp.models.layers import resolve_device
+
         self.predictor = Predictor(loaded.module, job.opts, resolve_device(job.device), batch_rows=job.batch_rows)
         self.norm = Normalizer.from_dict(job.norm)
         self.src = open_raster(job.input)

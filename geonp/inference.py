@@ -33,6 +33,7 @@ from geonp.io.paths import check_output_path
 from geonp.io.profiles import output_profile, parse_creation_options
 from geonp.io.validity import plan_output_validity
 from geonp.io.raster import open_raster, raster_info, select_bands
+from geonp.models.layers import resolve_device
 from geonp.predict import Predictor
 
 
@@ -242,7 +243,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             hint = untagged_nodata_hint(src, band_list)
             if hint:
                 report.hints.append(hint)
-        device = engine.resolve_device(cfg.device)
+        device = resolve_device(cfg.device)
         workers = engine.pool_size(cfg.workers, device, gap_pixels, len(blocks))
         if dry_run:
             report.dry_run = True
@@ -402,7 +403,7 @@ def fill_array(
     loaded = _load(cfg.model or "default")
     _check_model(loaded)
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
-    predictor = Predictor(loaded.module, opts, engine.resolve_device(cfg.device), batch_rows=cfg.batch_rows)
+    predictor = Predictor(loaded.module, opts, resolve_device(cfg.device), batch_rows=cfg.batch_rows)
     n = values.shape[0]
     norm = engine.normalizer_for(loaded, n, lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
     h, w = values.shape[1:]

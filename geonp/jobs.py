@@ -2,7 +2,7 @@
 
 Each file is one Dask task that calls :func:`geonp.inference.fill_raster`, which writes its outputs
 atomically, so a failed or killed task leaves no partial output. Workers load the model once per
-process (:func:`geonp.models.registry.cached_model`) and reuse it for every file they get.
+process (:func:`geonp.model_files.registry.cached_model`) and reuse it for every file they get.
 
 A JSON manifest, ``geonp_batch.json`` in the output directory, records every file's status, the
 input's size and modification time and a key of the fill options. A rerun skips a file only when

@@ -170,29 +170,6 @@ def standardize(yc: np.ndarray, yt: np.ndarray | None, n_stats: int | None = Non
     return (yc - shift) / scale, None if yt is None else (yt - shift) / scale, shift, scale
 
 
-def patch_task(
-    values: np.ndarray,
-    valid: np.ndarray,
-    is_gap: np.ndarray,
-    *,
-    core: tuple[int, int, int, int],
-    max_context: int,
-    max_targets: int,
-    rng: np.random.Generator,
-) -> Task | None:
-    """Build a training task from a patch with the near-context rule only (geonp 0.1 tasks).
-
-    Same as :func:`window_task` with ``ContextSpec(n_near=max_context)``, except that coordinates
-    are the patch's own pixels.
-    """
-    task = window_task(values, valid, is_gap, core=core, spec=ContextSpec(n_near=max_context),
-                       max_targets=max_targets, rng=rng)
-    if task is not None:
-        task.xc += np.array([core[0], core[2]], np.float32)
-        task.xt += np.array([core[0], core[2]], np.float32)
-    return task
-
-
 def window_task(
     values: np.ndarray,
     valid: np.ndarray,

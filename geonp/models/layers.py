@@ -8,6 +8,21 @@ import torch
 from torch import nn
 
 
+def resolve_device(device: str | torch.device) -> torch.device:
+    """A torch device from ``auto`` (CUDA when available), ``cpu``, ``cuda`` or a device.
+
+    Raises:
+        ConfigError: ``cuda`` asked for where no CUDA device is available.
+    """
+    from geonp.errors import ConfigError
+
+    if str(device) == "cuda" and not torch.cuda.is_available():
+        raise ConfigError("--device cuda was asked for but no CUDA device is available; use --device cpu or auto")
+    if str(device) == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(device)
+
+
 class MLP(nn.Sequential):
     """Linear layers with GELU between them.
 

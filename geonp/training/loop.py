@@ -14,6 +14,7 @@ from torch import nn
 
 from geonp.config import TrainConfig
 from geonp.data.batch import Batch
+from geonp.models.layers import resolve_device
 from geonp.models.heads import gaussian_nll
 from geonp.training.optim import cosine_lr, make_optimizer
 
@@ -39,13 +40,6 @@ class FitResult:
     best_state: dict[str, torch.Tensor] | None = None
     optimizer_state: dict[str, Any] | None = None
     step: int = 0
-
-
-def resolve_device(device: str) -> torch.device:
-    """``"auto"`` means CUDA when available, else CPU."""
-    if device == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    return torch.device(device)
 
 
 @torch.no_grad()
