@@ -25,7 +25,7 @@ from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.gap_sources import GapSources, build_gap_sources
 from geonp.io.hints import untagged_nodata_hint
-from geonp.io.masks import resolve_nodata
+from geonp.io.masks import resolve_nodata, valid_mask
 from geonp.io.atomic import AtomicRasterWriter
 from geonp.io.formats import check_creation_options, output_driver
 from geonp.io.metadata import copy_metadata, copy_std_metadata
@@ -384,7 +384,8 @@ def fill_array(
 
     Args:
         values: band values (anything where not valid).
-        valid: bool, True where observed (same shape as ``values`` or ``[h, w]``).
+        valid: bool, True where observed (same shape as ``values`` or ``[h, w]``); NaN/Inf and
+            ``nodata`` (when given) are missing too, as in :func:`fill_raster`.
         config: fill options; keywords override its fields (``model`` may be a loaded model).
         origin: the array's offset in a larger raster (keeps tiles aligned across chunks).
         region: ``(r0, r1, c0, c1)`` to fill (default all); the rest is context only.
@@ -397,7 +398,8 @@ def fill_array(
     cfg = FillConfig.of(config, **options)
     if values.ndim == 2:
         values = values[None]
-    valid = np.broadcast_to(valid, values.shape) & np.isfinite(values)
+    # the rule every fill uses for a missing pixel: NaN/Inf, the nodata value, the caller's mask
+    valid = valid_mask(values, nodata=cfg.nodata, internal_valid=np.broadcast_to(valid, values.shape))
     if not valid.any():
         raise NoValidPixelsError("the array has no valid pixel to fill from")
     loaded = _load(cfg.model or "default")
