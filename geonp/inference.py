@@ -26,7 +26,7 @@ from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.gap_sources import GapSources, build_gap_sources
 from geonp.io.hints import untagged_nodata_hint
 from geonp.io.masks import resolve_nodata, valid_mask
-from geonp.io.atomic import AtomicRasterWriter
+from geonp.io.atomic import AtomicGroup
 from geonp.io.formats import check_creation_options, output_driver
 from geonp.io.metadata import copy_metadata, copy_std_metadata
 from geonp.io.paths import check_output_path
@@ -283,10 +283,12 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             if progress is not None:
                 progress(min(done[0], total), total)
 
-        with AtomicRasterWriter(out_path, profile, overwrite=cfg.overwrite, cog=cfg.cog, creation_options=co,
-                                driver=out_driver) as dst, \
-                AtomicRasterWriter(std_path, std_profile, overwrite=cfg.overwrite, cog=cfg.cog,
-                                   creation_options=std_co, driver=std_driver, overview_resampling="RMS") as dstd:
+        # the filled raster and its std appear together or not at all
+        with AtomicGroup() as group, \
+                group.writer(out_path, profile, overwrite=cfg.overwrite, cog=cfg.cog, creation_options=co,
+                             driver=out_driver) as dst, \
+                group.writer(std_path, std_profile, overwrite=cfg.overwrite, cog=cfg.cog,
+                             creation_options=std_co, driver=std_driver, overview_resampling="RMS") as dstd:
             copy_metadata(src, dst, bands=band_list)
             copy_std_metadata(src, dstd, bands=band_list)
             dst.update_tags(**tags)

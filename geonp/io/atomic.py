@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
@@ -43,6 +42,7 @@ from geonp.io.write_errors import (
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "AtomicGroup",
     "AtomicRasterWriter",
     "atomic_write_bytes",
     "atomic_write_file",
@@ -125,15 +125,49 @@ def _commit(tmp: Path, final: Path, *, overwrite: bool) -> None:
     tmp.unlink()
 
 
-#: The AtomicRasterWriters open in each thread, outermost first (nested writers commit together).
-_OPEN_WRITERS = threading.local()
+class AtomicGroup:
+    """Rasters that appear together or not at all (a filled raster and its std raster).
 
+    Writers made by :meth:`writer` keep their finished temporary files until the group's ``with``
+    block ends without an error; then all are moved into place, in the order they finished. If
+    the block fails, none appears.
 
-def _open_writers() -> list[AtomicRasterWriter]:
-    stack = getattr(_OPEN_WRITERS, "stack", None)
-    if stack is None:
-        stack = _OPEN_WRITERS.stack = []
-    return stack
+    Example:
+        >>> with AtomicGroup() as group, \\
+        ...         group.writer("filled.tif", profile, overwrite=False) as dst, \\
+        ...         group.writer("filled_std.tif", std_profile, overwrite=False) as dstd:
+        ...     dst.write(data)
+        ...     dstd.write(std)
+    """
+
+    def __init__(self) -> None:
+        """An empty group."""
+        self._finished: list[AtomicRasterWriter] = []
+
+    def writer(self, path: str | os.PathLike[str], profile: Mapping[str, Any], **options: Any
+               ) -> AtomicRasterWriter:
+        """An :class:`AtomicRasterWriter` that commits with this group (same arguments)."""
+        return AtomicRasterWriter(path, profile, group=self, **options)
+
+    def __enter__(self) -> AtomicGroup:
+        """The group itself."""
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> bool:
+        """Move every finished file into place, or delete them all after an error."""
+        finished, self._finished = self._finished, []
+        if exc is not None:
+            for w in finished:
+                w._cleanup()
+            return False
+        try:
+            _commit_together(finished)
+        except BaseException:
+            for w in finished:
+                w._cleanup()
+            raise
+        return False
 
 
 class AtomicRasterWriter:
@@ -149,16 +183,13 @@ class AtomicRasterWriter:
     remains. A ``.aux.xml`` sidecar GDAL writes for metadata the TIFF cannot hold is moved
     along with the raster.
 
-    Writers nested in one thread form one transaction: an inner writer that finishes while an
-    outer one is still open keeps its finished temporary file until the outer one finishes,
-    then both are moved into place (inner ones first); if the outer one fails, neither
-    appears. So a filled raster and its std raster appear together or not at all.
+    A writer of an :class:`AtomicGroup` waits for the group: its file is moved into place with
+    the group's other files when the group's block ends, so files that belong together (a
+    filled raster and its std raster) appear together or not at all.
 
     Example:
-        >>> with AtomicRasterWriter("filled.tif", profile, overwrite=False) as dst, \
-        ...         AtomicRasterWriter("filled_std.tif", std_profile, overwrite=False) as dstd:
+        >>> with AtomicRasterWriter("filled.tif", profile, overwrite=False) as dst:
         ...     dst.write(data)
-        ...     dstd.write(std)
     """
 
     def __init__(
@@ -171,6 +202,7 @@ class AtomicRasterWriter:
         creation_options: Mapping[str, str] | None = None,
         driver: str | None = None,
         overview_resampling: str | None = None,
+        group: AtomicGroup | None = None,
     ) -> None:
         """Prepare the writer (nothing is created until the context is entered).
 
@@ -185,6 +217,7 @@ class AtomicRasterWriter:
                 (:func:`output_driver`). Other drivers than GTiff are written as a GeoTIFF
                 and converted when complete.
             overview_resampling: COG overview resampling (``"RMS"`` for std rasters).
+            group: commit with this group (see :class:`AtomicGroup`) instead of on exit.
         """
         self.path = Path(os.fspath(path)).expanduser().absolute()
         self.profile = dict(profile)
@@ -197,7 +230,7 @@ class AtomicRasterWriter:
         self._dst: DatasetWriter | None = None
         self._extra_temps: list[Path] = []
         self._ready: Path | None = None
-        self._pending: list[AtomicRasterWriter] = []
+        self.group = group
 
     def __enter__(self) -> DatasetWriter:
         """Create the temporary file and return its open writer."""
@@ -216,7 +249,6 @@ class AtomicRasterWriter:
             if is_disk_full(err):
                 raise OutputError(disk_full_message(self.path)) from err
             raise
-        _open_writers().append(self)
         return self._dst
 
     def __exit__(
@@ -225,11 +257,7 @@ class AtomicRasterWriter:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> bool:
-        """Commit the file (with the nested writers' files) on success; delete them on failure."""
-        stack = _open_writers()
-        if self in stack:
-            stack.remove(self)
-        outer = stack[-1] if stack else None
+        """Commit the file (or hand it to its group) on success; delete it on failure."""
         dst, self._dst = self._dst, None
         if exc is not None:
             # Measured before the partial file is removed: afterwards the disk has room again.
@@ -252,10 +280,10 @@ class AtomicRasterWriter:
             if dst is not None:
                 dst.close()
             self._prepare()
-            if outer is not None:
-                outer._pending.append(self)  # committed (or deleted) with the outer writer
+            if self.group is not None:
+                self.group._finished.append(self)  # committed (or deleted) with the group
                 return False
-            self._commit_all()
+            _commit_together([self])
         except BaseException as err:
             self._cleanup()
             if isinstance(err, OutputError) or not isinstance(err, Exception):
@@ -286,34 +314,6 @@ class AtomicRasterWriter:
         _fsync_path(ready)
         self._ready = ready
 
-    def _writers(self) -> list[AtomicRasterWriter]:
-        """This writer's nested writers (depth first), then itself: the commit order."""
-        out: list[AtomicRasterWriter] = []
-        for inner in self._pending:
-            out.extend(inner._writers())
-        out.append(self)
-        return out
-
-    def _commit_all(self) -> None:
-        writers = self._writers()
-        if len(writers) > 1:
-            for w in writers:  # no-clobber check before moving anything
-                if not w.overwrite and w.path.exists():
-                    raise OutputError(f"{w.path} already exists (it appeared while geonp was "
-                                      "writing); pass --overwrite to replace it.")
-        done: list[AtomicRasterWriter] = []
-        try:
-            for w in writers:
-                w._move_into_place()
-                done.append(w)
-        except BaseException:
-            for w in done:  # best effort: take back the new files that did not replace any
-                if not w.overwrite:
-                    unlink_quietly(w.path)
-            raise
-        for parent in {w.path.parent for w in writers}:
-            _fsync_dir(parent)
-
     def _move_into_place(self) -> None:
         assert self._ready is not None, "AtomicRasterWriter committed before it was prepared"
         _commit(self._ready, self.path, overwrite=self.overwrite)
@@ -326,13 +326,31 @@ class AtomicRasterWriter:
             unlink_quietly(final_aux)
 
     def _cleanup(self) -> None:
-        for inner in self._pending:
-            inner._cleanup()
-        self._pending = []
         for path in [self.temp_path, *self._extra_temps]:
             if path is not None:
                 unlink_quietly(path)
                 unlink_quietly(_aux_path(path))
+
+
+def _commit_together(writers: list[AtomicRasterWriter]) -> None:
+    """Move prepared writers' files into place, in order; none clobbers a file that appeared."""
+    if len(writers) > 1:
+        for w in writers:  # no-clobber check before moving anything
+            if not w.overwrite and w.path.exists():
+                raise OutputError(f"{w.path} already exists (it appeared while geonp was "
+                                  "writing); pass --overwrite to replace it.")
+    done: list[AtomicRasterWriter] = []
+    try:
+        for w in writers:
+            w._move_into_place()
+            done.append(w)
+    except BaseException:
+        for w in done:  # best effort: take back the new files that did not replace any
+            if not w.overwrite:
+                unlink_quietly(w.path)
+        raise
+    for parent in {w.path.parent for w in writers}:
+        _fsync_dir(parent)
 
 
 def _aux_path(path: Path) -> Path:

@@ -175,3 +175,36 @@ def test_atomic_write_file_goes_through_a_writer_and_leaves_nothing_on_failure(t
         atomic_write_file(path, broken)
     assert path.read_bytes() == b"weights"
     assert listing(tmp_path) == ["model.safetensors"]
+
+
+def test_a_group_commits_its_rasters_together_or_not_at_all(tmp_path: Path) -> None:
+    from geonp.io.atomic import AtomicGroup
+
+    a, b = tmp_path / "filled.tif", tmp_path / "filled_std.tif"
+    with pytest.raises(RuntimeError):
+        with AtomicGroup() as group:
+            with group.writer(b, small_profile(), overwrite=False) as dst:
+                dst.write(np.ones((1, 8, 8), "uint8"))
+            assert not b.exists()  # finished, but waiting for the group
+            with group.writer(a, small_profile(), overwrite=False) as dst:
+                raise RuntimeError("the fill failed")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither appeared, no partial left
+    with AtomicGroup() as group, group.writer(a, small_profile(), overwrite=False) as dst, \
+            group.writer(b, small_profile(), overwrite=False) as dstd:
+        dst.write(np.full((1, 8, 8), 3, "uint8"))
+        dstd.write(np.full((1, 8, 8), 4, "uint8"))
+        assert not a.exists() and not b.exists()
+    with rasterio.open(a) as src_a, rasterio.open(b) as src_b:
+        assert src_a.read(1)[0, 0] == 3 and src_b.read(1)[0, 0] == 4
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["filled.tif", "filled_std.tif"]
+
+
+def test_nested_plain_writers_commit_on_their_own(tmp_path: Path) -> None:
+    """No hidden state: a writer outside a group commits when its own block ends."""
+    a, b = tmp_path / "a.tif", tmp_path / "b.tif"
+    with AtomicRasterWriter(a, small_profile(), overwrite=False) as dst:
+        dst.write(np.ones((1, 8, 8), "uint8"))
+        with AtomicRasterWriter(b, small_profile(), overwrite=False) as inner:
+            inner.write(np.ones((1, 8, 8), "uint8"))
+        assert b.exists() and not a.exists()
+    assert a.exists()
