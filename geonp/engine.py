@@ -31,6 +31,7 @@ from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.normalize import Normalizer
 from geonp.context import ContextSpec, HaloTooSmall, apply_std_calibration, distance_to_observed
+from geonp.models.layers import resolve_device
 from geonp.predict import BlockReference, Predictor, TileOptions
 from geonp.tiling import make_tiles
 
@@ -221,8 +222,6 @@ class BlockRunner:
 
         self.job = job
         loaded = loaded or LOCAL_MODELS.get(job.model) or cached_model(job.model, "cpu")
-        from geonp.models.layers import resolve_device
-
         self.predictor = Predictor(loaded.module, job.opts, resolve_device(job.device), batch_rows=job.batch_rows)
         self.norm = Normalizer.from_dict(job.norm)
         self.src = open_raster(job.input)
@@ -270,11 +269,10 @@ class BlockRunner:
         # (the context of every tile is the same either way).
         for halo, limit in self._halos():
             t0 = time.perf_counter()
-            raw, ok = self.read(Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo))
-            region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
-            fillable = None if job.sources is None else job.sources.fillable(
-                Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo))
             win = Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo)
+            raw, ok = self.read(win)
+            region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
+            fillable = None if job.sources is None else job.sources.fillable(win)
             refs = [(*ref.read(self.info, win), days) for ref, days in zip(job.references, job.reference_days,
                                                                           strict=True)]
             t_read += time.perf_counter() - t0
