@@ -17,7 +17,7 @@ from pathlib import Path
 import numpy as np
 from rasterio.windows import Window
 
-from geonp.context import distance_to_observed
+from geonp.calibration import distance_to_observed
 from geonp.data.gaps import make_mask
 from geonp.engine import tile_options
 from geonp.inference import fill_array

@@ -19,14 +19,13 @@ ties and picks use a fixed per-pixel hash), so two blocks or tiles that see the 
 the same context. Training (:mod:`geonp.data.tasks`) and filling (:mod:`geonp.predict`) both call
 :func:`select_context`.
 
-This module also holds the post-hoc std calibration by distance to data,
-:func:`apply_std_calibration` (the fill engine applies it to its std raster).
+The post-hoc std calibration by distance to data is in :mod:`geonp.calibration`.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from typing import Any
 
@@ -36,12 +35,8 @@ from scipy import ndimage
 from geonp.tiling import _pixel_jitter, nearest_context
 
 __all__ = [
-    "DISTANCE_BIN_EDGES",
     "ContextSpec",
     "HaloTooSmall",
-    "apply_std_calibration",
-    "distance_bin_factors",
-    "distance_to_observed",
     "select_context",
     "select_reference_context",
 ]
@@ -331,137 +326,3 @@ def select_reference_context(
     key = (~at_query).astype(np.float64) + _pixel_jitter(rows + origin[0], cols + origin[1]) * 1e4
     keep = np.sort(np.argpartition(key, spec.n_ref)[: spec.n_ref])
     return rows[keep], cols[keep]
-
-
-# --------------------------------------------------------------------------------------------
-# std calibration by distance to the nearest observed pixel
-# --------------------------------------------------------------------------------------------
-
-#: Edges (pixels) of the distance bins used by ``geonp evaluate`` and the calibration; a pixel
-#: with distance ``d`` to its nearest observed pixel falls in bin ``i`` when
-#: ``edges[i] <= d < edges[i + 1]``.
-DISTANCE_BIN_EDGES: tuple[float, ...] = (
-    0.0,
-    1.5,
-    3.0,
-    6.0,
-    12.0,
-    24.0,
-    48.0,
-    96.0,
-    192.0,
-    math.inf,
-)
-
-
-def distance_to_observed(observed: np.ndarray) -> np.ndarray:
-    """Euclidean distance (px) of each pixel (``[h, w]`` or ``[b, h, w]``) to the nearest observed.
-
-    Observed pixels get 0; an image with no observed pixel gets ``inf`` everywhere.
-    """
-    observed = np.asarray(observed, bool)
-    if observed.ndim == 3:
-        return np.stack([distance_to_observed(o) for o in observed])
-    if not observed.any():
-        return np.full(observed.shape, np.inf)
-    return ndimage.distance_transform_edt(~observed)
-
-
-def _bin_centres(edges: Sequence[float]) -> np.ndarray:
-    """A representative distance per bin: its geometric middle (open last bin: 1.5 x its start)."""
-    e = np.asarray(edges, float)
-    lo, hi = e[:-1], e[1:]
-    mid = np.where(np.isfinite(hi), 0.5 * (lo + hi), 1.5 * lo)
-    return np.where(lo > 0, np.sqrt(lo * np.where(np.isfinite(hi), hi, 2.25 * lo)), mid)
-
-
-def distance_bin_factors(
-    z2: np.ndarray,
-    distance: np.ndarray,
-    *,
-    edges: Sequence[float] = DISTANCE_BIN_EDGES,
-    min_pixels: int = 200,
-) -> dict[str, Any]:
-    """Fit std factors per distance bin: ``sqrt(mean(z²))`` of the pixels in each bin.
-
-    Args:
-        z2: squared standardised errors ``((y - mu) / sigma)²`` of validation pixels.
-        distance: their distance to the nearest observed pixel (same shape).
-        edges: bin edges in pixels, increasing, starting at 0 (the last may be ``inf``).
-        min_pixels: bins with fewer pixels take the factor of the nearest fitted bin (1 if none).
-
-    Returns:
-        ``{"edges": [...], "factors": [...], "pixels": [...]}``, JSON-ready (``inf`` as None).
-    """
-    z2 = np.asarray(z2, float).ravel()
-    distance = np.asarray(distance, float).ravel()
-    e = np.asarray(edges, float)
-    idx = np.clip(np.searchsorted(e, distance, side="right") - 1, 0, e.size - 2)
-    counts = np.bincount(idx, minlength=e.size - 1)
-    sums = np.bincount(idx, weights=z2, minlength=e.size - 1)
-    fitted = counts >= min_pixels
-    factors = np.ones(e.size - 1)
-    factors[fitted] = np.sqrt(sums[fitted] / counts[fitted])
-    if fitted.any():
-        good = np.flatnonzero(fitted)
-        for i in np.flatnonzero(~fitted):
-            factors[i] = factors[good[np.argmin(np.abs(good - i))]]
-    return {
-        "edges": [None if not math.isfinite(v) else float(v) for v in e],
-        "factors": [round(float(f), 6) for f in factors],
-        "pixels": [int(c) for c in counts],
-    }
-
-
-def apply_std_calibration(
-    std: np.ndarray,
-    distance: np.ndarray,
-    calibration: Mapping[str, Any] | None,
-    *,
-    band: int | None = None,
-    band_count: int | None = None,
-) -> np.ndarray:
-    """Apply a model's post-hoc std calibration to a std array.
-
-    Contract (what the fill engine relies on):
-
-    * ``std`` and ``distance`` have the same shape (any shape, e.g. a block's ``[h, w]`` for one
-      band); ``distance`` is each pixel's Euclidean distance, in pixels, to the nearest observed
-      pixel of the same band (:func:`distance_to_observed`); on a block, compute it with a halo of
-      at least 288 px (1.5 x the last bin edge, beyond which the factor is constant), or the std
-      of neighbouring blocks will not match. Units of ``std`` are kept.
-    * ``calibration`` is the model's calibration block (``LoadedModel.calibration``) or None. Its
-      ``std_scale`` (one factor per band, or one for all) multiplies the std of band ``band``
-      (0-based); the first factor is used when ``band`` is None, or when ``band_count`` (the
-      input's band count) is given and differs from the number of factors (a model calibrated
-      on 3 bands filling a 1-band raster), as ``fill`` does. Its optional ``distance_bins``
-      (``{"edges", "factors"}``, fitted by ``geonp evaluate --calibrate`` on top of ``std_scale``)
-      multiplies by a factor that is interpolated linearly in ``log(1 + distance)`` between the
-      bins' representative distances and held constant beyond the first and last, so the std
-      raster has no steps at bin edges. Per-band factor lists (``factors[band]``) are accepted.
-    * It returns a new float array; NaN stays NaN; no calibration returns ``std`` unchanged
-      (as a float array). It is the whole calibration: do not multiply by ``std_scale`` again.
-    """
-    out = np.asarray(std, dtype=np.result_type(np.asarray(std).dtype, np.float32)).copy()
-    if not calibration:
-        return out
-    b = 0 if band is None else int(band)
-
-    def pick(values: Sequence[Any]) -> Any:
-        if band_count is not None and len(values) != band_count:
-            return values[0]
-        return values[b] if len(values) > b else values[0]
-
-    scale = calibration.get("std_scale")
-    if scale:
-        out *= float(pick(scale))
-    bins = calibration.get("distance_bins")
-    if bins:
-        edges = [math.inf if v is None else float(v) for v in bins["edges"]]
-        factors = bins["factors"]
-        if factors and isinstance(factors[0], Sequence):
-            factors = pick(factors)
-        centres = np.log1p(_bin_centres(edges))
-        f = np.interp(np.log1p(np.asarray(distance, float)), centres, np.asarray(factors, float))
-        out *= f.astype(out.dtype)
-    return out

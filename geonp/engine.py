@@ -30,7 +30,8 @@ from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.normalize import Normalizer
-from geonp.context import ContextSpec, HaloTooSmall, apply_std_calibration, distance_to_observed
+from geonp.context import ContextSpec, HaloTooSmall
+from geonp.calibration import apply_std_calibration, distance_to_observed
 from geonp.models.layers import resolve_device
 from geonp.predict import BlockReference, Predictor, TileOptions
 from geonp.tiling import make_tiles
@@ -125,7 +126,7 @@ def predict_region(
         norm: per-band normaliser.
         max_distance: leave gaps farther than this from observed pixels unfilled.
         calibration: the model's post-hoc std calibration (per-band ``std_scale`` and optional
-            ``distance_bins``: :func:`geonp.context.apply_std_calibration`).
+            ``distance_bins``: :func:`geonp.calibration.apply_std_calibration`).
         progress: gap-pixels-done callback.
         limit: the largest context search radius the block's halo holds (None: all of it).
         fillable: bool ``[h, w]``: where predictions may go (the data footprint); None = all.

@@ -6,16 +6,8 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from geonp.context import (
-    DISTANCE_BIN_EDGES,
-    ContextSpec,
-    HaloTooSmall,
-    apply_std_calibration,
-    distance_bin_factors,
-    distance_to_observed,
-    ring_edges,
-    select_context,
-)
+from geonp.calibration import DISTANCE_BIN_EDGES, apply_std_calibration, distance_bin_factors, distance_to_observed
+from geonp.context import ContextSpec, HaloTooSmall, ring_edges, select_context
 from geonp.data.tasks import PRIOR_COUNT, context_points, standardize, window_task
 from geonp.predict import TileOptions
 from geonp.tiling import nearest_context

@@ -197,7 +197,7 @@ def test_calibrate_writes_std_scale_and_helps(smooth_tif, tiny_model, tmp_path):
     assert sum(b["n"] for b in by_dist) == calibrated["n"]
     assert all(b["coverage95"] is None or 0.0 <= b["coverage95"] <= 1.0 for b in by_dist)
     # geonp fill now multiplies its std by the stored scale (the engine applies the distance bins
-    # with geonp.context.apply_std_calibration; fill_array does not yet)
+    # with geonp.calibration.apply_std_calibration; fill_array does not yet)
     assert load_model(model_dir).calibration["std_scale"] == cal["std_scale"]
     with rasterio.open(smooth_tif) as src:
         values = src.read([2]).astype(float)

@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from geonp.context import DISTANCE_BIN_EDGES, apply_std_calibration, distance_to_observed
+from geonp.calibration import DISTANCE_BIN_EDGES, apply_std_calibration, distance_to_observed
 from geonp.data.synthetic import gp_grid_field, gp_posterior
 from geonp.inference import fill_array
 from geonp.metrics import binned_scores

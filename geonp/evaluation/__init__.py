@@ -8,9 +8,9 @@ pixels, per band and pooled (:mod:`geonp.metrics`).
 
 With ``calibrate=True`` the hidden pixels are split at random in two halves: a per-band std scale
 factor ``s = sqrt(mean(z²))`` (``z = (y - mu) / sigma``) and, on top of it, one factor per bin of
-distance to the nearest observed pixel (:func:`geonp.context.distance_bin_factors`) are fitted on
+distance to the nearest observed pixel (:func:`geonp.calibration.distance_bin_factors`) are fitted on
 one half and written into the model directory's ``config.json`` (``geonp fill`` applies them with
-:func:`geonp.context.apply_std_calibration`), and every method is scored on the other half only,
+:func:`geonp.calibration.apply_std_calibration`), and every method is scored on the other half only,
 so the calibrated scores are honest.
 
 Every method is also scored per bin of distance to the nearest observed pixel

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 
 from geonp._version import __version__
-from geonp.context import DISTANCE_BIN_EDGES
+from geonp.calibration import DISTANCE_BIN_EDGES
 from geonp.metrics import METRICS
 
 __all__ = ["EvaluationReport"]

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
-from geonp.context import distance_bin_factors, distance_to_observed
+from geonp.calibration import distance_bin_factors, distance_to_observed
 from geonp.data.gaps import MASK_KINDS, make_mask
 from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.evaluation.methods import load_models, run_method

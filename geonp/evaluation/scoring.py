@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from geonp.context import DISTANCE_BIN_EDGES, apply_std_calibration
+from geonp.calibration import DISTANCE_BIN_EDGES, apply_std_calibration
 from geonp.metrics import DEFAULT_LEVELS, binned_scores, calibration_curve, score
 
 __all__ = [
