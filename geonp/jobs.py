@@ -26,147 +26,33 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
-from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 from geonp._version import __version__
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, GeonpError, OutputError, one_line
 from geonp.io.partials import remove_stale_partials
+from geonp.manifest import (
+    MANIFEST_FORMAT,
+    MANIFEST_NAME,
+    MANIFEST_VERSION,
+    FileRecord,
+    JobReport,
+    Manifest,
+    fingerprint,
+    now,
+    outputs_complete,
+)
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MANIFEST_NAME", "FileRecord", "JobReport", "fill_many"]
+__all__ = ["MANIFEST_NAME", "FileRecord", "JobReport", "fill_many"]  # the records live in geonp.manifest
 
-#: File name of the manifest written in the output directory.
-MANIFEST_NAME = "geonp_batch.json"
-_MANIFEST_FORMAT = "geonp-batch-manifest"
-_MANIFEST_VERSION = 1
 #: Options of each file's fill: the fields of FillConfig (``workers`` is the batch's own).
 FILL_OPTIONS = tuple(f.name for f in dataclasses.fields(FillConfig) if f.name != "workers")
 _GEOTIFF_SUFFIXES = (".tif", ".tiff")
-
-
-Status = Literal["done", "skipped", "failed"]
-
-
-@dataclass
-class FileRecord:
-    """What happened to one input file.
-
-    Attributes:
-        name: the input's path relative to the input directory (POSIX separators).
-        input: the input path.
-        output: the filled raster path.
-        uncertainty: the std raster path.
-        status: ``done``, ``skipped`` (complete from an earlier run) or ``failed``.
-        reason: one-line reason of a failure (empty otherwise).
-        seconds: wall time of the fill (0 when skipped).
-        filled_pixels: gap pixels that received a prediction.
-        gap_pixels: missing pixels over all bands.
-        tiles: tiles with gaps.
-    """
-
-    name: str
-    input: Path
-    output: Path
-    uncertainty: Path
-    status: Status
-    reason: str = ""
-    seconds: float = 0.0
-    filled_pixels: int = 0
-    gap_pixels: int = 0
-    tiles: int = 0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The record as JSON-ready values."""
-        out = asdict(self)
-        out.update(input=str(self.input), output=str(self.output), uncertainty=str(self.uncertainty))
-        return out
-
-
-@dataclass
-class JobReport:
-    """What a :func:`fill_many` run did.
-
-    Attributes:
-        input_dir: the input directory.
-        output_dir: the output directory.
-        manifest: path of the JSON manifest.
-        records: one record per matched input file, sorted by name.
-        scheduler: the Dask scheduler address used.
-        dashboard_link: the Dask dashboard URL (None when no dashboard is served).
-        workers: Dask workers available for the run.
-        seconds: wall time of the run.
-    """
-
-    input_dir: Path
-    output_dir: Path
-    manifest: Path
-    records: list[FileRecord] = field(default_factory=list)
-    scheduler: str | None = None
-    dashboard_link: str | None = None
-    workers: int = 0
-    seconds: float = 0.0
-
-    def _with(self, status: Status) -> list[FileRecord]:
-        return [r for r in self.records if r.status == status]
-
-    @property
-    def done(self) -> list[FileRecord]:
-        """Files filled by this run."""
-        return self._with("done")
-
-    @property
-    def skipped(self) -> list[FileRecord]:
-        """Files complete from an earlier run."""
-        return self._with("skipped")
-
-    @property
-    def failed(self) -> list[FileRecord]:
-        """Files that could not be filled."""
-        return self._with("failed")
-
-    @property
-    def ok(self) -> bool:
-        """True when no file failed."""
-        return not self.failed
-
-    @property
-    def counts(self) -> dict[str, int]:
-        """Files per status."""
-        return {s: len(self._with(s)) for s in ("done", "skipped", "failed")}
-
-    @property
-    def tiles(self) -> int:
-        """Tiles filled by this run."""
-        return sum(r.tiles for r in self.done)
-
-    def to_dict(self) -> dict[str, Any]:
-        """The report as JSON-ready values."""
-        return {
-            "input_dir": str(self.input_dir), "output_dir": str(self.output_dir),
-            "manifest": str(self.manifest), "scheduler": self.scheduler,
-            "dashboard_link": self.dashboard_link, "workers": self.workers,
-            "seconds": round(self.seconds, 3), "ok": self.ok, "counts": self.counts,
-            "files": [r.to_dict() for r in self.records],
-        }
-
-    def table(self, *, failed_only: bool = False) -> str:
-        """A plain-text summary: one row per file (or per failed file), then the totals."""
-        rows = self.failed if failed_only else self.records
-        width = max([len("file")] + [len(r.name) for r in rows])
-        lines = [f"{'status':<8} {'file':<{width}} {'seconds':>8} {'filled px':>10}  reason"] if rows else []
-        for r in rows:
-            secs = f"{r.seconds:.1f}" if r.status == "done" else ""
-            filled = str(r.filled_pixels) if r.status == "done" else ""
-            lines.append(f"{r.status:<8} {r.name:<{width}} {secs:>8} {filled:>10}  {r.reason}".rstrip())
-        c = self.counts
-        lines.append(f"{len(self.records)} file(s): {c['done']} done, {c['skipped']} skipped, "
-                     f"{c['failed']} failed in {self.seconds:.1f} s; manifest {self.manifest}")
-        return "\n".join(lines)
 
 
 @dataclass(frozen=True)
@@ -317,45 +203,11 @@ def _options_key(effective: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
-def _fingerprint(path: Path) -> dict[str, int]:
-    st = path.stat()
-    return {"input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns}
-
-
-def _complete(output: Path, uncertainty: Path) -> bool:
-    """Both outputs exist and open, on the same grid (atomic writes make them whole)."""
-    from geonp.io.raster import open_raster
-
-    try:
-        with open_raster(output) as a, open_raster(uncertainty) as b:
-            return (a.width, a.height, a.count) == (b.width, b.height, b.count)
-    except GeonpError:
-        return False
-
-
 def _remove_partials(path: Path) -> None:
     """Delete temporary files a killed run left for ``path``; those of live writers stay."""
     if path.parent.is_dir():
         for tmp in remove_stale_partials(path):
             logger.info("removed %s, left by an interrupted run", tmp)
-
-
-def _load_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    """The file entries of an earlier run's manifest, by name (empty if none or unreadable)."""
-    if not path.exists():
-        return {}
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        if data.get("format") != _MANIFEST_FORMAT:
-            raise ValueError(f"format is {data.get('format')!r}")
-        return {e["name"]: e for e in data["files"]}
-    except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
-        logger.warning("ignoring unreadable manifest %s (%s); every file is filled again", path, err)
-        return {}
-
-
-def _now() -> str:
-    return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
 @contextmanager
@@ -392,36 +244,7 @@ def _client(scheduler: str | None, workers: int | None, threads_per_worker: int,
         cluster.close()
 
 
-class _Manifest:
-    """The batch's JSON manifest: file entries by name, rewritten atomically as files finish."""
-
-    def __init__(self, path: Path, meta: dict[str, Any]) -> None:
-        self.path = path
-        self.meta = meta
-        self.entries = _load_manifest(path)  # files of earlier runs not matched now are kept
-
-    def put(self, rec: FileRecord, **extra: Any) -> None:
-        """Record a file's outcome (a skipped file keeps its earlier entry)."""
-        if rec.status == "skipped" and rec.name in self.entries:
-            self.entries[rec.name]["status"] = "skipped"
-        else:
-            self.entries[rec.name] = {**self.entries.get(rec.name, {}), **rec.to_dict(), **extra}
-
-    def write(self, report: JobReport, *, final: bool) -> None:
-        """Write the manifest; a failure is only a warning until the final write."""
-        from geonp.io.atomic import atomic_write_text
-
-        data = {**self.meta, **report.to_dict(), "updated": _now(),
-                "files": [self.entries[n] for n in sorted(self.entries)]}
-        try:
-            atomic_write_text(self.path, json.dumps(data, indent=1, default=str) + "\n")
-        except (OutputError, OSError) as err:
-            if final:
-                raise
-            logger.warning("could not update %s: %s", self.path, err)
-
-
-def _plan(report: JobReport, inputs: list[Path], manifest: _Manifest, *, key: str, skip_existing: bool,
+def _plan(report: JobReport, inputs: list[Path], manifest: Manifest, *, key: str, skip_existing: bool,
           overwrite: bool, model_path: str, passed: dict[str, Any],
           per_file: Mapping[Path, dict[str, Any]] | None = None) -> dict[str, _FileTask]:
     """Decide for every input: skip it, fail it now (output clash or foreign output), or fill it."""
@@ -438,11 +261,11 @@ def _plan(report: JobReport, inputs: list[Path], manifest: _Manifest, *, key: st
             manifest.put(rec)
             continue
         claimed.update({out.resolve(): name, std.resolve(): name})
-        fp = _fingerprint(path)
+        fp = fingerprint(path)
         prev = manifest.entries.get(name, {})
         fresh = (prev.get("status") in ("done", "skipped") and prev.get("options_key") == key
                  and all(prev.get(k) == v for k, v in fp.items()))
-        if skip_existing and fresh and _complete(out, std):
+        if skip_existing and fresh and outputs_complete(out, std):
             rec.status = "skipped"
             rec.filled_pixels, rec.gap_pixels, rec.tiles = (int(prev.get(k, 0)) for k in
                                                             ("filled_pixels", "gap_pixels", "tiles"))
@@ -569,9 +392,9 @@ def fill_many(
         raise OutputError(f"cannot create OUTPUT_DIR {out_dir} ({err}); check its permissions.") from err
     key = _options_key(effective)
     report = JobReport(in_dir, out_dir, out_dir / MANIFEST_NAME)
-    manifest = _Manifest(report.manifest, {
-        "format": _MANIFEST_FORMAT, "version": _MANIFEST_VERSION, "geonp_version": __version__,
-        "started": _now(), "pattern": pattern, "recursive": recursive,
+    manifest = Manifest(report.manifest, {
+        "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "geonp_version": __version__,
+        "started": now(), "pattern": pattern, "recursive": recursive,
         "options": {k: v for k, v in effective.items() if k != "overwrite"}})
     tasks = _plan(report, inputs, manifest, key=key, skip_existing=skip_existing,
                   overwrite=bool(fill_options.get("overwrite", False)), model_path=model_path, passed=passed,
