@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lsts import prepare_lsts  # noqa: E402
 
-from geonp.evaluate_multidate import evaluate_series, summary  # noqa: E402
+from geonp.evaluate_multidate import evaluate_series, report_lines, summary  # noqa: E402
 from geonp.io.timeseries import scan_series  # noqa: E402
 
 
@@ -43,23 +43,10 @@ def main() -> None:
             prepare_lsts(folder, source=args.source)
         scores = evaluate_series(scan_series(folder), targets_from=dt.date(2012, 1, 1), model=args.model,
                                  seed=args.seed)
-    s = summary(scores)
-    print("| date | hidden px | scored px | geonp | GDAL FillNodata | regression | geonp, no refs | "
-          "geonp / GDAL | geonp / regression | cov95 |")
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for d in scores:
-        print(f"| {d.date} | {d.hidden} | {d.scored} | {d.rmse_geonp:.0f} | {d.rmse_gdal:.0f} | "
-              f"{d.rmse_regression:.0f} | {d.rmse_single_date:.0f} | {d.rmse_geonp / d.rmse_gdal:.2f} | "
-              f"{d.rmse_geonp / d.rmse_regression:.2f} | {d.coverage95:.3f} |")
-    if scores:
-        print(f"| **mean of {s['dates']}** | | | {s['rmse_geonp']:.0f} | {s['rmse_gdal']:.0f} | "
-              f"{s['rmse_regression']:.0f} | {s['rmse_single_date']:.0f} | {s['geonp_over_gdal']:.2f} | "
-              f"{s['geonp_over_regression']:.2f} | {s['coverage95']:.3f} |")
-        print(f"geonp on all hidden pixels (also where the regression's reference is cloudy): "
-              f"mean RMSE {s['rmse_geonp_all_hidden']:.0f}; 90% coverage {s['coverage90']:.3f}")
+    print("\n".join(report_lines(scores)))
     print(f"model {args.model}; {time.perf_counter() - t0:.0f} s")
     if args.json:
-        Path(args.json).write_text(json.dumps({"model": args.model, **s}, indent=1))
+        Path(args.json).write_text(json.dumps({"model": args.model, **summary(scores)}, indent=1))
 
 
 if __name__ == "__main__":

@@ -100,21 +100,12 @@ def _evaluate_series(folder: str, models: tuple[str, ...], targets_from: str | N
     import datetime as dt
     import json
 
-    from geonp import evaluate_series, parse_date, scan_series
-    from geonp import series_summary as summary
+    from geonp import evaluate_series, parse_date, scan_series, series_report, series_summary
 
     start = parse_date(targets_from, option="--targets-from") if targets_from else dt.date.min
     scores = evaluate_series(scan_series(folder), targets_from=start, model=models[0] if models else "multidate",
                              n_refs=n_refs, qa_kind=qa_kind, seed=seed)
-    s = summary(scores)
-    click.echo("date        scored px  geonp  GDAL   regression  no refs  geonp/GDAL  geonp/regr  cov95")
-    for d in scores:
-        click.echo(f"{d.date}  {d.scored:9d}  {d.rmse_geonp:5.0f}  {d.rmse_gdal:5.0f}  {d.rmse_regression:10.0f}  "
-                   f"{d.rmse_single_date:7.0f}  {d.rmse_geonp / d.rmse_gdal:10.2f}  "
-                   f"{d.rmse_geonp / d.rmse_regression:10.2f}  {d.coverage95:5.3f}")
-    if s["dates"]:
-        click.echo(f"mean of {s['dates']} dates: geonp {s['rmse_geonp']:.0f}, GDAL {s['rmse_gdal']:.0f}, regression "
-                   f"{s['rmse_regression']:.0f}; geonp/GDAL {s['geonp_over_gdal']:.2f}, geonp/regression "
-                   f"{s['geonp_over_regression']:.2f}, 95% coverage {s['coverage95']:.3f}")
+    for line in series_report(scores):
+        click.echo(line)
     if json_path:
-        Path(json_path).write_text(json.dumps(s, indent=1))
+        Path(json_path).write_text(json.dumps(series_summary(scores), indent=1))

@@ -34,6 +34,7 @@ _LAZY = {
     "check_output_path": "geonp.io.paths",
     "evaluate_series": "geonp.evaluate_multidate",
     "series_summary": "geonp.evaluate_multidate:summary",
+    "series_report": "geonp.evaluate_multidate:report_lines",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

@@ -74,7 +74,7 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
     return TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap,
                        max_context=int(max_context or spec.n_near), search_radius=search_radius,
                        n_far=spec.n_far, rings=spec.rings, sectors=spec.sectors, n_ref=spec.n_ref,
-                       ref_margin=spec.ref_margin, temporal=bool(getattr(loaded.config, "temporal", False)))
+                       ref_margin=spec.ref_margin, temporal=loaded.config.temporal)
 
 
 def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:

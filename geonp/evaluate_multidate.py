@@ -76,19 +76,23 @@ def cloud_shapes(items: Sequence[Any], qa_kind: str) -> list[np.ndarray | None]:
     """Each date's cloud and cloud-shadow pixels from its QA file (None without one).
 
     Only clouds and shadows: a Landsat 7 date's SLC-off stripes sit at nearly the same place on
-    every date, so hiding another date's stripes would hide pixels that no reference sees.
+    every date, so hiding another date's stripes would hide pixels that no reference sees. The
+    QA files are read as ``fill`` reads them (:func:`geonp.io.masks.read_mask_file`).
     """
-    import rasterio
+    from rasterio.windows import Window
 
-    from geonp.io.qa import decode_gaps
+    from geonp.io.masks import read_mask_file
+    from geonp.io.raster import open_raster, raster_info
 
     shapes: list[np.ndarray | None] = []
     for item in items:
         if item.qa is None:
             shapes.append(None)
             continue
-        with rasterio.open(item.qa) as src:
-            shapes.append(decode_gaps(src.read(1).astype(np.float64), kind=qa_kind, classes=("cloud", "shadow")))
+        with open_raster(item.path) as src:
+            info = raster_info(src)
+        shapes.append(read_mask_file(item.qa, like=info, window=Window(0, 0, info.width, info.height),
+                                     qa_kind=qa_kind, qa_classes=("cloud", "shadow")))
     return shapes
 
 
@@ -139,7 +143,7 @@ def evaluate_series(
 
     items = sorted(series, key=lambda d: (d.date, str(d.path)))
     stack = load_series(items, qa_kind=qa_kind)
-    gaps = 1.0 - stack.observed.mean((1, 2))
+    gaps = 1.0 - stack.clear
     shapes = cloud_shapes(items, qa_kind)
     cloudy = np.array([np.nan if c is None else c.mean() for c in shapes])
     donors = np.flatnonzero((cloudy >= donor_gaps[0]) & (cloudy <= donor_gaps[1]))
@@ -211,3 +215,22 @@ def summary(scores: Sequence[DateScore]) -> dict[str, Any]:
             "geonp_over_gdal": mean["rmse_geonp"] / mean["rmse_gdal"],
             "geonp_over_regression": mean["rmse_geonp"] / mean["rmse_regression"],
             "per_date": per_date}
+
+
+def report_lines(scores: Sequence[DateScore]) -> list[str]:
+    """The scores as a Markdown table (one row per date, then the means) and a closing line."""
+    s = summary(scores)
+    lines = ["| date | hidden px | scored px | geonp | GDAL FillNodata | regression | geonp, no refs | "
+             "geonp / GDAL | geonp / regression | cov95 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for d in scores:
+        lines.append(f"| {d.date} | {d.hidden} | {d.scored} | {d.rmse_geonp:.0f} | {d.rmse_gdal:.0f} | "
+                     f"{d.rmse_regression:.0f} | {d.rmse_single_date:.0f} | {d.rmse_geonp / d.rmse_gdal:.2f} | "
+                     f"{d.rmse_geonp / d.rmse_regression:.2f} | {d.coverage95:.3f} |")
+    if s["dates"]:
+        lines.append(f"| **mean of {s['dates']} dates** | | | {s['rmse_geonp']:.0f} | {s['rmse_gdal']:.0f} | "
+                     f"{s['rmse_regression']:.0f} | {s['rmse_single_date']:.0f} | {s['geonp_over_gdal']:.2f} | "
+                     f"{s['geonp_over_regression']:.2f} | {s['coverage95']:.3f} |")
+        lines.append(f"geonp on all hidden pixels (also where the regression's reference is cloudy): "
+                     f"mean RMSE {s['rmse_geonp_all_hidden']:.0f}; 90% coverage {s['coverage90']:.3f}")
+    return lines

@@ -193,7 +193,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
     if cfg.model is None:  # the built-in default, or the built-in model that takes references
         cfg = dataclasses.replace(cfg, model="multidate" if references.paths else "default")
     loaded = _load(cfg.model)
-    if references.paths and not getattr(loaded.config, "temporal", False):
+    if references.paths and not loaded.config.temporal:
         raise ConfigError(f"model {loaded.name} takes no references; use --model multidate or a model trained "
                           "with geonp train --series")
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)

@@ -23,10 +23,9 @@ import datetime as dt
 import logging
 import math
 import os
-import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -45,7 +44,7 @@ from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.models import build_model
 from geonp.normalize import Normalizer
 from geonp.training.loop import FitResult, fit
-from geonp.training.raster import make_batch
+from geonp.training.raster import hardware, make_batch
 
 logger = logging.getLogger(__name__)
 
@@ -71,18 +70,20 @@ class SeriesStack:
 
     Attributes:
         values: ``[T, bands, h, w]`` float32, NaN where a date has no usable value.
+        observed: ``[T, h, w]`` True where every band of a date is usable.
         days: ``[T]`` days since 1970-01-01.
         names: file names, for the card.
+        clear: ``[T]`` fraction of observed pixels of each date.
     """
 
     values: np.ndarray
+    observed: np.ndarray
     days: np.ndarray
     names: list[str]
+    clear: np.ndarray = field(init=False)
 
-    @property
-    def observed(self) -> np.ndarray:
-        """``[T, h, w]`` True where every band of a date is usable."""
-        return np.isfinite(self.values).all(1)
+    def __post_init__(self) -> None:
+        self.clear = self.observed.mean((1, 2))
 
 
 def load_series(items: Sequence[Dated], *, bands: Sequence[int] | None = None, nodata: float | None = None,
@@ -95,32 +96,36 @@ def load_series(items: Sequence[Dated], *, bands: Sequence[int] | None = None, n
     from rasterio.windows import Window
 
     from geonp.errors import InputRasterError
-    from geonp.io.masks import read_mask_file, resolve_nodata, valid_mask
-    from geonp.io.raster import open_raster, raster_info, read_window, select_bands
+    from geonp.io.masks import read_mask_file, resolve_nodata
+    from geonp.io.observed import read_observed
+    from geonp.io.raster import open_raster, raster_info, select_bands
 
     if not items:
         raise ConfigError("the time series is empty; give a folder of dated rasters")
-    stack, days, names = [], [], []
+    stack, observed, days, names = [], [], [], []
+    ordered = sorted(items, key=lambda d: (d.date, str(d.path)))
     first = None
-    for item in sorted(items, key=lambda d: (d.date, str(d.path))):
+    for item in ordered:
         with open_raster(item.path) as src:
             info = raster_info(src)
             if first is None:
                 first = info
             elif (info.width, info.height) != (first.width, first.height) or \
                     not info.transform.almost_equals(first.transform):
-                raise InputRasterError(f"{item.path} is not on the grid of {items[0].path}; training on a "
+                raise InputRasterError(f"{item.path} is not on the grid of {ordered[0].path}; training on a "
                                        "time series needs co-registered rasters (gdalwarp them first)")
-            use = select_bands(info, bands)
             window = Window(0, 0, info.width, info.height)
-            raw = read_window(src, window, use)
-            ok = valid_mask(raw, nodata=resolve_nodata(info, nodata), source_dtype=info.dtype).all(0)
+            # the missing-pixel rule of every fill: NaN/Inf, nodata, internal mask or alpha
+            raw, ok = read_observed(src, window, select_bands(info, bands), info=info,
+                                    nodata=resolve_nodata(info, nodata))
+        ok = ok.all(0)
         if item.qa is not None and qa_kind is not None:
             ok &= ~read_mask_file(item.qa, like=info, window=window, qa_kind=qa_kind, qa_classes=qa_classes)
         stack.append(np.where(ok, raw, np.nan).astype(np.float32))
+        observed.append(ok)
         days.append((item.date - dt.date(1970, 1, 1)).days)
         names.append(Path(item.path).name)
-    return SeriesStack(np.stack(stack), np.asarray(days, np.int64), names)
+    return SeriesStack(np.stack(stack), np.stack(observed), np.asarray(days, np.int64), names)
 
 
 @dataclass(frozen=True)
@@ -150,7 +155,7 @@ def series_task(stack: SeriesStack, norm: Normalizer, targets: np.ndarray, recip
     """One multi-date task: a target date among ``targets`` (indices), its references, hidden gaps."""
     obs = stack.observed
     t = int(rng.choice(targets))
-    others = np.flatnonzero((np.arange(len(stack.days)) != t) & (obs.mean((1, 2)) > 0.05))
+    others = np.flatnonzero((np.arange(len(stack.days)) != t) & (stack.clear > 0.05))
     if others.size == 0:
         return None
     k = int(rng.integers(1, recipe.max_references + 1))
@@ -171,12 +176,14 @@ def series_task(stack: SeriesStack, norm: Normalizer, targets: np.ndarray, recip
     else:
         is_gap, _ = sample_window_mask((h, w), rng=rng, weights=SERIES_GAP_MIX, footprint_probability=0.0)
     band = int(rng.integers(stack.values.shape[1]))
-    scaled = (stack.values[:, band] - norm.mean[band]) / norm.std[band]  # [T, h, w]
-    references = [ReferenceBand(np.nan_to_num(scaled[r])[None], obs[r], float(stack.days[r] - stack.days[t]))
-                  for r in refs]
+
+    def scaled(i: int) -> np.ndarray:  # date i's band in normalised units, 0 where not observed
+        return np.nan_to_num((stack.values[i, band] - norm.mean[band]) / norm.std[band])[None]
+
+    references = [ReferenceBand(scaled(r), obs[r], float(stack.days[r] - stack.days[t])) for r in refs]
     c = min(recipe.core_size, h, w)
     r0, c0 = int(rng.integers(0, h - c + 1)), int(rng.integers(0, w - c + 1))
-    return window_task(np.nan_to_num(scaled[t])[None], valid, is_gap, core=(r0, r0 + c, c0, c0 + c),
+    return window_task(scaled(t), valid, is_gap, core=(r0, r0 + c, c0, c0 + c),
                        spec=recipe.spec, max_targets=recipe.max_targets, rng=rng, references=references)
 
 
@@ -286,7 +293,6 @@ def train_series(
     if len(chosen) < 3:
         raise ConfigError(f"{len(chosen)} date(s) to train on; a time series needs at least 3")
     stack = load_series(chosen, bands=bands, nodata=nodata, qa_kind=qa_kind)
-    obs = stack.observed
     flat = np.moveaxis(stack.values, 1, 0).reshape(stack.values.shape[1], -1)
     norm = Normalizer.fit(flat, np.isfinite(flat), seed=tcfg.seed)
     start = load_model(init_from)
@@ -299,7 +305,7 @@ def train_series(
     if recipe is None:
         spec = ContextSpec.from_dict(shape)
         recipe = SeriesRecipe(spec=replace(spec, search_radius=min(spec.search_radius, 128)))
-    usable = obs.mean((1, 2)) >= recipe.min_observed
+    usable = stack.clear >= recipe.min_observed
     cut = np.quantile(stack.days, 0.8) if val_from is None else (val_from - dt.date(1970, 1, 1)).days
     train_targets = np.flatnonzero(usable & (stack.days < cut))
     val_targets = np.flatnonzero(usable & (stack.days >= cut))
@@ -337,8 +343,7 @@ def train_series(
         "steps": tcfg.steps,
         "batch_size": batch_size,
         "train_config": tcfg.__dict__,
-        "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-                    f"{'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}",
+        "hardware": hardware(),
     }
     best: dict[str, Any] = {"nll": math.inf, "step": -1}
 

@@ -178,6 +178,12 @@ def make_batch(draw: Callable[[np.random.Generator], Task | list[Task] | None], 
                              "the rasters have too few valid pixels")
 
 
+def hardware() -> str:
+    """This machine as a model card states it: CPU, cores and GPU."""
+    gpu = "CUDA " + torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}"
+
+
 @dataclass
 class TrainReport:
     """What :func:`train` produced."""
@@ -375,8 +381,7 @@ def train(
         "split": {"axis": "columns", "val_fraction": val_fraction, "test_fraction": test_fraction,
                   "regions": [split_columns(_width(p), val_fraction=val_fraction, test_fraction=test_fraction,
                                             min_val_columns=task_shape.patch_size).__dict__ for p in inputs]},
-        "hardware": f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
-                    f"{'CUDA ' + torch.cuda.get_device_name() if torch.cuda.is_available() else 'no GPU'}",
+        "hardware": hardware(),
         "pretrain_steps": pretrain_steps,
         "steps": tcfg.steps,
         "batch_size": batch_size,
