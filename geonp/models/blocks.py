@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from geonp.models.attention.bias import DistanceCache
 from geonp.models.layers import MLP
 
 
@@ -18,7 +19,7 @@ class KRBlock(nn.Module):
 
     Args:
         dim: model width ``E``.
-        attention: an attention module with ``forward(x_q, x_kv, *, q_pos, k_pos, key_valid)``.
+        attention: an attention module with ``forward(x_q, x_kv, *, q_pos, k_pos, key_valid, cache)``.
         ff_dim: hidden width of the feed-forward network.
         dropout: dropout on both residual branches.
     """
@@ -35,11 +36,12 @@ class KRBlock(nn.Module):
         return x + self.drop(self.ff(self.norm_ff(x)))
 
     def update_keys(
-        self, ks: torch.Tensor, *, k_pos: torch.Tensor, key_valid: torch.Tensor | None
+        self, ks: torch.Tensor, *, k_pos: torch.Tensor, key_valid: torch.Tensor | None,
+        cache: DistanceCache | None = None,
     ) -> torch.Tensor:
         """Context stream: ``ks [B, Nk, E] -> [B, Nk, E]`` (steps 1, 3, 5, 6, 8, 10)."""
         kn = self.norm_attn(ks)
-        ks = ks + self.drop(self.attn(kn, kn, q_pos=k_pos, k_pos=k_pos, key_valid=key_valid))
+        ks = ks + self.drop(self.attn(kn, kn, q_pos=k_pos, k_pos=k_pos, key_valid=key_valid, cache=cache))
         return self._feed_forward(ks)
 
     def update_queries(
@@ -50,9 +52,10 @@ class KRBlock(nn.Module):
         q_pos: torch.Tensor,
         k_pos: torch.Tensor,
         key_valid: torch.Tensor | None,
+        cache: DistanceCache | None = None,
     ) -> torch.Tensor:
         """Query stream: ``qs [B, Nq, E]`` attends to this block's *input* keys ``ks``."""
         kn = self.norm_attn(ks)
         qn = self.norm_attn(qs)
-        qs = qs + self.drop(self.attn(qn, kn, q_pos=q_pos, k_pos=k_pos, key_valid=key_valid))
+        qs = qs + self.drop(self.attn(qn, kn, q_pos=q_pos, k_pos=k_pos, key_valid=key_valid, cache=cache))
         return self._feed_forward(qs)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from geonp.models.attention import make_attention
-from geonp.models.attention.bias import shared_distances
+from geonp.models.attention.bias import DistanceCache
 from geonp.models.blocks import KRBlock
 from geonp.models.heads import GaussianHead
 from geonp.models.layers import MLP, check_shapes, decode_in_chunks
@@ -22,11 +22,13 @@ class ContextState:
         tokens: per block, the context tokens entering it, ``[B, Nc, E]``.
         xc: context coordinates ``[B, Nc, P]``.
         valid: ``[B, Nc]`` True for real (not padded) context points.
+        cache: squared distances shared by the layers of this pass (None: computed per layer).
     """
 
     tokens: list[torch.Tensor]
     xc: torch.Tensor
     valid: torch.Tensor | None
+    cache: DistanceCache | None = None
 
 
 class TokenEmbedding(nn.Module):
@@ -124,22 +126,29 @@ class TNPKR(nn.Module):
         self.head = GaussianHead(dim, dim_y, hidden=2 * dim, sigma_min=sigma_min)
 
     def encode_context(
-        self, xc: torch.Tensor, yc: torch.Tensor, context_valid: torch.Tensor | None = None
+        self, xc: torch.Tensor, yc: torch.Tensor, context_valid: torch.Tensor | None = None,
+        *, share_distances: bool = True,
     ) -> ContextState:
-        """Run the context stream: ``xc [B, Nc, P], yc [B, Nc, dy]``."""
+        """Run the context stream: ``xc [B, Nc, P], yc [B, Nc, dy]``.
+
+        With ``share_distances`` (the default) one :class:`DistanceCache` serves every layer of
+        this pass and the decoding of its queries; without it each layer computes its own (same
+        numbers, more work: the oracle of the cache's test).
+        """
+        cache = DistanceCache() if share_distances else None
         ks = self.embed(xc, yc, observed=True)
         tokens = []
         for block in self.blocks:
             tokens.append(ks)
-            ks = block.update_keys(ks, k_pos=xc, key_valid=context_valid)
-        return ContextState(tokens, xc, context_valid)
+            ks = block.update_keys(ks, k_pos=xc, key_valid=context_valid, cache=cache)
+        return ContextState(tokens, xc, context_valid, cache)
 
     def decode(self, state: ContextState, xt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Predict targets ``xt [B, Nt, P]`` from an encoded context; ``(mean, std) [B, Nt, dy]``."""
         zeros = xt.new_zeros((*xt.shape[:-1], self.dim_y))  # target values start at 0 (eq. 2)
         qs = self.embed(xt, zeros, observed=False)
         for block, ks in zip(self.blocks, state.tokens, strict=True):
-            qs = block.update_queries(qs, ks, q_pos=xt, k_pos=state.xc, key_valid=state.valid)
+            qs = block.update_queries(qs, ks, q_pos=xt, k_pos=state.xc, key_valid=state.valid, cache=state.cache)
         return self.head(qs)
 
     def forward(
@@ -164,6 +173,5 @@ class TNPKR(nn.Module):
             ``(mean, std)``, each ``[B, Nt, dy]``.
         """
         check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
-        with shared_distances():
-            state = self.encode_context(xc, yc, context_valid)
-            return decode_in_chunks(lambda x: self.decode(state, x), xt, query_chunk)
+        state = self.encode_context(xc, yc, context_valid)
+        return decode_in_chunks(lambda x: self.decode(state, x), xt, query_chunk)

@@ -87,6 +87,34 @@ def test_grid_bias_path_equals_direct_path():
     torch.testing.assert_close(fast.tile(slice(3, 9), slice(40, 50)), direct.full()[:, :, 3:9, 40:50])
 
 
+@pytest.mark.parametrize("with_grad", [False, True])
+def test_grid_bias_beyond_its_reach_stays_within_tolerance_of_the_direct_path(with_grad):
+    """Far pairs (up to ~1,400 px) read the table's last entry: within REACH_TOLERANCE of the truth."""
+    from geonp.models.attention.bias import REACH_TOLERANCE, DistanceCache
+
+    g = torch.Generator().manual_seed(4)
+    q_pos = torch.randint(0, 1000, (2, 30, 2), generator=g).float()
+    k_pos = torch.randint(0, 1000, (2, 50, 2), generator=g).float()
+    key_valid = torch.rand(2, 50, generator=g) > 0.3
+    bias = RBFNetworkBias(H, length_scale=4.0)
+    with torch.no_grad():
+        bias.b.mul_(torch.rand(bias.b.shape, generator=g) + 0.2)  # various widths per head and basis
+    reach = bias.reach()
+    assert 8.0 < reach < 100.0  # far below the largest distance here: the cap is taken
+    with torch.set_grad_enabled(with_grad):
+        fast = bias.tiles(q_pos, k_pos, key_valid, cache=DistanceCache()).full()
+        bias.grid_fast_path = False
+        direct = bias.tiles(q_pos, k_pos).full().masked_fill(~key_valid[:, None, None, :], float("-inf"))
+    assert torch.equal(torch.isinf(fast), torch.isinf(direct))  # masked keys are -inf in both
+    finite = torch.isfinite(direct)
+    assert (fast[finite] - direct[finite]).abs().max() <= 2 * REACH_TOLERANCE
+    d = (q_pos[:, :, None] - k_pos[:, None]).norm(dim=-1)[:, None].expand_as(direct)
+    assert (d[finite] > reach).float().mean() > 0.9  # most pairs lie beyond the reach
+    if with_grad:
+        fast.masked_fill(~finite, 0).sum().backward()
+        assert bias.a.grad is not None and torch.isfinite(bias.a.grad).all()
+
+
 def test_rbf_bias_formula():
     bias = RBFNetworkBias(2, num_basis=3)
     with torch.no_grad():

@@ -110,7 +110,7 @@ def test_distance_cache_does_not_change_a_multi_date_forward():
             blk.attn.bias.time.a.normal_()
     xc, xt, yc = _points(n=30, seed=9), _points(n=20, seed=10, days=(0,)), torch.randn(2, 30, 1)
     with torch.no_grad():
-        cached = m(xc, yc, xt)  # forward opens the distance cache
-        uncached = m.decode(m.encode_context(xc, yc), xt)  # outside it: every tile computed afresh
+        cached = m(xc, yc, xt)  # forward shares one distance cache between its layers
+        uncached = m.decode(m.encode_context(xc, yc, share_distances=False), xt)  # every tile afresh
     torch.testing.assert_close(uncached[0], cached[0])
     torch.testing.assert_close(uncached[1], cached[1])

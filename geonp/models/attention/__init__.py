@@ -10,7 +10,7 @@ Conventions, stated once for the whole package:
 - Masks are boolean and ``True`` means valid: ``key_valid [B, Nk]``. A query with no valid key at
   all receives a zero attention output (and zero gradients), never NaN.
 - A kernel bias is a function of coordinates, evaluated tile by tile: see :mod:`.bias`.
-- Every attention module has the same ``forward(x_q, x_kv, *, q_pos, k_pos, key_valid=None)``
+- Every attention module has the same ``forward(x_q, x_kv, *, q_pos, k_pos, key_valid=None, cache=None)``
   returning ``[B, Nq, E]``; :func:`make_attention` builds any of them by name, the one place where
   names become modules.
 """

@@ -11,15 +11,16 @@ are the same in every tile. There the bias is evaluated once on the table of dis
 distances and *gathered* per tile: exact, and an order of magnitude cheaper on the CPU than
 evaluating ~30 elementwise operations per pair, per head (measured on a 2-core CPU: the gather
 is a single index lookup per pair, the direct path an exp and four products per basis).
+The table stops at the bias's reach, the distance beyond which every basis has decayed below
+``REACH_TOLERANCE``: a far context point (hundreds of pixels away) reads the last entry instead
+of growing the table to millions of entries (which cost more than the rest of the model).
 Scattered (off-grid) coordinates use the direct path.
 """
 
 from __future__ import annotations
 
-import contextlib
-import contextvars
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -30,75 +31,109 @@ from torch import nn
 _MAX_TABLE = 4_000_000
 # Most bytes of squared-distance tiles kept per forward pass (beyond it tiles are recomputed).
 _MAX_CACHE_BYTES = 256 * 2**20
+# The bias is treated as constant beyond the distance where every basis has decayed below this
+# (logit units): far pairs then share the table's last entry instead of growing the table.
+REACH_TOLERANCE = 1e-6
+_MISSING = object()
 
 
-# Squared pixel distances of a tile are the same in every layer; a model's forward pass opens a
-# cache so that each (positions, tile) pair is computed once rather than once per layer.
-_SQ_CACHE: contextvars.ContextVar[dict | None] = contextvars.ContextVar("geonp_sq_cache", default=None)
+class DistanceCache:
+    """What the layers of one forward pass share: integer positions, squared distances, tables.
 
-
-@contextlib.contextmanager
-def shared_distances() -> Iterator[None]:
-    """Within this context, grid squared distances are computed once per tile and reused."""
-    token = _SQ_CACHE.set({})
-    try:
-        yield
-    finally:
-        _SQ_CACHE.reset(token)
-
-
-def _grid_sq(
-    qi: torch.Tensor, ki: torch.Tensor, key_valid: torch.Tensor | None, sentinel: int, qs: slice, ks: slice
-) -> torch.Tensor:
-    """Squared distances ``[B, Qc, Kc]`` (int64); invalid keys point at the ``sentinel`` entry.
-
-    Every layer of a forward pass asks for the same tiles, so they are cached for the pass; the
-    cache is bounded (oldest tiles dropped first), which keeps scan attention's linear memory on
-    large contexts while query chunks, decoded one after the other through all layers, still hit.
+    Every layer of a forward pass asks for the bias between the same position tensors, so a
+    model's ``encode_context`` creates one cache and hands it to every layer (and its decoding,
+    through the context state). Entries are keyed by the position tensors' storage and shape;
+    the cache keeps a reference to each key tensor, so no key can be reused by another tensor
+    while the cache lives. Squared-distance tiles are bounded by ``max_bytes`` (oldest dropped
+    first): scan attention keeps its linear memory on large contexts, while query chunks,
+    decoded one after the other through all layers, still hit.
     """
-    cache = _SQ_CACHE.get()
-    kv_ptr = None if key_valid is None else key_valid.data_ptr()
-    key = (qi.data_ptr(), ki.data_ptr(), kv_ptr, sentinel, tuple(qi.shape), tuple(ki.shape),
-           qs.start, qs.stop, ks.start, ks.stop)
-    if cache is not None and key in cache:
-        return cache[key]
+
+    def __init__(self, max_bytes: int | None = None) -> None:
+        self.max_bytes = _MAX_CACHE_BYTES if max_bytes is None else max_bytes
+        self.entries: dict[tuple, object] = {}
+        self.tile_bytes: dict[tuple, int] = {}  # insertion-ordered: oldest first
+        self.bytes = 0
+        self._pinned: dict[int, torch.Tensor] = {}
+
+    def key(self, *parts: object) -> tuple:
+        """A key from tensors (by storage, shape and stride; the tensor is pinned) and values."""
+        out: list[object] = []
+        for part in parts:
+            if isinstance(part, torch.Tensor):
+                self._pinned.setdefault(id(part), part)
+                out.append((part.data_ptr(), tuple(part.shape), part.stride()))
+            else:
+                out.append(part)
+        return tuple(out)
+
+    def get(self, key: tuple, default: object = None) -> object:
+        """The value stored under ``key``, else ``default``."""
+        return self.entries.get(key, default)
+
+    def put(self, key: tuple, value: object) -> None:
+        """Keep a value for the rest of the pass (small entries: positions, tables, maxima)."""
+        self.entries[key] = value
+
+    def put_tile(self, key: tuple, tile: torch.Tensor) -> None:
+        """Keep a tile, dropping the oldest tiles beyond the byte budget."""
+        size = tile.numel() * tile.element_size()
+        if size > self.max_bytes:
+            return
+        while self.tile_bytes and self.bytes + size > self.max_bytes:
+            old = next(iter(self.tile_bytes))
+            self.bytes -= self.tile_bytes.pop(old)
+            del self.entries[old]
+        self.tile_bytes[key] = size
+        self.entries[key] = tile
+        self.bytes += size
+
+
+def cached(cache: DistanceCache | None, key_parts: tuple, compute: Callable[[], object], *,
+           tile: bool = False) -> object:
+    """``compute()``, or its value for ``key_parts`` from ``cache`` (computed once per pass)."""
+    if cache is None:
+        return compute()
+    key = cache.key(*key_parts)
+    value = cache.get(key, _MISSING)
+    if value is _MISSING:
+        value = compute()
+        if tile:
+            cache.put_tile(key, value)
+        else:
+            cache.put(key, value)
+    return value
+
+
+def _grid_sq(qi: torch.Tensor, ki: torch.Tensor, key_valid: torch.Tensor | None, qs: slice, ks: slice) -> torch.Tensor:
+    """Squared distances plus one, ``[B, Qc, Kc]`` (int32); invalid keys are 0.
+
+    Index 0 of a bias table is -inf (the key mask folded into the lookup), index ``d² + 1`` the
+    bias at squared distance ``d²``.
+    """
     # per coordinate, not a sum over a trailing axis of 2: several times faster on the CPU
     dr = qi[:, qs, None, 0] - ki[:, None, ks, 0]
     dc = qi[:, qs, None, 1] - ki[:, None, ks, 1]
-    sq = (dr * dr + dc * dc).long()  # [B, Qc, Kc]
+    sq = dr * dr + dc * dc + 1  # int32: half the memory traffic of int64
     if key_valid is not None:
-        sq = sq.masked_fill(~key_valid[:, None, ks], sentinel)
-    if cache is not None:
-        _remember(cache, key, sq)
+        sq = sq.masked_fill(~key_valid[:, None, ks], 0)
     return sq
 
 
-def _remember(cache: dict, key: tuple, sq: torch.Tensor) -> None:
-    """Cache a tile of squared distances, dropping the oldest tiles beyond the byte budget."""
-    size = sq.numel() * sq.element_size()
-    if size > _MAX_CACHE_BYTES:
-        return
-    tiles = cache.setdefault("tiles", {})  # insertion-ordered: oldest first
-    while tiles and cache.get("bytes", 0) + size > _MAX_CACHE_BYTES:
-        old = next(iter(tiles))
-        cache["bytes"] -= tiles.pop(old)
-        del cache[old]
-    tiles[key] = size
-    cache[key] = sq
-    cache["bytes"] = cache.get("bytes", 0) + size
+def _gather(table: torch.Tensor, index: torch.Tensor, *, clamp: bool = False) -> torch.Tensor:
+    """``table [H, T]`` at ``index [B, Qc, Kc]``; with ``clamp``, indices beyond ``T - 1`` read the last entry.
 
-
-def _gather(table: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
-    """``table [H, T]`` at squared distances ``sq [B, Qc, Kc]``: the bias tile ``[B, H, Qc, Kc]``.
-
-    Without gradients each head is one ``index_select`` into a contiguous ``[H, B, Qc, Kc]``
-    buffer (a permuted view of which is returned), about 3x faster on the CPU than advanced
-    indexing; with gradients (training) advanced indexing, whose backward autograd knows.
+    Returns the bias tile ``[B, H, Qc, Kc]``. Without gradients each head is one
+    ``index_select`` into a contiguous ``[H, B, Qc, Kc]`` buffer (a permuted view of which is
+    returned), about 3x faster on the CPU than advanced indexing; with gradients (training)
+    advanced indexing, whose backward autograd knows.
     """
+    if clamp:
+        index = index.clamp_max(table.shape[1] - 1)
     if torch.is_grad_enabled() and table.requires_grad:
-        return table[:, sq].permute(1, 0, 2, 3)
-    out = table.new_empty((table.shape[0], *sq.shape))
-    flat = sq.reshape(-1)
+        return table[:, index.long()].permute(1, 0, 2, 3)
+    out = table.new_empty((table.shape[0], *index.shape))
+    flat = index.reshape(-1)
     for h in range(table.shape[0]):
         torch.index_select(table[h], 0, flat, out=out[h].view(-1))
     return out.permute(1, 0, 2, 3)
@@ -173,41 +208,58 @@ class RBFNetworkBias(nn.Module):
             out = out + ai * torch.exp(-bi.abs() * (dist - ci) ** 2)
         return out
 
-    def _table(self, params: tuple[torch.Tensor, ...], max_sq: int, like: torch.Tensor) -> torch.Tensor:
-        """The bias at every squared distance ``0..max_sq``, plus a -inf sentinel: ``[H, max_sq + 2]``.
+    def reach(self, tolerance: float = REACH_TOLERANCE) -> float:
+        """A distance beyond which ``|K_h(d)| <= tolerance`` for every head (inf if none).
 
-        Without gradients (inference) it is computed once per forward pass and layer.
+        Beyond its centre a basis only decays, so ``|K(d)| <= Σ_k |a_k| exp(-|b_k| (d - c_k)²)``;
+        each term is below ``tolerance / num_basis`` from ``c_k + sqrt(ln(num_basis |a_k| /
+        tolerance) / |b_k|)`` on. Computed from the current parameters (no gradient).
         """
-        cache = _SQ_CACHE.get()
-        key = ("table", id(self), max_sq, like.device, like.dtype)
-        cacheable = cache is not None and not (torch.is_grad_enabled() and self.a.requires_grad)
-        if cacheable and key in cache:
-            return cache[key]
-        dist = torch.arange(max_sq + 1, device=like.device, dtype=like.dtype).sqrt()
+        with torch.no_grad():
+            a, b, c = (t.detach().double() for t in (self.a, self.b, self.c))
+            need = (a.shape[1] * a.abs() / tolerance).clamp_min(1.0).log()
+            width = torch.where(need > 0, (need / b.abs()).sqrt(), torch.zeros_like(need))
+            return float((c + width).max().clamp_min(c.max()).clamp_min(0.0))
+
+    def _table(self, params: tuple[torch.Tensor, ...], last_sq: int, like: torch.Tensor) -> torch.Tensor:
+        """``[H, last_sq + 2]``: -inf (masked keys) at index 0, then the bias at squared distances ``0..last_sq``."""
+        dist = torch.arange(last_sq + 1, device=like.device, dtype=like.dtype).sqrt()
         table = self.evaluate(params, dist)  # [H, T]
-        table = torch.cat([table, table.new_full((table.shape[0], 1), float("-inf"))], 1)
-        if cacheable:
-            cache[key] = table
-        return table
+        return torch.cat([table.new_full((table.shape[0], 1), float("-inf")), table], 1)
 
     def tiles(
-        self, q_pos: torch.Tensor, k_pos: torch.Tensor, key_valid: torch.Tensor | None = None
+        self,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        key_valid: torch.Tensor | None = None,
+        *,
+        cache: DistanceCache | None = None,
     ) -> BiasTiles:
         """Return the bias between ``q_pos [B, Nq, P]`` and ``k_pos [B, Nk, P]`` as tiles.
 
         With ``key_valid [B, Nk]`` the grid path also puts -inf at invalid keys
-        (``masks_keys=True``); the direct path leaves masking to the kernel.
+        (``masks_keys=True``); the direct path leaves masking to the kernel. On the grid path the
+        table stops at :meth:`reach` (rounded up to a power of two in squared pixels): farther
+        pairs read its last entry, which equals the bias there within ``REACH_TOLERANCE``. A
+        ``cache`` shares integer positions and squared distances between the layers of a pass.
         """
         params = (self.a, self.b, self.c)
         if self.grid_fast_path:
-            max_sq = _max_sq_dist(q_pos, k_pos)
-            if max_sq is not None and max_sq < _MAX_TABLE:
-                sentinel = max_sq + 1  # entry T: -inf, where invalid keys point
-                table = self._table(params, max_sq, q_pos)  # [H, T + 1]
-                qi, ki = _as_int(q_pos), _as_int(k_pos)
+            max_sq = cached(cache, ("max_sq", q_pos, k_pos), lambda: _compute_max_sq(q_pos, k_pos))
+            last_sq = None if max_sq is None else min(max_sq, _reach_sq(self.reach()))
+            if last_sq is not None and last_sq < _MAX_TABLE:
+                needs_grad = torch.is_grad_enabled() and self.a.requires_grad
+                table = (self._table(params, last_sq, q_pos) if needs_grad or cache is None else
+                         cached(cache, ("table", id(self), last_sq, q_pos.device, q_pos.dtype),
+                                lambda: self._table(params, last_sq, q_pos)))
+                qi = cached(cache, ("int", q_pos), lambda: q_pos.round().to(torch.int32))
+                ki = cached(cache, ("int", k_pos), lambda: k_pos.round().to(torch.int32))
+                clamp = max_sq > last_sq
 
                 def gather(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
-                    return _gather(tensors[0], _grid_sq(qi, ki, key_valid, sentinel, qs, ks))
+                    sq = cached(cache, ("sq", qi, ki, key_valid, qs.start, qs.stop, ks.start, ks.stop),
+                                lambda: _grid_sq(qi, ki, key_valid, qs, ks), tile=True)
+                    return _gather(tensors[0], sq, clamp=clamp)
 
                 return BiasTiles((table,), gather, masks_keys=key_valid is not None)
 
@@ -220,34 +272,15 @@ class RBFNetworkBias(nn.Module):
         return BiasTiles(params, direct)
 
 
-def _as_int(pos: torch.Tensor) -> torch.Tensor:
-    """Integer coordinates as int32, cached per tensor so the cache keys above stay stable."""
-    cache = _SQ_CACHE.get()
-    if cache is None:
-        return pos.round().to(torch.int32)
-    key = ("int", pos.data_ptr(), tuple(pos.shape))
-    if key not in cache:
-        cache[key] = pos.round().to(torch.int32)
-    return cache[key]
-
-
-def _max_sq_dist(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:
-    """Largest squared distance if all coordinates are integers, else None.
-
-    It reads values back to the host (a device sync), so within a forward pass it is computed once
-    per pair of position tensors, not once per layer.
-    """
-    cache = _SQ_CACHE.get()
-    key = ("max_sq", q_pos.data_ptr(), k_pos.data_ptr(), tuple(q_pos.shape), tuple(k_pos.shape))
-    if cache is not None and key in cache:
-        return cache[key]
-    out = _compute_max_sq(q_pos, k_pos)
-    if cache is not None:
-        cache[key] = out
-    return out
+def _reach_sq(reach: float) -> int:
+    """The squared reach, rounded up to a power of two (so a table is rebuilt only when it doubles)."""
+    if not math.isfinite(reach):
+        return _MAX_TABLE
+    return 1 << max(int(math.ceil(reach)) ** 2, 1).bit_length()
 
 
 def _compute_max_sq(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:
+    """Largest squared distance if all coordinates are integers, else None (a host sync)."""
     if q_pos.numel() == 0 or k_pos.numel() == 0:
         return None
     if not (torch.equal(q_pos, q_pos.round()) and torch.equal(k_pos, k_pos.round())):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from geonp.models.attention.bias import DistanceCache
 from geonp.models.layers import MLP
 
 
@@ -104,8 +105,9 @@ class DeepKernelAttention(nn.Module):
         q_pos: torch.Tensor,
         k_pos: torch.Tensor,
         key_valid: torch.Tensor | None = None,
+        cache: DistanceCache | None = None,
     ) -> torch.Tensor:
-        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]``."""
+        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]`` (no bias: ``cache`` unused)."""
         b, nk, e = x_kv.shape
         psi_v = self.psi(x_kv).reshape(b, nk, self.num_heads, e // self.num_heads).transpose(1, 2)
         out = deep_kernel_attention(

@@ -12,6 +12,7 @@ import math
 import torch
 from torch import nn
 
+from geonp.models.attention.bias import DistanceCache
 from geonp.models.layers import MultiHeadProjection
 
 
@@ -119,7 +120,8 @@ class PerformerAttention(nn.Module):
         q_pos: torch.Tensor,
         k_pos: torch.Tensor,
         key_valid: torch.Tensor | None = None,
+        cache: DistanceCache | None = None,
     ) -> torch.Tensor:
-        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]``."""
+        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]`` (no bias: ``cache`` unused)."""
         q, k, v = self.proj.qkv(x_q, x_kv)
         return self.proj.merge(performer_attention(q, k, v, self.features, key_valid=key_valid))

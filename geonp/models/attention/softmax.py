@@ -11,7 +11,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from geonp.models.attention.bias import BiasTiles, RBFNetworkBias
+from geonp.models.attention.bias import BiasTiles, DistanceCache, RBFNetworkBias
 from geonp.models.layers import MultiHeadProjection
 
 __all__ = ["BiasedSoftmaxAttention"]
@@ -40,10 +40,14 @@ class BiasedSoftmaxAttention(nn.Module):
         q_pos: torch.Tensor,
         k_pos: torch.Tensor,
         key_valid: torch.Tensor | None = None,
+        cache: DistanceCache | None = None,
     ) -> torch.Tensor:
-        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]``."""
+        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]``.
+
+        ``cache`` shares squared distances between the layers of one forward pass.
+        """
         q, k, v = self.proj.qkv(x_q, x_kv)
-        tiles = self.bias.tiles(q_pos, k_pos, key_valid) if self.bias is not None else None
+        tiles = self.bias.tiles(q_pos, k_pos, key_valid, cache=cache) if self.bias is not None else None
         return self.proj.merge(self.attend(q, k, v, tiles, key_valid))
 
     def attend(

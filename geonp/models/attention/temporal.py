@@ -21,7 +21,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from geonp.models.attention.bias import _SQ_CACHE, BiasTiles, RBFNetworkBias, _gather, _remember
+from geonp.models.attention.bias import BiasTiles, DistanceCache, RBFNetworkBias, _gather, cached
 
 # Largest |Δt| (days) of the table path; beyond it the direct path is used.
 _MAX_DAYS = 100_000
@@ -46,12 +46,12 @@ class SpaceTimeBias(nn.Module):
         with torch.no_grad():  # starts as the spatial bias alone: a spatial model's weights carry over
             self.time.a.zero_()
 
-    def tiles(self, q_pos: torch.Tensor, k_pos: torch.Tensor,
-              key_valid: torch.Tensor | None = None) -> BiasTiles:
+    def tiles(self, q_pos: torch.Tensor, k_pos: torch.Tensor, key_valid: torch.Tensor | None = None,
+              *, cache: DistanceCache | None = None) -> BiasTiles:
         """The bias between ``q_pos [B, Nq, P+1]`` and ``k_pos [B, Nk, P+1]`` (last entry: days)."""
-        space = self.space.tiles(q_pos[..., :-1], k_pos[..., :-1], key_valid)
+        space = self.space.tiles(q_pos[..., :-1], k_pos[..., :-1], key_valid, cache=cache)
         qt, kt = q_pos[..., -1], k_pos[..., -1]
-        max_dt = _max_abs_dt(qt, kt)
+        max_dt = cached(cache, ("max_dt", qt, kt), lambda: _max_abs_dt(qt, kt))
         if max_dt == 0:
             return space
         params = (self.time.a, self.time.b, self.time.c)
@@ -60,7 +60,9 @@ class SpaceTimeBias(nn.Module):
             time_tensors: tuple[torch.Tensor, ...] = (RBFNetworkBias.evaluate(params, days),)  # [H, T]
 
             def time_tile(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
-                return _gather(tensors[0], _day_index(qt, kt, qs, ks))
+                index = cached(cache, ("days", qt, kt, qs.start, qs.stop, ks.start, ks.stop),
+                               lambda: (qt[:, qs, None] - kt[:, None, ks]).abs().round().int(), tile=True)
+                return _gather(tensors[0], index)
         else:
             time_tensors = params
 
@@ -76,35 +78,11 @@ class SpaceTimeBias(nn.Module):
         return BiasTiles(space.tensors + time_tensors, both, masks_keys=space.masks_keys)
 
 
-def _day_index(qt: torch.Tensor, kt: torch.Tensor, qs: slice, ks: slice) -> torch.Tensor:
-    """``|Δt|`` in whole days ``[B, Qc, Kc]`` (int64), cached for the forward pass like distances."""
-    cache = _SQ_CACHE.get()
-    key = ("days", qt.data_ptr(), kt.data_ptr(), tuple(qt.shape), tuple(kt.shape),
-           qs.start, qs.stop, ks.start, ks.stop)
-    if cache is not None and key in cache:
-        return cache[key]
-    idx = (qt[:, qs, None] - kt[:, None, ks]).abs().round().long()
-    if cache is not None:
-        _remember(cache, key, idx)
-    return idx
-
-
 def _max_abs_dt(qt: torch.Tensor, kt: torch.Tensor) -> int | None:
-    """Largest ``|Δt|`` when all dates are whole days (0 when none differs), else None.
-
-    A host sync, so computed once per forward pass and pair of position tensors.
-    """
-    cache = _SQ_CACHE.get()
-    key = ("max_dt", qt.data_ptr(), kt.data_ptr(), tuple(qt.shape), tuple(kt.shape))
-    if cache is not None and key in cache:
-        return cache[key]
+    """Largest ``|Δt|`` when all dates are whole days (0 when none differs), else None (a host sync)."""
     if qt.numel() == 0 or kt.numel() == 0:
-        out: int | None = 0
-    else:
-        lo = torch.minimum(qt.min(), kt.min())
-        hi = torch.maximum(qt.max(), kt.max())
-        whole = torch.equal(qt, qt.round()) and torch.equal(kt, kt.round())
-        out = int(round(float(hi - lo))) if whole else None
-    if cache is not None:
-        cache[key] = out
-    return out
+        return 0
+    lo = torch.minimum(qt.min(), kt.min())
+    hi = torch.maximum(qt.max(), kt.max())
+    whole = torch.equal(qt, qt.round()) and torch.equal(kt, kt.round())
+    return int(round(float(hi - lo))) if whole else None
