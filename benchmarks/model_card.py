@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import geonp
+from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import save_model
 from geonp.model_files.registry import load_model
 
@@ -160,7 +161,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     loaded = load_model(args.model_dir)
-    card = dict(loaded.card)
+    card = loaded.card.to_dict()
     test_cols = card["split"]["regions"][0]["test"]
     window = args.window or [test_cols[0], 640, test_cols[1] - test_cols[0], 1024]
     masks = tuple(args.masks)
@@ -215,7 +216,7 @@ def main() -> None:
         loaded.config,
         normalizer=loaded.normalizer,
         calibration=loaded.calibration,
-        card=card,
+        card=ModelCard.from_dict(card),
         card_markdown=md,
     )
     print(md)

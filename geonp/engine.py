@@ -68,7 +68,7 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
 
     The model card's ``task_shape`` gives what the arguments leave as None.
     """
-    shape = loaded.card.get("task_shape") or {}
+    shape = loaded.card.task_shape or {}
     spec = ContextSpec.from_dict(shape)
     overlap = int(shape.get("overlap", 8)) if overlap is None else overlap
     return TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap,
@@ -82,7 +82,7 @@ def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndar
     stored = loaded.normalizer
     if stored is not None and len(stored.get("mean", [])) == n_bands:
         return Normalizer.from_dict(stored)
-    if loaded.card.get("any_band_count", True) is False:
+    if not loaded.card.takes_any_band_count:
         raise InputRasterError(
             f"model {loaded.name} was trained on {len(stored['mean'])} band(s) and cannot take "
             f"{n_bands}; select matching bands with -b, or train a model on this sensor with geonp train"

@@ -1,6 +1,7 @@
 """Context selection (near + far sets) and the std calibration by distance to data."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -165,7 +166,8 @@ def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):
 
     lm = load_model(tiny_model)
     assert tile_options(lm, None, None, 8, 512).n_far == 0  # a card without far fields: 0.1's rule
-    lm.card["task_shape"] = {"core_size": 32, "max_context": 96, "n_far": 40, "rings": 6, "sectors": 12}
+    lm.card = replace(lm.card, task_shape={"core_size": 32, "max_context": 96, "n_far": 40, "rings": 6,
+                                           "sectors": 12})
     opts = tile_options(lm, None, None, 8, 300)
     assert (opts.tile_size, opts.max_context, opts.n_far, opts.rings, opts.sectors) == (32, 96, 40, 6, 12)
     assert opts.context == ContextSpec(n_near=96, n_far=40, search_radius=300, rings=6, sectors=12)

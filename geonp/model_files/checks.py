@@ -42,7 +42,8 @@ def check_model_meta(meta: dict[str, Any], where: Path) -> None:
 
     Every architecture key must be present (a missing one would silently take a default and the
     weights would then look like another model's), every size within :data:`SIZE_CAPS`, and
-    the normalisation and calibration numbers finite (std and std scale positive).
+    the normalisation and calibration numbers finite (std and std scale positive). The ``card``
+    section must be there; its fields are checked by :meth:`~geonp.model_files.card.ModelCard.from_dict`.
 
     Args:
         meta: The parsed ``config.json``.
@@ -56,6 +57,8 @@ def check_model_meta(meta: dict[str, Any], where: Path) -> None:
     model = meta.get("model")
     if not isinstance(model, dict):
         raise _bad(where, "has no 'model' section describing the architecture")
+    if "card" not in meta:
+        raise _bad(where, "has no 'card' section (the model card)")
     # keys added after format 1 may be absent: their defaults are what older files meant
     missing = [f.name for f in fields(ModelConfig) if f.name not in model and f.name not in LATER_KEYS]
     if missing:

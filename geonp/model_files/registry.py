@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from geonp.errors import CheckpointError
+from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import LoadedModel, load_checkpoint
 
 PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"
@@ -54,11 +55,16 @@ def cached_model(path: str, device: str) -> LoadedModel:
 
 
 def list_models() -> list[dict[str, Any]]:
-    """The built-in models' cards."""
+    """The built-in models' cards, JSON-ready: ``name``, ``path``, the card's fields and ``model``.
+
+    Raises:
+        CheckpointError: a built-in model's card holds a field of the wrong type.
+    """
     import json
 
     cards = []
     for name, path in builtin_models().items():
         meta = json.loads((path / "config.json").read_text())
-        cards.append({"name": name, "path": str(path), **(meta.get("card") or {}), "model": meta.get("model")})
+        card = ModelCard.from_dict(meta.get("card"), where=path / "config.json")
+        cards.append({"name": name, "path": str(path), **card.to_dict(), "model": meta.get("model")})
     return cards

@@ -19,7 +19,7 @@ import os
 import platform
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +37,7 @@ from geonp.data.tasks import Task, collate, window_task
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.models import build_model
 from geonp.normalize import Normalizer
+from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.model_files.train_state import load_training_state, save_training_state
 from geonp.training.loop import FitResult, fit
@@ -182,6 +183,12 @@ def hardware() -> str:
     """This machine as a model card states it: CPU, cores and GPU."""
     gpu = "CUDA " + torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}"
+
+
+def best_of(card: ModelCard) -> tuple[float, int]:
+    """A trained model's best validation NLL and its step, from its card (NaN and -1 if unstated)."""
+    nll = math.nan if card.best_val_nll is None else float(card.best_val_nll)
+    return nll, -1 if card.best_step is None else int(card.best_step)
 
 
 @dataclass
@@ -363,38 +370,41 @@ def train(
     total_steps = pretrain_steps + tcfg.steps
     metrics_writer = _MetricsWriter(Path(metrics) if metrics else None, resume)
 
-    card: dict[str, Any] = {
-        "name": name or out.name,
-        "description": f"{_arch_name(mcfg)} trained by geonp train on {len(inputs)} raster(s)",
-        "geonp_version": __version__,
-        "command": command,
-        "training_data": [str(Path(p).name) for p in inputs],
-        "bands": list(bands) if bands else None,
-        "band_count": int(train_groups[0].pool.values.shape[1]),
-        "nodata": nodata,
-        "coord_unit": mcfg.coord_unit,
-        "task_shape": task_shape.to_dict(),
-        "gap_mix": gap_mix,
-        "footprint_probability": footprint_probability if gap_mix is not None else 0.0,
-        "gp_fraction": gp_fraction,
-        "init_from": None if init_from is None else str(init_from),
-        "split": {"axis": "columns", "val_fraction": val_fraction, "test_fraction": test_fraction,
-                  "regions": [split_columns(_width(p), val_fraction=val_fraction, test_fraction=test_fraction,
-                                            min_val_columns=task_shape.patch_size).__dict__ for p in inputs]},
-        "hardware": hardware(),
-        "pretrain_steps": pretrain_steps,
-        "steps": tcfg.steps,
-        "batch_size": batch_size,
-        "train_config": tcfg.__dict__,
-    }
+    card = ModelCard(
+        name=name or out.name,
+        description=f"{_arch_name(mcfg)} trained by geonp train on {len(inputs)} raster(s)",
+        geonp_version=__version__,
+        command=command,
+        training_data=[str(Path(p).name) for p in inputs],
+        band_count=int(train_groups[0].pool.values.shape[1]),
+        coord_unit=mcfg.coord_unit,
+        task_shape=task_shape.to_dict(),
+        gap_mix=gap_mix,
+        gp_fraction=gp_fraction,
+        init_from=None if init_from is None else str(init_from),
+        hardware=hardware(),
+        pretrain_steps=pretrain_steps,
+        steps=tcfg.steps,
+        batch_size=batch_size,
+        train_config=tcfg.__dict__,
+        extra={
+            "bands": list(bands) if bands else None,
+            "nodata": nodata,
+            "footprint_probability": footprint_probability if gap_mix is not None else 0.0,
+            "split": {"axis": "columns", "val_fraction": val_fraction, "test_fraction": test_fraction,
+                      "regions": [split_columns(_width(p), val_fraction=val_fraction, test_fraction=test_fraction,
+                                                min_val_columns=task_shape.patch_size).__dict__ for p in inputs]},
+        },
+    )
 
     def save_best(record: dict[str, float], is_best: bool, result: FitResult) -> None:
+        nonlocal card
         record = {**record, "step": record["step"]}
         history.append(record)
         metrics_writer.write(record)
         if is_best:
-            card.update(best_val_nll=record["val_nll"], best_step=record["step"],
-                        training_seconds=round(time.perf_counter() - t0, 1))
+            card = replace(card, best_val_nll=record["val_nll"], best_step=int(record["step"]),
+                           training_seconds=round(time.perf_counter() - t0, 1))
             save_model(out, module, mcfg, normalizer=norm.to_dict(), card=card)
         save_training_state(out, module, result.optimizer_state or {"state": {}, "param_groups": []},
                             {"step": result.step, "best_val_nll": result.best_val_nll, "history": history})
@@ -421,9 +431,7 @@ def train(
         opt_state, start = result.optimizer_state, end
     if not (out / "model.safetensors").exists():
         raise InputRasterError("training produced no model; the validation NLL was never finite")
-    loaded = load_checkpoint(out)
-    return TrainReport(out, total_steps, float(loaded.card.get("best_val_nll", math.nan)),
-                       int(loaded.card.get("best_step", -1)), time.perf_counter() - t0, history)
+    return TrainReport(out, total_steps, *best_of(load_checkpoint(out).card), time.perf_counter() - t0, history)
 
 
 def _groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rng: np.random.Generator, *,

@@ -38,7 +38,7 @@ def test_short_training_lowers_validation_nll(raster, tmp_path):
     assert min(nll[1:]) < nll[0] - 0.05, nll
     assert report.best_val_nll == pytest.approx(min(nll))
     loaded = load_checkpoint(tmp_path / "m")
-    assert loaded.card["best_step"] == report.best_step
+    assert loaded.card.best_step == report.best_step
     assert len(loaded.normalizer["mean"]) == 2
     assert loaded.config.coord_unit == "pixel"
 
@@ -81,7 +81,7 @@ def test_bad_training_inputs(tmp_path, raster):
     one_band = write_raster(tmp_path / "one.tif", smooth_field((96, 160)).astype("uint16")[None])
     train([raster, one_band], tmp_path / "mixed", training=TrainConfig(steps=2, val_every=2, warmup_steps=1), **SMALL)
     mixed = load_checkpoint(tmp_path / "mixed")
-    assert mixed.card["band_count"] == 2 and len(mixed.normalizer["mean"]) == 2
+    assert mixed.card.band_count == 2 and len(mixed.normalizer["mean"]) == 2
     bad = tmp_path / "bad.tif"
     bad.write_text("not a raster")
     res = CliRunner().invoke(cli, ["train", str(bad), "--output", str(tmp_path / "m2"), "--steps", "2"])
@@ -117,9 +117,9 @@ def test_fill_like_window_recipe_and_fine_tuning(raster, tmp_path):
                    gap_mix={"scene_cloud": 1.0, "sparse": 0.5}, init_from=tmp_path / "start", **base)
     assert report.steps == 2
     tuned = load_checkpoint(tmp_path / "tuned")
-    shape = tuned.card["task_shape"]
+    shape = tuned.card.task_shape
     assert ContextSpec.from_dict(shape) == ContextSpec(n_near=24, n_far=16, search_radius=60, rings=4, sectors=4)
-    assert tuned.card["gap_mix"] == {"scene_cloud": 1.0, "sparse": 0.5} and tuned.card["gp_fraction"] == 0.5
+    assert tuned.card.gap_mix == {"scene_cloud": 1.0, "sparse": 0.5} and tuned.card.gp_fraction == 0.5
     # started from the given weights (a learning rate of 1e-9 leaves them where they were)
     for k, v in start.module.state_dict().items():
         torch.testing.assert_close(tuned.module.state_dict()[k], v, atol=1e-6, rtol=0)
