@@ -32,9 +32,9 @@ _LAZY = {
     "scan_series": "geonp.io.timeseries",
     "default_uncertainty_path": "geonp.inference",
     "check_output_path": "geonp.io.paths",
-    "evaluate_series": "geonp.evaluate_multidate",
-    "series_summary": "geonp.evaluate_multidate:summary",
-    "series_report": "geonp.evaluate_multidate:report_lines",
+    "evaluate_series": "geonp.evaluation.series",
+    "series_summary": "geonp.evaluation.series:summary",
+    "series_report": "geonp.evaluation.series:report_lines",
 }
 
 __all__ = ["__version__", *sorted(_LAZY)]

@@ -11,7 +11,7 @@ from rasterio.warp import Resampling, calculate_default_transform, reproject
 import geonp
 from geonp.baselines import fillnodata_baseline
 from geonp.data.tasks import ReferenceBand, context_points, window_task
-from geonp.evaluate_multidate import reference_regression
+from geonp.evaluation.series import reference_regression
 from geonp.predict import BlockReference, TileOptions, block_tasks
 from geonp_cli.main import cli
 
@@ -224,7 +224,10 @@ def test_batch_neighbours_fills_each_date_from_its_nearest_dates(tmp_path):
 def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
     import json
 
-    res = _cli("-q", "evaluate", LSTS, "--series", "--targets-from", "2013-05-20", "--json", tmp_path / "s.json")
+    import matplotlib.image
+
+    res = _cli("-q", "evaluate", LSTS, "--series", "--targets-from", "2013-05-20", "--json", tmp_path / "s.json",
+               "--plot", tmp_path / "s.png")
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "s.json").read_text())
     (d,) = s["per_date"]
@@ -234,3 +237,21 @@ def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
     assert "2013-05-27" in res.output and "mean of 1 dates" in res.output
     assert 0 < d["rmse_geonp"] < d["rmse_gdal"]
     assert 0.5 < d["coverage95"] <= 1.0
+    # scores by distance to data: every scored pixel of every band in one bin, for every method
+    bins = s["binned_by_distance"]
+    assert set(bins) == {"geonp", "gdal", "regression", "single_date"}
+    for method, rows in bins.items():
+        assert sum(r["n"] for r in rows) == 3 * d["scored"], method
+        own = d["binned"][method]  # one date: the pooled bins are the date's own
+        assert [r["n"] for r in rows] == [r["n"] for r in own]
+        assert [r["rmse"] for r in rows if r["n"]] == pytest.approx([r["rmse"] for r in own if r["n"]], rel=1e-12)
+    assert all(r["coverage95"] is None or 0 <= r["coverage95"] <= 1 for r in bins["geonp"])
+    assert "coverage95" in bins["single_date"][0] and "coverage95" not in bins["gdal"][0]
+    rmse = [(r["n"], r["rmse"]) for r in bins["geonp"] if r["n"]]
+    assert abs(sum(n * e * e for n, e in rmse) / sum(n for n, _ in rmse) - d["rmse_geonp"] ** 2) < 1e-6 * d["rmse_geonp"] ** 2
+    # the plot: a real PNG, RMSE bars per date and the binned panels
+    png = tmp_path / "s.png"
+    assert png.stat().st_size > 10_000 and f"Plot: {png}" in res.output
+    img = matplotlib.image.imread(png)
+    assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 300 and img.shape[2] in (3, 4)
+    assert img[..., :3].std() > 0.05  # drawn, not blank
