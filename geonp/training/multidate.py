@@ -45,7 +45,8 @@ from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.models import build_model
 from geonp.normalize import Normalizer
 from geonp.training.loop import FitResult, fit
-from geonp.training.raster import best_of, hardware, make_batch
+from geonp.training.raster import best_of, hardware
+from geonp.training.windows import make_batch
 
 logger = logging.getLogger(__name__)
 

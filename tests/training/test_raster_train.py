@@ -107,7 +107,7 @@ def test_cli_train_with_config_file(raster, tmp_path):
 def test_fill_like_window_recipe_and_fine_tuning(raster, tmp_path):
     """Large windows, far context, several tasks per window, GP windows, starting from a model."""
     from geonp.context import ContextSpec
-    from geonp.training import raster as R
+    from geonp.training import windows
 
     base = dict(SMALL, task_shape=TaskShape(patch_size=64, core_size=16, max_context=24, max_targets=16))
     train([raster], tmp_path / "start", training=TrainConfig(steps=2, val_every=2, warmup_steps=1), **base)
@@ -124,9 +124,9 @@ def test_fill_like_window_recipe_and_fine_tuning(raster, tmp_path):
     for k, v in start.module.state_dict().items():
         torch.testing.assert_close(tuned.module.state_dict()[k], v, atol=1e-6, rtol=0)
     # the tasks of this recipe: 3 per window, targets inside the query window, near + far context
-    recipe = R._Recipe(TaskShape(**{k: shape[k] for k in shape if k != "n_near"}), {"scene_cloud": 1.0}, None, 0.0)
+    recipe = windows.TaskRecipe(TaskShape(**{k: shape[k] for k in shape if k != "n_near"}), {"scene_cloud": 1.0}, None, 0.0)
     field = np.random.default_rng(0).normal(size=(1, 64, 64)).astype(np.float32)
-    tasks = R._cut_tasks([field] * 3, np.ones((64, 64), bool), recipe, np.random.default_rng(3))
+    tasks = windows.cut_tasks([field] * 3, np.ones((64, 64), bool), recipe, np.random.default_rng(3))
     assert len(tasks) == 3
     for t in tasks:
         assert t.xt.min() >= 0 and t.xt.max() < 16 and 0 < t.xc.shape[0] <= 40
