@@ -15,8 +15,8 @@ from geonp._version import __version__
 
 #: Public name -> the module that defines it (``module:name`` where the module names it otherwise).
 _LAZY = {
-    "fill": "geonp.inference",
-    "fill_array": "geonp.inference",
+    "fill": "geonp.array_fill",
+    "fill_array": "geonp.array_fill",
     "fill_raster": "geonp.inference",
     "load_model": "geonp.model_files.registry",
     "list_models": "geonp.model_files.registry",
@@ -24,7 +24,7 @@ _LAZY = {
     "evaluate": "geonp.evaluation",
     "fill_many": "geonp.jobs",
     "FillConfig": "geonp.config",
-    "TaskShape": "geonp.training.raster",
+    "TaskShape": "geonp.training.windows",
     "train_series": "geonp.training.multidate",
     "SeriesRecipe": "geonp.training.multidate",
     "ContextSpec": "geonp.context",

@@ -186,7 +186,8 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 
 def test_geonp_has_no_import_cycle():
     graph = import_graph(PACKAGES)
-    assert len(graph) > 60 and "geonp.model_files.registry" in graph["geonp.inference"]
+    # imports inside functions count: the engine loads models with one (geonp.engine.load_for_fill)
+    assert len(graph) > 60 and "geonp.model_files.registry" in graph["geonp.engine"]
     assert find_cycles(graph) == []
 
 
