@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import os
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,14 +25,14 @@ from geonp import engine, survey
 from geonp.array_fill import fill, fill_array  # in-memory fills, importable from here too
 from geonp._version import __version__
 from geonp.config import FillConfig
-from geonp.errors import ConfigError, NoValidPixelsError
+from geonp.errors import ConfigError, NoValidPixelsError, OutputError
 from geonp.io.gap_sources import GapSources, build_gap_sources
 from geonp.io.hints import untagged_nodata_hint
 from geonp.io.masks import resolve_nodata
 from geonp.io.atomic import AtomicGroup
 from geonp.io.formats import check_creation_options, output_driver
 from geonp.io.metadata import copy_metadata, copy_std_metadata
-from geonp.io.paths import check_output_path
+from geonp.io.paths import RUN_ID_TAG, check_output_path, unpaired_output
 from geonp.io.profiles import output_profile, parse_creation_options
 from geonp.io.validity import plan_output_validity
 from geonp.io.raster import open_raster, raster_info, select_bands
@@ -203,6 +204,10 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         refs, ref_days = _open_references(input, info, cfg, references, qa_kind, qa_classes)
         inputs = [p for p in (input, mask, qa, footprint, *references.paths) if p is not None]
         if not dry_run:
+            leftover = None if cfg.overwrite else unpaired_output(out_path, std_path)
+            if leftover is not None:
+                raise OutputError(f"{std_path} already exists, left by an interrupted run ({leftover}); "
+                                  "pass --overwrite to replace it.")
             out_path = check_output_path(out_path, inputs=inputs, overwrite=cfg.overwrite)
             std_path = check_output_path(std_path, inputs=inputs, overwrite=cfg.overwrite)
             if out_path == std_path:
@@ -262,7 +267,8 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             references=refs, reference_days=ref_days,
         )
         # The model's name only: an absolute local path would publish the user's directories.
-        tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__}
+        tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__,
+                RUN_ID_TAG: uuid.uuid4().hex[:12]}  # one id for the pair: io.paths.unpaired_output
         if refs:
             tags["GEONP_REFERENCES"] = ", ".join(f"{Path(r.path).name} ({r.date})" for r in refs)
         done = [0]
@@ -273,10 +279,10 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             if progress is not None:
                 progress(min(done[0], total), total)
 
-        # the filled raster and its std appear together or not at all
+        # the filled raster and its std appear together or not at all, the filled raster last
         with AtomicGroup() as group, \
                 group.writer(out_path, profile, overwrite=cfg.overwrite, cog=cfg.cog, creation_options=co,
-                             driver=out_driver) as dst, \
+                             driver=out_driver, primary=True) as dst, \
                 group.writer(std_path, std_profile, overwrite=cfg.overwrite, cog=cfg.cog,
                              creation_options=std_co, driver=std_driver, overview_resampling="RMS") as dstd:
             copy_metadata(src, dst, bands=band_list)

@@ -152,14 +152,16 @@ def fingerprint(path: Path) -> dict[str, int]:
 
 
 def outputs_complete(output: Path, uncertainty: Path) -> bool:
-    """Both outputs exist and open, on the same grid (atomic writes make them whole)."""
+    """Both outputs exist and open, on the same grid, from one run (atomic writes make them whole)."""
+    from geonp.io.paths import unpaired_output
     from geonp.io.raster import open_raster
 
     try:
         with open_raster(output) as a, open_raster(uncertainty) as b:
-            return (a.width, a.height, a.count) == (b.width, b.height, b.count)
+            same_grid = (a.width, a.height, a.count) == (b.width, b.height, b.count)
     except GeonpError:
         return False
+    return same_grid and unpaired_output(output, uncertainty) is None
 
 
 def load_manifest(path: Path) -> dict[str, dict[str, Any]]:

@@ -4,9 +4,10 @@ geonp never modifies its input and never leaves a half-written output: every fil
 JSON reports, PNGs, model files) is written to a hidden temporary file in the output's directory
 and moved onto its final name only when it is complete (``os.replace`` is atomic within one file
 system); a raster is first read back in full (GDAL can report success for a file a full disk
-truncated). A filled raster and its std raster are written as one transaction: both appear, or
-neither. A killed run leaves at most a ``.<name>.geonp-partial-<host>-<pid>-*`` file, never a
-truncated OUTPUT, and the next run that writes to the same directory removes it.
+truncated). A filled raster and its std raster are written as one group (:class:`AtomicGroup`):
+both appear, or neither, the filled raster last (see the group for the one window that remains
+between the two renames). A killed run leaves at most a ``.<name>.geonp-partial-<host>-<pid>-*``
+file, never a truncated OUTPUT, and the next run that writes to the same directory removes it.
 """
 
 from __future__ import annotations
@@ -126,15 +127,25 @@ def _commit(tmp: Path, final: Path, *, overwrite: bool) -> None:
 
 
 class AtomicGroup:
-    """Rasters that appear together or not at all (a filled raster and its std raster).
+    r"""Rasters that appear together (a filled raster and its std raster), the primary one last.
 
     Writers made by :meth:`writer` keep their finished temporary files until the group's ``with``
-    block ends without an error; then all are moved into place, in the order they finished. If
-    the block fails, none appears.
+    block ends without an error; then all are moved into place, in the order they finished,
+    except that a writer made with ``primary=True`` is moved last. If the block fails, none
+    appears.
+
+    Two renames are not one atomic step, so a window remains: a process killed (SIGKILL, power
+    loss) after the first rename and before the last leaves the files moved so far without the
+    primary one. Moving the primary file last makes that state recognisable: a present primary
+    file means the whole group was committed, and a std raster without its filled raster (or,
+    after ``overwrite``, beside one of another run: their ``GEONP_RUN_ID`` tags differ) is a
+    leftover of an interrupted run, which the next fill refuses without ``--overwrite``
+    (:func:`geonp.io.paths.unpaired_output`). Everything before the first rename (writing,
+    conversion, read-back, fsync) leaves only hidden partial files.
 
     Example:
-        >>> with AtomicGroup() as group, \\
-        ...         group.writer("filled.tif", profile, overwrite=False) as dst, \\
+        >>> with AtomicGroup() as group, \
+        ...         group.writer("filled.tif", profile, overwrite=False, primary=True) as dst, \
         ...         group.writer("filled_std.tif", std_profile, overwrite=False) as dstd:
         ...     dst.write(data)
         ...     dstd.write(std)
@@ -143,11 +154,29 @@ class AtomicGroup:
     def __init__(self) -> None:
         """An empty group."""
         self._finished: list[AtomicRasterWriter] = []
+        self._primary: AtomicRasterWriter | None = None
 
-    def writer(self, path: str | os.PathLike[str], profile: Mapping[str, Any], **options: Any
-               ) -> AtomicRasterWriter:
-        """An :class:`AtomicRasterWriter` that commits with this group (same arguments)."""
-        return AtomicRasterWriter(path, profile, group=self, **options)
+    def writer(self, path: str | os.PathLike[str], profile: Mapping[str, Any], *, primary: bool = False,
+               **options: Any) -> AtomicRasterWriter:
+        """An :class:`AtomicRasterWriter` that commits with this group (same arguments).
+
+        Args:
+            path: Final output path.
+            profile: rasterio profile.
+            primary: Move this file into place after every other file of the group (at most one
+                writer of a group is primary).
+            **options: The other arguments of :class:`AtomicRasterWriter`.
+
+        Raises:
+            ValueError: A second primary writer.
+        """
+        w = AtomicRasterWriter(path, profile, group=self, **options)
+        if primary:
+            if self._primary is not None:
+                raise ValueError(f"{self._primary.path} is already the group's primary file; "
+                                 f"{w.path} cannot be too")
+            self._primary = w
+        return w
 
     def __enter__(self) -> AtomicGroup:
         """The group itself."""
@@ -155,12 +184,13 @@ class AtomicGroup:
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
-        """Move every finished file into place, or delete them all after an error."""
+        """Move every finished file into place (the primary last), or delete them all after an error."""
         finished, self._finished = self._finished, []
         if exc is not None:
             for w in finished:
                 w._cleanup()
             return False
+        finished.sort(key=lambda w: w is self._primary)  # stable: the primary one last
         try:
             _commit_together(finished)
         except BaseException:

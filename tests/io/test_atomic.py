@@ -199,6 +199,33 @@ def test_a_group_commits_its_rasters_together_or_not_at_all(tmp_path: Path) -> N
     assert sorted(p.name for p in tmp_path.iterdir()) == ["filled.tif", "filled_std.tif"]
 
 
+def test_a_group_moves_its_primary_file_last(tmp_path: Path, monkeypatch) -> None:
+    from geonp.io import atomic
+    from geonp.io.atomic import AtomicGroup
+
+    moved: list[str] = []
+    move = atomic.AtomicRasterWriter._move_into_place
+
+    def recorded(self):
+        moved.append(self.path.name)
+        move(self)
+
+    monkeypatch.setattr(atomic.AtomicRasterWriter, "_move_into_place", recorded)
+    a, b, c = tmp_path / "filled.tif", tmp_path / "filled_std.tif", tmp_path / "extra.tif"
+    group = AtomicGroup()
+    with group, group.writer(a, small_profile(), overwrite=False, primary=True) as dst:
+        dst.write(np.ones((1, 10, 20), "float32"))
+        with group.writer(b, small_profile(), overwrite=False) as dstd:
+            dstd.write(np.ones((1, 10, 20), "float32"))
+        with group.writer(c, small_profile(), overwrite=False) as dste:
+            dste.write(np.ones((1, 10, 20), "float32"))
+    assert moved == ["filled_std.tif", "extra.tif", "filled.tif"]  # finish order, the primary last
+    with pytest.raises(ValueError, match="already the group's primary file"):
+        two = AtomicGroup()
+        two.writer(a, small_profile(), overwrite=True, primary=True)
+        two.writer(b, small_profile(), overwrite=True, primary=True)
+
+
 def test_nested_plain_writers_commit_on_their_own(tmp_path: Path) -> None:
     """No hidden state: a writer outside a group commits when its own block ends."""
     a, b = tmp_path / "a.tif", tmp_path / "b.tif"
