@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -43,6 +44,22 @@ def _partials(directory: Path) -> list[Path]:
     return sorted(directory.glob(".*geonp-partial*"))
 
 
+def _kill_at(args: list, marker: Path, point: str, *, paused: Callable[[], None] | None = None) -> None:
+    """Run ``geonp ARGS`` until it reaches ``point``, call ``paused()`` there, then SIGKILL it."""
+    proc = start_paused_run(args, marker, point)
+    try:
+        wait_for_marker(proc, marker)
+        if paused is not None:
+            paused()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+
+
 #: Where the killed runs stop: mid-write, before the writers close, after OUTPUT is checked.
 KILL_POINTS = ("block", "closing", "prepared")
 
@@ -63,18 +80,11 @@ def test_killed_fill_leaves_no_output_and_rerun_completes(tmp_path, tiny_model):
     args = ["-q", "fill", src, out, "--model", tiny_model, *OPTS]
     killed_while_writing = 0
     for point in KILL_POINTS:
-        marker = tmp_path / f"{point}.reached"
-        proc = start_paused_run(args, marker, point)
-        try:
-            wait_for_marker(proc, marker)
+
+        def writing(point: str = point) -> None:
             assert _partials(out_dir), point  # the kill lands while the outputs are written
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
-        assert proc.returncode == -signal.SIGKILL
+
+        _kill_at(args, tmp_path / f"{point}.reached", point, paused=writing)
         assert not out.exists() and not std.exists(), point
         killed_while_writing += 1
         assert {p.name for p in out_dir.iterdir()} <= {p.name for p in _partials(out_dir)}
@@ -87,19 +97,6 @@ def test_killed_fill_leaves_no_output_and_rerun_completes(tmp_path, tiny_model):
     np.testing.assert_array_equal(_read(out), _read(ref_dir / "filled.tif"))
     np.testing.assert_array_equal(_read(std), _read(ref_dir / "filled_std.tif"))
     assert checksums([src]) == digest
-
-
-def _kill_at(args: list, marker: Path, point: str) -> None:
-    proc = start_paused_run(args, marker, point)
-    try:
-        wait_for_marker(proc, marker)
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL
 
 
 def _run_id(path: Path) -> str:
