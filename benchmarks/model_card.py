@@ -90,8 +90,8 @@ def card_markdown(
     else:
         md.append(f"- Trained with: `{card.get('command')}`")
     md += [
-        f"- Training time: {card.get('training_seconds')} s on {card.get('hardware')} "
-        f"(best validation NLL {card.get('best_val_nll'):.4f} at step {card.get('best_step')})",
+        (f"- Training time: {card.get('training_seconds')} s on {card.get('hardware')} "
+         f"(best validation NLL {card.get('best_val_nll'):.4f} at step {card.get('best_step')})"),
         f"- Data: {', '.join(card.get('training_data', []))}; columns split train/val/test = "
         f"{split['train']}/{split['val']}/{split['test']} (the test columns were never read in training)"
         + (
@@ -104,13 +104,13 @@ def card_markdown(
         f"{json.dumps(card['gap_mix']) if card.get('gap_mix') else 'of 64-px patches (geonp 0.1)'}"
         + (f"; started from {card['init_from']}" if card.get("init_from") else ""),
         f"- Std calibration: {card.get('calibration_note', 'none')}",
-        "- Normalisation: per-band statistics of the training windows (stored), then each tile is "
-        "standardised by its own context (its spread shrunk towards the band's); any band count.",
-        "- Coordinates: pixel units; scan attention without coordinate embedding (translation "
-        "invariant, any raster size).",
+        ("- Normalisation: per-band statistics of the training windows (stored), then each tile is "
+         "standardised by its own context (its spread shrunk towards the band's); any band count."),
+        ("- Coordinates: pixel units; scan attention without coordinate embedding (translation "
+         "invariant, any raster size)."),
         "",
-        f"## Scores on the held-out test columns (window col,row,w,h = {scores['window_col_row_w_h']}, "
-        f"{scores['coverage']:.0%} gaps per mask, 3 bands pooled, DN)",
+        (f"## Scores on the held-out test columns (window col,row,w,h = {scores['window_col_row_w_h']}, "
+         f"{scores['coverage']:.0%} gaps per mask, 3 bands pooled, DN)"),
         "",
         "| mask | RMSE | GDAL FillNodata RMSE | RMSE ÷ GDAL | NLL | CRPS | 90 % cov. | 95 % cov. | cal. err |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",

@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lsts import prepare_lsts  # noqa: E402
+from lsts import prepare_lsts
 
-from geonp.evaluation.series import evaluate_series, report_lines, summary  # noqa: E402
-from geonp.io.timeseries import scan_series  # noqa: E402
+from geonp.evaluation.series import evaluate_series, report_lines, summary
+from geonp.io.timeseries import scan_series
 
 
 def main() -> None:

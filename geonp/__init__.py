@@ -37,7 +37,8 @@ _LAZY = {
     "series_report": "geonp.evaluation.series:report_lines",
 }
 
-__all__ = ["__version__", *sorted(_LAZY)]
+__all__ = ["__version__"]
+__all__.extend(sorted(_LAZY))
 
 
 def __getattr__(name: str) -> Any:

@@ -8,6 +8,7 @@ chunk by chunk, each chunk read with a halo so that tiles align across chunks.
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Any
 
@@ -95,10 +96,8 @@ def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
     nodata = cfg.nodata
     if nodata is None:
         nodata = arr3.attrs.get("_FillValue", arr3.attrs.get("nodata"))
-        try:
+        with contextlib.suppress(Exception):  # rioxarray not imported or no CRS: keep the attrs' value
             nodata = arr3.rio.nodata if arr3.rio.nodata is not None else nodata
-        except Exception:  # noqa: BLE001 - rioxarray not imported or no CRS: fall back to attrs
-            pass
     loaded = engine.load_for_fill(cfg.model or "default")
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     data = arr3.data

@@ -26,15 +26,15 @@ import numpy as np
 from rasterio.windows import Window
 from scipy import ndimage
 
+from geonp.calibration import apply_std_calibration, distance_to_observed
+from geonp.context import ContextSpec, HaloTooSmall
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
-from geonp.normalize import Normalizer
-from geonp.context import ContextSpec, HaloTooSmall
-from geonp.calibration import apply_std_calibration, distance_to_observed
 from geonp.models.layers import resolve_device
+from geonp.normalize import Normalizer
 from geonp.predict import BlockReference, Predictor, TileOptions
 from geonp.tiling import make_tiles
 
@@ -241,6 +241,7 @@ class BlockRunner:
     """
 
     def __init__(self, job: BlockJob, loaded: Any = None) -> None:
+        """Load the model (or take ``loaded``), build the predictor and open the raster."""
         from geonp.model_files.registry import cached_model
 
         self.job = job

@@ -22,21 +22,21 @@ import numpy as np
 from rasterio.windows import Window
 
 from geonp import engine, survey
-from geonp.array_fill import fill, fill_array  # in-memory fills, importable from here too
 from geonp._version import __version__
+from geonp.array_fill import fill, fill_array  # in-memory fills, importable from here too
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, NoValidPixelsError, OutputError
+from geonp.io.atomic import AtomicGroup
+from geonp.io.formats import check_creation_options, output_driver
 from geonp.io.gap_sources import GapSources, build_gap_sources
 from geonp.io.hints import untagged_nodata_hint
 from geonp.io.masks import resolve_nodata
-from geonp.io.atomic import AtomicGroup
-from geonp.io.formats import check_creation_options, output_driver
 from geonp.io.metadata import copy_metadata, copy_std_metadata
 from geonp.io.paths import RUN_ID_TAG, check_output_path, unpaired_output
 from geonp.io.profiles import output_profile, parse_creation_options
-from geonp.io.validity import plan_output_validity
 from geonp.io.raster import open_raster, raster_info, select_bands
 from geonp.io.remote import is_virtual
+from geonp.io.validity import plan_output_validity
 from geonp.models.layers import resolve_device
 
 __all__ = ["FillReport", "default_uncertainty_path", "fill", "fill_array", "fill_raster"]
@@ -344,7 +344,8 @@ def _open_references(input: str | os.PathLike[str], info: Any, cfg: FillConfig, 
 def _check_creation(co: dict[str, str], std_co: dict[str, str], cfg: FillConfig, src: Any, info: Any,
                     validity: Any, out_driver: str, std_driver: str) -> None:
     """Both creation profiles, checked by GDAL with the outputs' real types, before any work."""
-    grid = dict(cog=cfg.cog, width=info.width, height=info.height, crs=src.crs, transform=src.transform)
+    grid = {"cog": cfg.cog, "width": info.width, "height": info.height, "crs": src.crs,
+            "transform": src.transform}
     check_creation_options(co, dtype=info.dtype, count=validity.count, nodata=validity.nodata,
                            driver=out_driver, **grid)
     check_creation_options(std_co, dtype="float32", count=len(validity.bands), nodata=float("nan"),

@@ -144,8 +144,8 @@ def find_broken_links(input_dir: Path, pattern: str, *, recursive: bool,
             if err.errno == errno.ELOOP:
                 out.append((path, f"it is a symbolic link loop ({os.readlink(path)}); fix or remove the link"))
             else:
-                out.append((path, f"it is a dangling symbolic link to {os.readlink(path)} (no such file); "
-                                  "fix or remove the link"))
+                out.append((path, (f"it is a dangling symbolic link to {os.readlink(path)} (no such file); "
+                                   "fix or remove the link")))
     return sorted(out)
 
 

@@ -147,6 +147,7 @@ class JobReport:
 
 
 def fingerprint(path: Path) -> dict[str, int]:
+    """An input's size and modification time: a rerun fills it again when they change."""
     st = path.stat()
     return {"input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns}
 
@@ -179,6 +180,7 @@ def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def now() -> str:
+    """The time now, UTC, ISO 8601 to the second (manifest time stamps)."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -186,6 +188,7 @@ class Manifest:
     """The batch's JSON manifest: file entries by name, rewritten atomically as files finish."""
 
     def __init__(self, path: Path, meta: dict[str, Any]) -> None:
+        """A manifest at ``path`` with the run's ``meta`` and no file entries yet."""
         self.path = path
         self.meta = meta
         self.entries = load_manifest(path)  # files of earlier runs not matched now are kept

@@ -11,6 +11,7 @@ All functions take arrays of the true values ``y``, predicted means ``mu`` and p
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
@@ -278,7 +279,7 @@ def binned_scores(
         raise ValueError(f"distance has {d.size} values for {y_.size} pixels")
     e = [math.inf if v is None else float(v) for v in edges]
     out = []
-    for lo, hi in zip(e[:-1], e[1:], strict=True):
+    for lo, hi in itertools.pairwise(e):
         inside = (d >= lo) & (d < hi)
         n = int(inside.sum())
         row: dict[str, Any] = {"lo": lo, "hi": None if math.isinf(hi) else hi, "n": n, "rmse": None,

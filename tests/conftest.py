@@ -52,9 +52,9 @@ def write_raster(path, arr, *, nodata=None, dtype=None, crs="EPSG:32621", descri
     arr = np.asarray(arr)
     if arr.ndim == 2:
         arr = arr[None]
-    profile = dict(driver="GTiff", width=arr.shape[2], height=arr.shape[1], count=arr.shape[0],
-                   dtype=dtype or arr.dtype, crs=crs, transform=from_origin(500000, 7000000, 30, 30),
-                   nodata=nodata)
+    profile = {"driver": "GTiff", "width": arr.shape[2], "height": arr.shape[1], "count": arr.shape[0],
+                   "dtype": dtype or arr.dtype, "crs": crs, "transform": from_origin(500000, 7000000, 30, 30),
+                   "nodata": nodata}
     with rasterio.open(path, "w", **profile) as dst:
         dst.write(arr.astype(profile["dtype"]))
         if descriptions:

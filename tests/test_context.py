@@ -7,7 +7,12 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from geonp.calibration import DISTANCE_BIN_EDGES, apply_std_calibration, distance_bin_factors, distance_to_observed
+from geonp.calibration import (
+    DISTANCE_BIN_EDGES,
+    apply_std_calibration,
+    distance_bin_factors,
+    distance_to_observed,
+)
 from geonp.context import ContextSpec, HaloTooSmall, ring_edges, select_context
 from geonp.data.tasks import PRIOR_COUNT, context_points, standardize, window_task
 from geonp.predict import TileOptions
@@ -175,7 +180,7 @@ def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):
 
 def test_task_scale_shrinks_towards_the_band_std():
     one = np.array([[0.7]])
-    yc, _, shift, scale = standardize(one, None)
+    _yc, _, shift, scale = standardize(one, None)
     assert shift[0] == pytest.approx(0.7)
     assert scale[0] == pytest.approx(
         math.sqrt(PRIOR_COUNT / (1 + PRIOR_COUNT))

@@ -77,7 +77,10 @@ def reference_regression(target: np.ndarray, target_ok: np.ndarray, ref: np.ndar
     """Per-band least-squares line of the target on a reference, fitted where both observe.
 
     Args:
-        target, ref: ``[bands, h, w]``; target_ok, ref_ok: bool ``[h, w]``.
+        target: the target date's values ``[bands, h, w]``.
+        target_ok: bool ``[h, w]``, True where the target date is observed.
+        ref: the reference date's values ``[bands, h, w]``.
+        ref_ok: bool ``[h, w]``, True where the reference date is observed.
 
     Returns:
         ``[bands, h, w]`` predictions where the reference is observed, NaN elsewhere (and
@@ -268,8 +271,8 @@ def pooled_bins(scores: Sequence[DateScore]) -> dict[str, list[dict[str, Any]]]:
 def report_lines(scores: Sequence[DateScore]) -> list[str]:
     """The scores as a Markdown table (one row per date, then the means) and a closing line."""
     s = summary(scores)
-    lines = ["| date | hidden px | scored px | geonp | GDAL FillNodata | regression | geonp, no refs | "
-             "geonp / GDAL | geonp / regression | cov95 |",
+    lines = [("| date | hidden px | scored px | geonp | GDAL FillNodata | regression | geonp, no refs | "
+              "geonp / GDAL | geonp / regression | cov95 |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     for d in scores:
         lines.append(f"| {d.date} | {d.hidden} | {d.scored} | {d.rmse_geonp:.0f} | {d.rmse_gdal:.0f} | "

@@ -17,7 +17,7 @@ import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import rasterio
@@ -39,6 +39,9 @@ from geonp.io.write_errors import (
     verify_failed,
     write_failed,
 )
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
@@ -178,7 +181,7 @@ class AtomicGroup:
             self._primary = w
         return w
 
-    def __enter__(self) -> AtomicGroup:
+    def __enter__(self) -> Self:
         """The group itself."""
         return self
 
@@ -295,7 +298,7 @@ class AtomicRasterWriter:
             if dst is not None:
                 try:
                     dst.close()
-                except Exception as close_err:  # the original error matters more
+                except Exception as close_err:  # noqa: BLE001 - the original error matters more
                     logger.debug("closing %s after an error failed: %s", self.temp_path, close_err)
             self._cleanup()
             write_error = is_gdal_error(exc) and (

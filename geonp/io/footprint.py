@@ -121,8 +121,8 @@ class Footprint:
         Returns:
             Boolean array ``[window.height, window.width]``, True = inside the footprint.
         """
-        r0, c0 = int(round(window.row_off)), int(round(window.col_off))
-        h, w = int(round(window.height)), int(round(window.width))
+        r0, c0 = round(float(window.row_off)), round(float(window.col_off))
+        h, w = round(float(window.height)), round(float(window.width))
         rows = np.arange(r0, r0 + h)
         cols = np.arange(c0, c0 + w)
         inside = ((rows >= 0) & (rows < self.height))[:, None] & (

@@ -266,8 +266,8 @@ def select_bands(info: RasterInfo, bands: Sequence[int] | None) -> list[int]:
 def _window_ints(window: Window) -> tuple[int, int, int, int]:
     """Return (row_off, col_off, height, width) of a window with integer offsets and size."""
     vals = (window.row_off, window.col_off, window.height, window.width)
-    ints = tuple(int(round(v)) for v in vals)
-    if any(abs(v - i) > 1e-6 for v, i in zip(vals, ints)) or ints[2] < 0 or ints[3] < 0:
+    ints = tuple(round(float(v)) for v in vals)
+    if any(abs(v - i) > 1e-6 for v, i in zip(vals, ints, strict=True)) or ints[2] < 0 or ints[3] < 0:
         raise ValueError(f"window must have non-negative integer size and offsets, got {window}")
     return ints  # type: ignore[return-value]
 

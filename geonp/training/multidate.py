@@ -85,6 +85,7 @@ class SeriesStack:
     clear: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
+        """Compute the clear fractions."""
         self.clear = self.observed.mean((1, 2))
 
 

@@ -41,6 +41,7 @@ from geonp.model_files.train_state import load_training_state, save_training_sta
 from geonp.models import build_model
 from geonp.training.loop import FitResult, fit
 from geonp.training.windows import (
+    DEFAULT_TASK_SHAPE,
     TaskRecipe,
     TaskShape,
     gap_source_mask,
@@ -108,7 +109,7 @@ def train(
     nodata: float | None = None,
     bands: Sequence[int] | None = None,
     batch_size: int = 16,
-    task_shape: TaskShape = TaskShape(),
+    task_shape: TaskShape = DEFAULT_TASK_SHAPE,
     val_fraction: float = 0.15,
     test_fraction: float = 0.0,
     val_tasks: int = 64,

@@ -28,7 +28,7 @@ from geonp.normalize import Normalizer
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["GP_KERNELS", "TaskRecipe", "TaskShape", "WindowGroup", "cut_tasks", "gap_source_mask", "gp_tasks",
+__all__ = ["DEFAULT_TASK_SHAPE", "GP_KERNELS", "TaskRecipe", "TaskShape", "WindowGroup", "cut_tasks", "gap_source_mask", "gp_tasks",
            "make_batch", "raster_tasks", "window_groups"]
 
 GP_KERNELS = ("rbf", "matern32", "matern52")
@@ -64,6 +64,7 @@ class TaskShape:
     tasks_per_window: int = 1
 
     def __post_init__(self) -> None:
+        """Check that every size is a whole number in range (see :class:`ConfigError`)."""
         for name in ("patch_size", "core_size", "max_context", "max_targets", "n_far", "search_radius",
                      "rings", "sectors", "tasks_per_window"):
             value = getattr(self, name)
@@ -80,6 +81,10 @@ class TaskShape:
     def to_dict(self) -> dict[str, int]:
         """For the model card (``task_shape``): the fields, and ``n_near`` (= ``max_context``)."""
         return {**self.__dict__, "n_near": self.max_context}
+
+
+#: The task shape of ``geonp train`` without options: 64-px windows, 48-px query windows.
+DEFAULT_TASK_SHAPE = TaskShape()
 
 
 @dataclass
@@ -213,8 +218,8 @@ def window_groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rn
             continue
         per_window = count * size * size * 4
         n_pool = max(16, min(pool_size, int(pool_megabytes * 2**20 // per_window)))
-        common = dict(patch_size=size, nodata=nodata, bands=bands, val_fraction=val_fraction,
-                      test_fraction=test_fraction, min_valid_fraction=0.5 if n == 0 else 0.3)
+        common = {"patch_size": size, "nodata": nodata, "bands": bands, "val_fraction": val_fraction,
+                  "test_fraction": test_fraction, "min_valid_fraction": 0.5 if n == 0 else 0.3}
         pool = sample_patches(paths, region="train", count=n_pool, rng=rng, **common)
         flat = np.moveaxis(pool.values, 1, 0).reshape(pool.values.shape[1], -1)
         norm = Normalizer.fit(flat, np.isfinite(flat), seed=seed)

@@ -63,7 +63,7 @@ def test_integer_weights_are_refused(tmp_path, tiny_model) -> None:
     out.mkdir()
     bad = copy_model(tiny_model, tmp_path / "int_weights")
     state = load_file(str(bad / "model.safetensors"))
-    name = sorted(state)[0]
+    name = min(state)
     state[name] = state[name].to(torch.int64)
     save_file(state, str(bad / "model.safetensors"))
     res = invoke(["fill", src, out / "filled.tif", "--model", bad])

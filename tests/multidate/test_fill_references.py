@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 import rasterio
 from click.testing import CliRunner
+from geonp_cli.main import cli
 from rasterio.warp import Resampling, calculate_default_transform, reproject
 
 import geonp
@@ -13,7 +14,6 @@ from geonp.baselines import fillnodata_baseline
 from geonp.data.tasks import ReferenceBand, context_points, window_task
 from geonp.evaluation.series import reference_regression
 from geonp.predict import BlockReference, TileOptions, block_tasks
-from geonp_cli.main import cli
 
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
 TARGET = LSTS / "LE70350322012129EDC00.tif"  # 2012-05-08, clear
@@ -84,7 +84,7 @@ def test_a_reference_identical_to_the_truth_pulls_the_fill_to_it_and_shrinks_the
 
 def test_a_reference_on_another_grid_is_reprojected_onto_the_input(tmp_path):
     inp, truth, hidden = _hide(tmp_path)
-    ref, profile, tags = _read(REF)
+    ref, profile, _tags = _read(REF)
     with rasterio.open(REF) as src:
         transform, w, h = calculate_default_transform(src.crs, "EPSG:32612", src.width, src.height, *src.bounds)
     warped = np.full((3, h, w), -9999, np.float64)
@@ -124,7 +124,7 @@ def test_training_and_filling_choose_the_same_reference_pixels():
                         references=[BlockReference(ref_vals, ref_ok[None], -16.0)])
     task = window_task(values, observed | is_gap, is_gap, core=(16, 32, 16, 32), spec=opts.context,
                        max_targets=10_000, rng=rng, references=[ReferenceBand(ref_vals, ref_ok, -16.0)])
-    fill = [t.task for t in tasks if t.task.xt.shape[0] == task.xt.shape[0]][0]
+    fill = next(t.task for t in tasks if t.task.xt.shape[0] == task.xt.shape[0])
     np.testing.assert_array_equal(fill.xc, task.xc)
     np.testing.assert_allclose(fill.yc, task.yc, rtol=1e-6)
     days = task.xc[:, 2]

@@ -4,23 +4,23 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from geonp_cli.main import cli
 
 from geonp.config import ModelConfig, TrainConfig
 from geonp.data.datasets import sample_patches, split_columns
 from geonp.errors import NoValidPixelsError
 from geonp.model_files.checkpoint import load_checkpoint
 from geonp.training.raster import TaskShape, train
-from geonp_cli.main import cli
 from tests.conftest import smooth_field, write_raster
 
-SMALL = dict(
-    model=ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32),
-    batch_size=8,
-    task_shape=TaskShape(patch_size=24, core_size=12, max_context=48, max_targets=32),
-    val_tasks=16,
-    pool_size=60,
-    nodata=0,
-)
+SMALL = {
+    "model": ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32),
+    "batch_size": 8,
+    "task_shape": TaskShape(patch_size=24, core_size=12, max_context=48, max_targets=32),
+    "val_tasks": 16,
+    "pool_size": 60,
+    "nodata": 0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -58,7 +58,7 @@ def test_resume_continues_from_the_saved_step(raster, tmp_path):
 def test_training_and_validation_patches_do_not_overlap(raster):
     regions = split_columns(160, val_fraction=0.2, test_fraction=0.1)
     assert regions.train == (0, 112) and regions.val == (112, 144) and regions.test == (144, 160)
-    common = dict(patch_size=24, nodata=0, bands=None, val_fraction=0.2, test_fraction=0.1, min_valid_fraction=0.5)
+    common = {"patch_size": 24, "nodata": 0, "bands": None, "val_fraction": 0.2, "test_fraction": 0.1, "min_valid_fraction": 0.5}
     tr = sample_patches([raster], region="train", count=50, rng=np.random.default_rng(0), **common)
     va = sample_patches([raster], region="val", count=20, rng=np.random.default_rng(1), **common)
     assert max(c + 24 for _, _, c in tr.offsets) <= 112
