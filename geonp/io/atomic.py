@@ -4,9 +4,11 @@ geonp never modifies its input and never leaves a half-written output: every fil
 JSON reports, PNGs, model files) is written to a hidden temporary file in the output's directory
 and moved onto its final name only when it is complete (``os.replace`` is atomic within one file
 system); a raster is first read back in full (GDAL can report success for a file a full disk
-truncated). A filled raster and its std raster are written as one group (:class:`AtomicGroup`):
-both appear, or neither, the filled raster last (see the group for the one window that remains
-between the two renames). A killed run leaves at most a ``.<name>.geonp-partial-<host>-<pid>-*``
+truncated). Files that are not rasters (JSON, PNG, model files) go through
+:mod:`geonp.io.atomic_file`, whose functions are importable from here too. A filled raster and
+its std raster are written as one group (:class:`AtomicGroup`): both appear, or neither, the
+filled raster last (see the group for the one window that remains between the two renames). A
+killed run leaves at most a ``.<name>.geonp-partial-<host>-<pid>-*``
 file, never a truncated OUTPUT, and the next run that writes to the same directory removes it.
 """
 
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -27,6 +29,13 @@ from rasterio.io import DatasetWriter
 from rasterio.windows import Window
 
 from geonp.errors import OutputError
+from geonp.io.atomic_file import (
+    atomic_write_bytes,
+    atomic_write_file,
+    atomic_write_text,
+    fsync_dir,
+    fsync_path,
+)
 from geonp.io.formats import DIRECT_DRIVERS, output_driver, suffix_for
 from geonp.io.partials import partial_path, remove_stale_partials, unlink_quietly
 from geonp.io.profiles import convert_raster, finalize_cog
@@ -53,24 +62,6 @@ __all__ = [
     "atomic_write_text",
     "verify_raster_file",
 ]
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename durable; best effort (not every platform can open directories)."""
-    try:
-        _fsync_path(path)
-    except OSError:
-        pass
-
-
 
 
 #: Bytes read at a time when a finished file is read back.
@@ -344,7 +335,7 @@ class AtomicRasterWriter:
             verify_raster_file(ready, self.profile)
         except OutputError as err:  # name the output the user asked for, not the partial file
             raise verify_failed(self.path, err.__cause__ or err) from err
-        _fsync_path(ready)
+        fsync_path(ready)
         self._ready = ready
 
     def _move_into_place(self) -> None:
@@ -383,78 +374,8 @@ def _commit_together(writers: list[AtomicRasterWriter]) -> None:
                 unlink_quietly(w.path)
         raise
     for parent in {w.path.parent for w in writers}:
-        _fsync_dir(parent)
+        fsync_dir(parent)
 
 
 def _aux_path(path: Path) -> Path:
     return path.with_name(path.name + ".aux.xml")
-
-
-def _umask() -> int:
-    """The process's file-creation mask (read by setting it and putting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_file(path: str | os.PathLike[str], write: Callable[[Path], object]) -> None:
-    """Write a file atomically through a writer function (temporary file, then replace).
-
-    ``write(temp)`` creates and fills ``temp``, a hidden file beside ``path`` (as
-    ``safetensors.torch.save_file`` or ``Path.write_text`` do); the file then gets the
-    permissions the user's umask gives new files (some writers create 0600 files, and a model or a
-    report is meant to be shared like any file the user writes), is flushed to disk and moved onto
-    ``path``. On any exception, KeyboardInterrupt included, the temporary file is
-    deleted and the exception propagates (a full disk as :class:`~geonp.errors.OutputError`).
-
-    Args:
-        path: Final path; an existing file is replaced.
-        write: Function that writes the whole content to the path it is given.
-
-    Raises:
-        OutputError: If the disk is full (no file is left behind).
-    """
-    final = Path(os.fspath(path)).expanduser().absolute()
-    tmp = partial_path(final, ".tmp")
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        _fsync_path(tmp)
-        os.replace(tmp, final)
-    except BaseException as err:
-        unlink_quietly(tmp)
-        if is_disk_full(err):
-            raise OutputError(disk_full_message(final)) from err
-        raise
-    _fsync_dir(final.parent)
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write bytes to a file atomically (see :func:`atomic_write_file`).
-
-    Args:
-        path: Final path; an existing file is replaced.
-        data: The content.
-
-    Raises:
-        OutputError: If the disk is full (no file is left behind).
-    """
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "xb") as fh:
-            fh.write(data)
-
-    atomic_write_file(path, write)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write UTF-8 text to a file atomically (see :func:`atomic_write_bytes`).
-
-    Args:
-        path: Final path; an existing file is replaced.
-        text: The content.
-
-    Raises:
-        OutputError: If the disk is full (no file is left behind).
-    """
-    atomic_write_bytes(path, text.encode("utf-8"))
