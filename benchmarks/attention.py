@@ -24,7 +24,12 @@ HEADS, WIDTH = 4, 64
 def run_one(kernel: str, n: int, device: str, chunk: int) -> dict:
     import torch
 
-    from geonp.models.attention import RBFNetworkBias, deep_kernel_attention, dense_attention, scan_attention
+    from geonp.models.attention import (
+        RBFNetworkBias,
+        deep_kernel_attention,
+        dense_attention,
+        scan_attention,
+    )
 
     torch.manual_seed(0)
     torch.set_num_threads(max(1, torch.get_num_threads()))
@@ -63,8 +68,8 @@ def run_one(kernel: str, n: int, device: str, chunk: int) -> dict:
 
 
 def baseline_mb() -> float:
-    out = subprocess.run([sys.executable, "-c", "import resource, torch, geonp.models; "
-                          "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)"],
+    out = subprocess.run([sys.executable, "-c", ("import resource, torch, geonp.models; "
+                          "print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024)")],
                          capture_output=True, text=True, check=True)
     return float(out.stdout.strip())
 
@@ -105,7 +110,7 @@ def main() -> None:
                                  "note": f"skipped: ~{est_s:.0f} s expected (over --max-seconds)"})
                     continue
             cmd = [sys.executable, __file__, "--one", f"{kernel}:{n}", "--device", args.device, "--chunk", str(args.chunk)]
-            proc = subprocess.run(cmd, capture_output=True, text=True)
+            proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if proc.returncode != 0:
                 rows.append({"kernel": kernel, "n": n, "seconds": None, "peak_mb": None,
                              "note": f"failed (exit {proc.returncode}): {proc.stderr.strip().splitlines()[-1:]}"})

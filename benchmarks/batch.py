@@ -46,12 +46,13 @@ def tiny_model(directory: Path) -> Path:
     import torch
 
     from geonp.config import ModelConfig
+    from geonp.model_files.card import ModelCard
     from geonp.model_files.checkpoint import save_model
     from geonp.models import build_model
 
     torch.manual_seed(0)
     cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)
-    return save_model(directory / "tiny", build_model(cfg), cfg, card={"name": "tiny (untrained)"})
+    return save_model(directory / "tiny", build_model(cfg), cfg, card=ModelCard(name="tiny (untrained)"))
 
 
 def _warm(model: str) -> int:

@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-import models  # noqa: E402  (benchmarks/models.py)
+import models  # benchmarks/models.py, importable once its folder is on sys.path
 
 if __name__ == "__main__":
     argv = sys.argv[1:]

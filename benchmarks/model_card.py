@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 import geonp
+from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import save_model
 from geonp.model_files.registry import load_model
 
@@ -89,8 +90,8 @@ def card_markdown(
     else:
         md.append(f"- Trained with: `{card.get('command')}`")
     md += [
-        f"- Training time: {card.get('training_seconds')} s on {card.get('hardware')} "
-        f"(best validation NLL {card.get('best_val_nll'):.4f} at step {card.get('best_step')})",
+        (f"- Training time: {card.get('training_seconds')} s on {card.get('hardware')} "
+         f"(best validation NLL {card.get('best_val_nll'):.4f} at step {card.get('best_step')})"),
         f"- Data: {', '.join(card.get('training_data', []))}; columns split train/val/test = "
         f"{split['train']}/{split['val']}/{split['test']} (the test columns were never read in training)"
         + (
@@ -103,13 +104,13 @@ def card_markdown(
         f"{json.dumps(card['gap_mix']) if card.get('gap_mix') else 'of 64-px patches (geonp 0.1)'}"
         + (f"; started from {card['init_from']}" if card.get("init_from") else ""),
         f"- Std calibration: {card.get('calibration_note', 'none')}",
-        "- Normalisation: per-band statistics of the training windows (stored), then each tile is "
-        "standardised by its own context (its spread shrunk towards the band's); any band count.",
-        "- Coordinates: pixel units; scan attention without coordinate embedding (translation "
-        "invariant, any raster size).",
+        ("- Normalisation: per-band statistics of the training windows (stored), then each tile is "
+         "standardised by its own context (its spread shrunk towards the band's); any band count."),
+        ("- Coordinates: pixel units; scan attention without coordinate embedding (translation "
+         "invariant, any raster size)."),
         "",
-        f"## Scores on the held-out test columns (window col,row,w,h = {scores['window_col_row_w_h']}, "
-        f"{scores['coverage']:.0%} gaps per mask, 3 bands pooled, DN)",
+        (f"## Scores on the held-out test columns (window col,row,w,h = {scores['window_col_row_w_h']}, "
+         f"{scores['coverage']:.0%} gaps per mask, 3 bands pooled, DN)"),
         "",
         "| mask | RMSE | GDAL FillNodata RMSE | RMSE ÷ GDAL | NLL | CRPS | 90 % cov. | 95 % cov. | cal. err |",
         "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -160,7 +161,7 @@ def main() -> None:
     )
     args = parser.parse_args()
     loaded = load_model(args.model_dir)
-    card = dict(loaded.card)
+    card = loaded.card.to_dict()
     test_cols = card["split"]["regions"][0]["test"]
     window = args.window or [test_cols[0], 640, test_cols[1] - test_cols[0], 1024]
     masks = tuple(args.masks)
@@ -215,7 +216,7 @@ def main() -> None:
         loaded.config,
         normalizer=loaded.normalizer,
         calibration=loaded.calibration,
-        card=card,
+        card=ModelCard.from_dict(card),
         card_markdown=md,
     )
     print(md)

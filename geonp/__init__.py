@@ -15,8 +15,8 @@ from geonp._version import __version__
 
 #: Public name -> the module that defines it (``module:name`` where the module names it otherwise).
 _LAZY = {
-    "fill": "geonp.inference",
-    "fill_array": "geonp.inference",
+    "fill": "geonp.array_fill",
+    "fill_array": "geonp.array_fill",
     "fill_raster": "geonp.inference",
     "load_model": "geonp.model_files.registry",
     "list_models": "geonp.model_files.registry",
@@ -24,7 +24,7 @@ _LAZY = {
     "evaluate": "geonp.evaluation",
     "fill_many": "geonp.jobs",
     "FillConfig": "geonp.config",
-    "TaskShape": "geonp.training.raster",
+    "TaskShape": "geonp.training.windows",
     "train_series": "geonp.training.multidate",
     "SeriesRecipe": "geonp.training.multidate",
     "ContextSpec": "geonp.context",
@@ -32,12 +32,13 @@ _LAZY = {
     "scan_series": "geonp.io.timeseries",
     "default_uncertainty_path": "geonp.inference",
     "check_output_path": "geonp.io.paths",
-    "evaluate_series": "geonp.evaluate_multidate",
-    "series_summary": "geonp.evaluate_multidate:summary",
-    "series_report": "geonp.evaluate_multidate:report_lines",
+    "evaluate_series": "geonp.evaluation.series",
+    "series_summary": "geonp.evaluation.series:summary",
+    "series_report": "geonp.evaluation.series:report_lines",
 }
 
-__all__ = ["__version__", *sorted(_LAZY)]
+__all__ = ["__version__"]
+__all__.extend(sorted(_LAZY))
 
 
 def __getattr__(name: str) -> Any:

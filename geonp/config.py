@@ -90,6 +90,7 @@ class ModelConfig:
     time_length_scale: float = 32.0
 
     def __post_init__(self) -> None:
+        """Check the values; a bad one raises ConfigError naming it."""
         if self.arch not in ARCHS:
             raise ConfigError(f"arch={self.arch!r} is not one of {list(ARCHS)}")
         if self.attention not in ATTENTION_NAMES:
@@ -156,6 +157,7 @@ class TrainConfig:
     device: str = "auto"
 
     def __post_init__(self) -> None:
+        """Check the values; a bad one raises ConfigError naming it."""
         if self.optimizer not in ("adamw", "yogi"):
             raise ConfigError(f"optimizer={self.optimizer!r} is not one of ['adamw', 'yogi']")
         for name in ("steps", "val_every", "seed", "warmup_steps"):
@@ -223,6 +225,7 @@ class FillConfig:
     fill_outside: bool = False
 
     def __post_init__(self) -> None:
+        """Check the values; a bad one raises ConfigError naming it."""
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"--device {self.device!r} must be auto, cpu or cuda")
         for name, low in (("tile_size", 4), ("max_context", 1)):

@@ -1,10 +1,22 @@
-"""One way to reach a Dask scheduler, shared by ``fill --scheduler`` and ``geonp batch``."""
+"""One way to reach a Dask scheduler, shared by ``fill --scheduler`` and ``geonp batch``.
+
+:func:`connect` reaches a running scheduler; :func:`dask_session` also starts (and closes) a
+local cluster when none is given, as ``geonp batch`` does.
+"""
 
 from __future__ import annotations
 
+import importlib.util
+import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from geonp.errors import ConfigError, MissingDependencyError, one_line
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["connect", "dask_session"]
 
 
 def connect(scheduler: str) -> Any:
@@ -23,3 +35,48 @@ def connect(scheduler: str) -> Any:
     except (OSError, TimeoutError) as err:
         raise ConfigError(f"cannot reach the Dask scheduler at {scheduler} ({one_line(str(err))}); "
                           "check the address (tcp://host:8786) and that the scheduler runs") from err
+
+
+@contextmanager
+def dask_session(scheduler: str | None, workers: int | None, threads_per_worker: int,
+                 dashboard_address: str | None) -> Iterator[tuple[Any, str | None, str]]:
+    """A Dask client on the given scheduler, or on a local cluster started (and closed) here.
+
+    Args:
+        scheduler: address of a running scheduler, or None for a local cluster.
+        workers: local cluster worker processes (default: CPU count // ``threads_per_worker``).
+        threads_per_worker: tasks run at once by each local worker.
+        dashboard_address: local cluster dashboard address (None: no dashboard).
+
+    Yields:
+        ``(client, dashboard link or None, scheduler address)``.
+
+    Raises:
+        ConfigError: the scheduler cannot be reached, or a worker count below 1.
+    """
+    from dask.system import CPU_COUNT
+    from distributed import Client, LocalCluster
+
+    if scheduler is not None:
+        client = connect(scheduler)
+        try:
+            yield client, client.dashboard_link, scheduler
+        finally:
+            client.close()
+        return
+    if threads_per_worker < 1 or (workers is not None and workers < 1):
+        raise ConfigError(f"workers={workers} and threads_per_worker={threads_per_worker} must be >= 1")
+    n = workers or max(1, CPU_COUNT // threads_per_worker)  # CPU_COUNT honours affinity and cgroups
+    cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=True,
+                           dashboard_address=dashboard_address)
+    try:
+        client = Client(cluster)
+        try:
+            served = dashboard_address is not None and importlib.util.find_spec("bokeh") is not None
+            if dashboard_address is not None and not served:
+                logger.info("no Dask dashboard: install bokeh to get one")
+            yield client, client.dashboard_link if served else None, cluster.scheduler_address
+        finally:
+            client.close()
+    finally:
+        cluster.close()

@@ -6,6 +6,7 @@ size, never on the raster size. Blocks run in this process, in a pool of CPU pro
 thread each: on a small CPU two 1-thread processes give about twice the throughput of one
 2-thread process), or on a Dask cluster. Each process loads the model once and opens the raster
 once (:class:`BlockRunner`). Observed pixels are copied bit for bit; only gaps are written.
+The gap count and the dry-run plan that come before are :mod:`geonp.survey`.
 """
 
 from __future__ import annotations
@@ -18,21 +19,22 @@ import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NamedTuple
 
 import numpy as np
 from rasterio.windows import Window
 from scipy import ndimage
 
+from geonp.calibration import apply_std_calibration, distance_to_observed
+from geonp.context import ContextSpec, HaloTooSmall
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
-from geonp.normalize import Normalizer
-from geonp.context import ContextSpec, HaloTooSmall
-from geonp.calibration import apply_std_calibration, distance_to_observed
 from geonp.models.layers import resolve_device
+from geonp.normalize import Normalizer
 from geonp.predict import BlockReference, Predictor, TileOptions
 from geonp.tiling import make_tiles
 
@@ -68,7 +70,7 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
 
     The model card's ``task_shape`` gives what the arguments leave as None.
     """
-    shape = loaded.card.get("task_shape") or {}
+    shape = loaded.card.task_shape or {}
     spec = ContextSpec.from_dict(shape)
     overlap = int(shape.get("overlap", 8)) if overlap is None else overlap
     return TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap,
@@ -82,13 +84,33 @@ def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndar
     stored = loaded.normalizer
     if stored is not None and len(stored.get("mean", [])) == n_bands:
         return Normalizer.from_dict(stored)
-    if loaded.card.get("any_band_count", True) is False:
+    if not loaded.card.takes_any_band_count:
         raise InputRasterError(
             f"model {loaded.name} was trained on {len(stored['mean'])} band(s) and cannot take "
             f"{n_bands}; select matching bands with -b, or train a model on this sensor with geonp train"
         )
     values, valid = sample()
     return Normalizer.fit(values, valid)
+
+
+def load_for_fill(model: Any) -> Any:
+    """The model of a fill: a loaded model as given, a directory loaded, a built-in name loaded once."""
+    from geonp.model_files.registry import cached_model, load_model
+
+    if not isinstance(model, str | os.PathLike):
+        return model
+    return load_model(model, device="cpu") if Path(str(model)).exists() else cached_model(str(model), "cpu")
+
+
+def check_per_band(loaded: Any) -> None:
+    """Refuse a model that predicts bands jointly: a fill models each band on its own.
+
+    Raises:
+        InputRasterError: the model's ``dim_y`` is not 1.
+    """
+    if getattr(loaded.config, "dim_y", 1) != 1:
+        raise InputRasterError(f"model {loaded.name} predicts {loaded.config.dim_y} bands jointly; "
+                               "geonp fill needs a per-band model (dim_y=1)")
 
 
 def within(observed: np.ndarray, max_distance: float | None) -> np.ndarray:
@@ -219,6 +241,7 @@ class BlockRunner:
     """
 
     def __init__(self, job: BlockJob, loaded: Any = None) -> None:
+        """Load the model (or take ``loaded``), build the predictor and open the raster."""
         from geonp.model_files.registry import cached_model
 
         self.job = job
@@ -415,80 +438,3 @@ def pool_size(workers: int | None, device: Any, gap_pixels: int, n_blocks: int) 
     if getattr(device, "type", str(device)) != "cpu" or gap_pixels < _POOL_MIN_GAP_PIXELS:
         return 1
     return max(1, min(cpu_count(), n_blocks))
-
-
-def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
-               gaps_from: Callable[[Window], np.ndarray | None], blocks: list[Block],
-               tile_size: int, fillable_from: Callable[[Window], np.ndarray] | None = None,
-               outside: list[int] | None = None) -> tuple[int, int, int]:
-    """Gap pixels, observed pixels and tiles with gaps (over all bands), block by block.
-
-    With ``fillable_from`` (the data footprint) only gaps inside it count; those outside are
-    added to ``outside[0]``.
-    """
-    gap_pixels, obs_pixels, gap_tiles = 0, 0, 0
-    for r0, r1, c0, c1 in blocks:
-        win = Window(c0, r0, c1 - c0, r1 - r0)
-        _, ok = read_observed(src, win, bands, info=info, nodata=nodata)
-        gap = gaps_from(win)
-        if gap is not None:
-            ok &= ~gap[None]
-        to_fill = ~ok
-        if fillable_from is not None:
-            inside = fillable_from(win)[None]
-            if outside is not None:
-                outside[0] += int((to_fill & ~inside).sum())
-            to_fill = to_fill & inside
-        gap_pixels += int(to_fill.sum())
-        obs_pixels += int(ok.sum())
-        t = tile_size
-        padded = np.pad(to_fill, ((0, 0), (0, (-ok.shape[1]) % t), (0, (-ok.shape[2]) % t)))
-        gap_tiles += int(padded.reshape(len(bands), padded.shape[1] // t, t, -1, t).any((2, 4)).sum())
-    return gap_pixels, obs_pixels, gap_tiles
-
-
-def sample_for_stats(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
-                     gaps_from: Callable[[Window], np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
-    """Up to 16 windows of 256 px spread over the raster, for normalisation statistics."""
-    size = 256
-    rows = np.linspace(0, max(0, info.height - size), 4).astype(int)
-    cols = np.linspace(0, max(0, info.width - size), 4).astype(int)
-    vals, oks = [], []
-    for r in sorted(set(rows)):
-        for c in sorted(set(cols)):
-            win = Window(c, r, min(size, info.width), min(size, info.height))
-            arr, ok = read_observed(src, win, bands, info=info, nodata=nodata)
-            gap = gaps_from(win)
-            if gap is not None:
-                ok &= ~gap[None]
-            vals.append(arr.reshape(len(bands), -1))
-            oks.append(ok.reshape(len(bands), -1))
-    return np.concatenate(vals, 1), np.concatenate(oks, 1)
-
-
-# CPU seconds per gap pixel at 256 context pixels, one thread of the 2-core development CPU
-# (512² 3-band Landsat crop, 30 % cloud); cost grows about linearly with the context.
-_CPU_SECONDS_PER_GAP_PIXEL = 125e-6
-
-
-def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOptions, gap_pixels: int,
-         gap_tiles: int, block_size: int, workers: int) -> dict[str, Any]:
-    """What a dry run prints: blocks, tiles, context sizes, memory and time estimates."""
-    side = block_size + 2 * opts.halo
-    block_bytes = side * side * len(bands) * (8 + 1 + 8 + 8)  # values, mask, normalised, distance
-    q = (opts.tile_size + 2 * opts.overlap) ** 2
-    attn_bytes = 8192 * 4 * opts.max_context * (8 + 4 + 4)  # bias index, bias, logits per chunk
-    cpu_seconds = gap_pixels * _CPU_SECONDS_PER_GAP_PIXEL * opts.max_context / 256
-    return {
-        "raster": f"{info.width}x{info.height}, {len(bands)} band(s), {info.dtype}",
-        "blocks": len(blocks),
-        "block_pixels_with_halo": f"{side}x{side}",
-        "tiles_with_gaps": gap_tiles,
-        "gap_pixels": gap_pixels,
-        "context_per_tile": opts.max_context,
-        "queries_per_tile_max": q,
-        "processes": workers,
-        "estimated_peak_memory_mb": round(workers * ((block_bytes + attn_bytes) / 2**20 + 400)),
-        "estimated_cpu_seconds": round(cpu_seconds, 1),
-        "estimated_seconds": round(cpu_seconds / workers, 1),
-    }

@@ -1,16 +1,18 @@
 """The public fill API: ``fill_raster`` (files), ``fill_array`` (numpy) and ``fill`` (xarray/Dask).
 
-Every function takes a :class:`~geonp.config.FillConfig` and/or its fields as keywords. The block
-engine (reading with a halo, process pools, Dask, casting) is :mod:`geonp.engine`; the numeric
-core (tiles, tasks, batched model calls, blending) is :mod:`geonp.predict`.
+Every function takes a :class:`~geonp.config.FillConfig` and/or its fields as keywords. This
+module fills files; ``fill_array`` and ``fill`` live in :mod:`geonp.array_fill` and are re-exported
+here. The block engine (reading with a halo, process pools, Dask, casting) is
+:mod:`geonp.engine`, the gap count and dry-run plan :mod:`geonp.survey`; the numeric core
+(tiles, tasks, batched model calls, blending) is :mod:`geonp.predict`.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -19,22 +21,25 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
-from geonp import engine
+from geonp import engine, survey
 from geonp._version import __version__
+from geonp.array_fill import fill, fill_array  # in-memory fills, importable from here too
 from geonp.config import FillConfig
-from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
-from geonp.io.gap_sources import GapSources, build_gap_sources
-from geonp.io.hints import untagged_nodata_hint
-from geonp.io.masks import resolve_nodata, valid_mask
+from geonp.errors import ConfigError, NoValidPixelsError, OutputError
 from geonp.io.atomic import AtomicGroup
 from geonp.io.formats import check_creation_options, output_driver
+from geonp.io.gap_sources import GapSources, build_gap_sources
+from geonp.io.hints import untagged_nodata_hint
+from geonp.io.masks import resolve_nodata
 from geonp.io.metadata import copy_metadata, copy_std_metadata
-from geonp.io.paths import check_output_path
+from geonp.io.paths import RUN_ID_TAG, check_output_path, unpaired_output
 from geonp.io.profiles import output_profile, parse_creation_options
-from geonp.io.validity import plan_output_validity
 from geonp.io.raster import open_raster, raster_info, select_bands
+from geonp.io.remote import is_virtual
+from geonp.io.validity import plan_output_validity
 from geonp.models.layers import resolve_device
-from geonp.predict import Predictor
+
+__all__ = ["FillReport", "default_uncertainty_path", "fill", "fill_array", "fill_raster"]
 
 
 @dataclass
@@ -83,20 +88,6 @@ def default_uncertainty_path(output: str | os.PathLike[str]) -> Path:
     """``<OUTPUT stem>_std.tif`` beside OUTPUT."""
     out = Path(output)
     return out.with_name(f"{out.stem}_std{out.suffix or '.tif'}")
-
-
-def _load(model: Any) -> Any:
-    from geonp.model_files.registry import cached_model, load_model
-
-    if not isinstance(model, str | os.PathLike):
-        return model
-    return load_model(model, device="cpu") if Path(str(model)).exists() else cached_model(str(model), "cpu")
-
-
-def _check_model(loaded: Any) -> None:
-    if getattr(loaded.config, "dim_y", 1) != 1:
-        raise InputRasterError(f"model {loaded.name} predicts {loaded.config.dim_y} bands jointly; "
-                               "geonp fill needs a per-band model (dim_y=1)")
 
 
 def fill_raster(
@@ -192,7 +183,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
     t0 = time.perf_counter()
     if cfg.model is None:  # the built-in default, or the built-in model that takes references
         cfg = dataclasses.replace(cfg, model="multidate" if references.paths else "default")
-    loaded = _load(cfg.model)
+    loaded = engine.load_for_fill(cfg.model)
     if references.paths and not loaded.config.temporal:
         raise ConfigError(f"model {loaded.name} takes no references; use --model multidate or a model trained "
                           "with geonp train --series")
@@ -213,6 +204,10 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         refs, ref_days = _open_references(input, info, cfg, references, qa_kind, qa_classes)
         inputs = [p for p in (input, mask, qa, footprint, *references.paths) if p is not None]
         if not dry_run:
+            leftover = None if cfg.overwrite else unpaired_output(out_path, std_path)
+            if leftover is not None:
+                raise OutputError(f"{std_path} already exists, left by an interrupted run ({leftover}); "
+                                  "pass --overwrite to replace it.")
             out_path = check_output_path(out_path, inputs=inputs, overwrite=cfg.overwrite)
             std_path = check_output_path(std_path, inputs=inputs, overwrite=cfg.overwrite)
             if out_path == std_path:
@@ -230,7 +225,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         gaps_from = sources.extra_gaps
         blocks = engine.plan_blocks(info.height, info.width, cfg.block_size)
         outside = [0]
-        gap_pixels, obs_pixels, gap_tiles = engine.count_gaps(src, info, band_list, nodata_v, gaps_from,
+        gap_pixels, obs_pixels, gap_tiles = survey.count_gaps(src, info, band_list, nodata_v, gaps_from,
                                                               blocks, opts.tile_size, sources.fillable, outside)
         if obs_pixels == 0:
             raise NoValidPixelsError(
@@ -247,15 +242,15 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         workers = engine.pool_size(cfg.workers, device, gap_pixels, len(blocks))
         if dry_run:
             report.dry_run = True
-            report.plan = engine.plan(info, band_list, blocks, opts, gap_pixels, gap_tiles, cfg.block_size,
+            report.plan = survey.plan(info, band_list, blocks, opts, gap_pixels, gap_tiles, cfg.block_size,
                                       workers)
             report.plan["outside_footprint_pixels"] = outside[0]
             report.plan["footprint"] = sources.footprint.describe()
             report.seconds = time.perf_counter() - t0
             return report
-        _check_model(loaded)
+        engine.check_per_band(loaded)
         norm = engine.normalizer_for(
-            loaded, len(band_list), lambda: engine.sample_for_stats(src, info, band_list, nodata_v, gaps_from))
+            loaded, len(band_list), lambda: survey.sample_for_stats(src, info, band_list, nodata_v, gaps_from))
         dtype = info.dtype
         # Other formats than GTiff (and COGs) are written as a GeoTIFF and converted at the end.
         convert, std_convert = cfg.cog or out_driver != "GTiff", cfg.cog or std_driver != "GTiff"
@@ -272,7 +267,8 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             references=refs, reference_days=ref_days,
         )
         # The model's name only: an absolute local path would publish the user's directories.
-        tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__}
+        tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__,
+                RUN_ID_TAG: uuid.uuid4().hex[:12]}  # one id for the pair: io.paths.unpaired_output
         if refs:
             tags["GEONP_REFERENCES"] = ", ".join(f"{Path(r.path).name} ({r.date})" for r in refs)
         done = [0]
@@ -283,10 +279,10 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             if progress is not None:
                 progress(min(done[0], total), total)
 
-        # the filled raster and its std appear together or not at all
+        # the filled raster and its std appear together or not at all, the filled raster last
         with AtomicGroup() as group, \
                 group.writer(out_path, profile, overwrite=cfg.overwrite, cog=cfg.cog, creation_options=co,
-                             driver=out_driver) as dst, \
+                             driver=out_driver, primary=True) as dst, \
                 group.writer(std_path, std_profile, overwrite=cfg.overwrite, cog=cfg.cog,
                              creation_options=std_co, driver=std_driver, overview_resampling="RMS") as dstd:
             copy_metadata(src, dst, bands=band_list)
@@ -348,7 +344,8 @@ def _open_references(input: str | os.PathLike[str], info: Any, cfg: FillConfig, 
 def _check_creation(co: dict[str, str], std_co: dict[str, str], cfg: FillConfig, src: Any, info: Any,
                     validity: Any, out_driver: str, std_driver: str) -> None:
     """Both creation profiles, checked by GDAL with the outputs' real types, before any work."""
-    grid = dict(cog=cfg.cog, width=info.width, height=info.height, crs=src.crs, transform=src.transform)
+    grid = {"cog": cfg.cog, "width": info.width, "height": info.height, "crs": src.crs,
+            "transform": src.transform}
     check_creation_options(co, dtype=info.dtype, count=validity.count, nodata=validity.nodata,
                            driver=out_driver, **grid)
     check_creation_options(std_co, dtype="float32", count=len(validity.bands), nodata=float("nan"),
@@ -359,7 +356,7 @@ def _check_creation(co: dict[str, str], std_co: dict[str, str], cfg: FillConfig,
 def _absolute(path: str | os.PathLike[str]) -> str:
     """An absolute path for workers started elsewhere (GDAL virtual paths stay as they are)."""
     text = os.fspath(path)
-    if text.startswith("/vsi") or "://" in text:
+    if is_virtual(text):
         return text
     return str(Path(text).expanduser().absolute())
 
@@ -370,143 +367,3 @@ def _absolute_sources(sources: GapSources) -> GapSources:
         footprint = dataclasses.replace(footprint, source=_absolute(footprint.source))
     return dataclasses.replace(sources, mask=None if sources.mask is None else _absolute(sources.mask),
                                qa=None if sources.qa is None else _absolute(sources.qa), footprint=footprint)
-
-
-def fill_array(
-    values: np.ndarray,
-    valid: np.ndarray,
-    config: FillConfig | None = None,
-    *,
-    origin: tuple[int, int] = (0, 0),
-    region: tuple[int, int, int, int] | None = None,
-    fillable: np.ndarray | None = None,
-    **options: Any,
-) -> tuple[np.ndarray, np.ndarray]:
-    """Fill the gaps of an in-memory ``[bands, h, w]`` array.
-
-    Args:
-        values: band values (anything where not valid).
-        valid: bool, True where observed (same shape as ``values`` or ``[h, w]``); NaN/Inf and
-            ``nodata`` (when given) are missing too, as in :func:`fill_raster`.
-        config: fill options; keywords override its fields (``model`` may be a loaded model).
-        origin: the array's offset in a larger raster (keeps tiles aligned across chunks).
-        region: ``(r0, r1, c0, c1)`` to fill (default all); the rest is context only.
-        fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
-        **options: :class:`~geonp.config.FillConfig` fields.
-
-    Returns:
-        ``(filled float64, std float32)``: observed pixels unchanged and std 0 there; unfilled gaps NaN.
-    """
-    cfg = FillConfig.of(config, **options)
-    if values.ndim == 2:
-        values = values[None]
-    # the rule every fill uses for a missing pixel: NaN/Inf, the nodata value, the caller's mask
-    valid = valid_mask(values, nodata=cfg.nodata, internal_valid=np.broadcast_to(valid, values.shape))
-    if not valid.any():
-        raise NoValidPixelsError("the array has no valid pixel to fill from")
-    loaded = _load(cfg.model or "default")
-    _check_model(loaded)
-    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
-    predictor = Predictor(loaded.module, opts, resolve_device(cfg.device), batch_rows=cfg.batch_rows)
-    n = values.shape[0]
-    norm = engine.normalizer_for(loaded, n, lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
-    h, w = values.shape[1:]
-    r0, r1, c0, c1 = region or (0, h, 0, w)
-    mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
-                                      origin=origin, norm=norm, max_distance=cfg.max_distance,
-                                      calibration=loaded.calibration, fillable=fillable)
-    core = (slice(None), slice(r0, r1), slice(c0, c1))
-    filled = np.where(valid[core], values[core], mean)
-    std_out = np.where(valid[core], 0.0, std).astype(np.float32)
-    return filled, std_out
-
-
-def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
-    """Fill the gaps of an ``xarray.DataArray`` (``[band,] y, x``); lazy when it is Dask-backed.
-
-    Missing pixels are NaN/Inf, ``nodata`` (default ``da.rio.nodata`` or ``da.attrs["_FillValue"]``).
-    A Dask-backed array is filled chunk by chunk: each output chunk reads its input chunk with a
-    halo of ``search_radius + tile_size + 2 * overlap`` pixels, so tiles align across chunks and the
-    result equals an in-memory fill.
-
-    Returns:
-        An ``xarray.Dataset`` with ``filled`` (in the input's dtype, nodata and CRS set the
-        rioxarray way) and ``uncertainty`` (float32 std, 0 on observed pixels, NaN where nothing
-        was filled), with the input's coordinates and attributes
-        (:func:`geonp.xarray_result.build_result`; also ``da.geonp.fill()``).
-    """
-    if da.ndim not in (2, 3):
-        raise InputRasterError(f"expected a DataArray with dims (band, y, x) or (y, x), got {da.dims}")
-    squeeze = da.ndim == 2
-    arr3 = da.expand_dims("band") if squeeze else da
-    cfg = FillConfig.of(config, **options)
-    nodata = cfg.nodata
-    if nodata is None:
-        nodata = arr3.attrs.get("_FillValue", arr3.attrs.get("nodata"))
-        try:
-            nodata = arr3.rio.nodata if arr3.rio.nodata is not None else nodata
-        except Exception:  # noqa: BLE001 - rioxarray not imported or no CRS: fall back to attrs
-            pass
-    loaded = _load(cfg.model or "default")
-    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
-    data = arr3.data
-    footprint = None
-    if not cfg.fill_outside:  # the same footprint rule as fill_raster (geonp.io.footprint)
-        from geonp.io.footprint import footprint_of_array
-
-        footprint = footprint_of_array(_valid(data, nodata).any(axis=0))
-    if hasattr(data, "dask"):
-        filled, std = _fill_dask(data, nodata, cfg, halo=opts.halo, footprint=footprint)
-    else:
-        values = np.asarray(data, dtype=np.float64)
-        h, w = values.shape[1:]
-        inside = None if footprint is None else footprint.fillable(Window(0, 0, w, h))
-        filled, std = fill_array(values, _valid(values, nodata), cfg, fillable=inside)
-    from geonp.xarray_result import build_result
-
-    ds = build_result(filled, std, arr3, nodata=nodata)
-    if squeeze:
-        ds = ds.isel(band=0, drop=True)
-    return ds
-
-
-def _valid(values: np.ndarray, nodata: float | None) -> np.ndarray:
-    ok = np.isfinite(values)
-    if nodata is not None and not (isinstance(nodata, float) and math.isnan(nodata)):
-        ok &= values != nodata
-    return ok
-
-
-def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int,
-               footprint: Any = None) -> tuple[Any, Any]:
-    """Build lazy filled/std arrays, one delayed task per output chunk (input read with a halo)."""
-    import dask
-    import dask.array as dsa
-
-    data = data.rechunk({0: -1})
-    _, h, w = data.shape
-    row_edges = np.cumsum((0,) + data.chunks[1])
-    col_edges = np.cumsum((0,) + data.chunks[2])
-
-    @dask.delayed(pure=True)
-    def one(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int]) -> np.ndarray:
-        values = np.asarray(block, dtype=np.float64)
-        inside = None if footprint is None else footprint.fillable(
-            Window(c0, r0, values.shape[2], values.shape[1]))
-        filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region,
-                                 fillable=inside)
-        return np.stack([filled, std.astype(np.float64)])
-
-    rows = []
-    for i in range(len(row_edges) - 1):
-        cols = []
-        for j in range(len(col_edges) - 1):
-            r0, r1, c0, c1 = row_edges[i], row_edges[i + 1], col_edges[j], col_edges[j + 1]
-            hr0, hr1, hc0, hc1 = max(0, r0 - halo), min(h, r1 + halo), max(0, c0 - halo), min(w, c1 + halo)
-            block = data[:, hr0:hr1, hc0:hc1]
-            region = (r0 - hr0, r1 - hr0, c0 - hc0, c1 - hc0)
-            shape = (2, data.shape[0], r1 - r0, c1 - c0)
-            cols.append(dsa.from_delayed(one(block, int(hr0), int(hc0), region), shape=shape, dtype=np.float64))
-        rows.append(cols)
-    both = dsa.block([[c for c in row] for row in rows]) if rows else None
-    return both[0], both[1].astype(np.float32)

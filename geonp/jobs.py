@@ -18,20 +18,19 @@ from __future__ import annotations
 import dataclasses
 import errno
 import hashlib
-import importlib.util
 import json
 import logging
 import os
 import time
 import uuid
-from collections.abc import Callable, Iterator, Mapping
-from contextlib import contextmanager
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from geonp._version import __version__
 from geonp.config import FillConfig
+from geonp.dask_client import dask_session
 from geonp.errors import ConfigError, GeonpError, OutputError, one_line
 from geonp.io.partials import remove_stale_partials
 from geonp.manifest import (
@@ -145,8 +144,8 @@ def find_broken_links(input_dir: Path, pattern: str, *, recursive: bool,
             if err.errno == errno.ELOOP:
                 out.append((path, f"it is a symbolic link loop ({os.readlink(path)}); fix or remove the link"))
             else:
-                out.append((path, f"it is a dangling symbolic link to {os.readlink(path)} (no such file); "
-                                  "fix or remove the link"))
+                out.append((path, (f"it is a dangling symbolic link to {os.readlink(path)} (no such file); "
+                                   "fix or remove the link")))
     return sorted(out)
 
 
@@ -208,40 +207,6 @@ def _remove_partials(path: Path) -> None:
     if path.parent.is_dir():
         for tmp in remove_stale_partials(path):
             logger.info("removed %s, left by an interrupted run", tmp)
-
-
-@contextmanager
-def _client(scheduler: str | None, workers: int | None, threads_per_worker: int,
-            dashboard_address: str | None) -> Iterator[tuple[Any, str | None, str]]:
-    """A Dask client on the given scheduler, or on a local cluster started (and closed) here."""
-    from dask.system import CPU_COUNT
-    from distributed import Client, LocalCluster
-
-    if scheduler is not None:
-        from geonp.dask_client import connect
-
-        client = connect(scheduler)
-        try:
-            yield client, client.dashboard_link, scheduler
-        finally:
-            client.close()
-        return
-    if threads_per_worker < 1 or (workers is not None and workers < 1):
-        raise ConfigError(f"workers={workers} and threads_per_worker={threads_per_worker} must be >= 1")
-    n = workers or max(1, CPU_COUNT // threads_per_worker)  # CPU_COUNT honours affinity and cgroups
-    cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=True,
-                           dashboard_address=dashboard_address)
-    try:
-        client = Client(cluster)
-        try:
-            served = dashboard_address is not None and importlib.util.find_spec("bokeh") is not None
-            if dashboard_address is not None and not served:
-                logger.info("no Dask dashboard: install bokeh to get one")
-            yield client, client.dashboard_link if served else None, cluster.scheduler_address
-        finally:
-            client.close()
-    finally:
-        cluster.close()
 
 
 def _plan(report: JobReport, inputs: list[Path], manifest: Manifest, *, key: str, skip_existing: bool,
@@ -414,7 +379,7 @@ def fill_many(
             for task in tasks.values():
                 _remove_partials(Path(task.output))
                 _remove_partials(Path(task.uncertainty))
-            with _client(scheduler, workers, threads_per_worker, dashboard_address) as (client, link, address):
+            with dask_session(scheduler, workers, threads_per_worker, dashboard_address) as (client, link, address):
                 from distributed import as_completed
 
                 report.scheduler, report.dashboard_link = address, link

@@ -147,19 +147,22 @@ class JobReport:
 
 
 def fingerprint(path: Path) -> dict[str, int]:
+    """An input's size and modification time: a rerun fills it again when they change."""
     st = path.stat()
     return {"input_size": st.st_size, "input_mtime_ns": st.st_mtime_ns}
 
 
 def outputs_complete(output: Path, uncertainty: Path) -> bool:
-    """Both outputs exist and open, on the same grid (atomic writes make them whole)."""
+    """Both outputs exist and open, on the same grid, from one run (atomic writes make them whole)."""
+    from geonp.io.paths import unpaired_output
     from geonp.io.raster import open_raster
 
     try:
         with open_raster(output) as a, open_raster(uncertainty) as b:
-            return (a.width, a.height, a.count) == (b.width, b.height, b.count)
+            same_grid = (a.width, a.height, a.count) == (b.width, b.height, b.count)
     except GeonpError:
         return False
+    return same_grid and unpaired_output(output, uncertainty) is None
 
 
 def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
@@ -177,6 +180,7 @@ def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
 
 
 def now() -> str:
+    """The time now, UTC, ISO 8601 to the second (manifest time stamps)."""
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -184,6 +188,7 @@ class Manifest:
     """The batch's JSON manifest: file entries by name, rewritten atomically as files finish."""
 
     def __init__(self, path: Path, meta: dict[str, Any]) -> None:
+        """A manifest at ``path`` with the run's ``meta`` and no file entries yet."""
         self.path = path
         self.meta = meta
         self.entries = load_manifest(path)  # files of earlier runs not matched now are kept

@@ -11,6 +11,7 @@ All functions take arrays of the true values ``y``, predicted means ``mu`` and p
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Sequence
 from statistics import NormalDist
@@ -28,6 +29,7 @@ __all__ = [
     "gaussian_nll",
     "interval_coverage",
     "interval_z",
+    "pool_binned",
     "score",
 ]
 
@@ -277,7 +279,7 @@ def binned_scores(
         raise ValueError(f"distance has {d.size} values for {y_.size} pixels")
     e = [math.inf if v is None else float(v) for v in edges]
     out = []
-    for lo, hi in zip(e[:-1], e[1:], strict=True):
+    for lo, hi in itertools.pairwise(e):
         inside = (d >= lo) & (d < hi)
         n = int(inside.sum())
         row: dict[str, Any] = {"lo": lo, "hi": None if math.isinf(hi) else hi, "n": n, "rmse": None,
@@ -296,4 +298,46 @@ def binned_scores(
                 row["coverage90"] = interval_coverage(y_[inside], mu_[inside], s, 0.90)
                 row["coverage95"] = interval_coverage(y_[inside], mu_[inside], s, 0.95)
         out.append(row)
+    return out
+
+
+#: Per-bin statistics of :func:`binned_scores` that are root mean squares (pooled as squares).
+_RMS_KEYS = ("rmse", "rms_std")
+
+
+def pool_binned(parts: Sequence[Sequence[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Pool :func:`binned_scores` results of several parts (dates, masks) with the same edges.
+
+    Means are weighted by each bin's pixel count and root mean squares are pooled as squares, so
+    the result equals :func:`binned_scores` on all the parts' pixels together.
+
+    Args:
+        parts: one :func:`binned_scores` result per part, each with the same bins.
+
+    Returns:
+        One dict per bin, with the keys of the parts' rows (None where no part has a value).
+
+    Raises:
+        ValueError: parts with different bins.
+    """
+    if not parts:
+        return []
+    out = []
+    for rows in zip(*parts, strict=True):
+        lo, hi = rows[0]["lo"], rows[0]["hi"]
+        if any((r["lo"], r["hi"]) != (lo, hi) for r in rows):
+            raise ValueError(f"bins differ between the parts: {[(r['lo'], r['hi']) for r in rows]}")
+        pooled: dict[str, Any] = {"lo": lo, "hi": hi, "n": int(sum(r["n"] for r in rows))}
+        for key in rows[0]:
+            if key in pooled:
+                continue
+            weighted = [(r["n"], float(r[key])) for r in rows if r["n"] and r.get(key) is not None]
+            total = sum(n for n, _ in weighted)
+            if not total:
+                pooled[key] = None
+            elif key in _RMS_KEYS:
+                pooled[key] = math.sqrt(sum(n * v * v for n, v in weighted) / total)
+            else:
+                pooled[key] = sum(n * v for n, v in weighted) / total
+        out.append(pooled)
     return out

@@ -34,12 +34,13 @@ def tiny_model(tmp_path_factory):
     import torch
 
     from geonp.config import ModelConfig
+    from geonp.model_files.card import ModelCard
     from geonp.model_files.checkpoint import save_model
     from geonp.models import build_model
 
     torch.manual_seed(0)
     cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)
-    return save_model(tmp_path_factory.mktemp("models") / "tiny", build_model(cfg), cfg, card={"name": "tiny"})
+    return save_model(tmp_path_factory.mktemp("models") / "tiny", build_model(cfg), cfg, card=ModelCard(name="tiny"))
 
 
 def write_raster(path, arr, *, nodata=None, dtype=None, crs="EPSG:32621", descriptions=None, tags=None):
@@ -51,9 +52,9 @@ def write_raster(path, arr, *, nodata=None, dtype=None, crs="EPSG:32621", descri
     arr = np.asarray(arr)
     if arr.ndim == 2:
         arr = arr[None]
-    profile = dict(driver="GTiff", width=arr.shape[2], height=arr.shape[1], count=arr.shape[0],
-                   dtype=dtype or arr.dtype, crs=crs, transform=from_origin(500000, 7000000, 30, 30),
-                   nodata=nodata)
+    profile = {"driver": "GTiff", "width": arr.shape[2], "height": arr.shape[1], "count": arr.shape[0],
+                   "dtype": dtype or arr.dtype, "crs": crs, "transform": from_origin(500000, 7000000, 30, 30),
+                   "nodata": nodata}
     with rasterio.open(path, "w", **profile) as dst:
         dst.write(arr.astype(profile["dtype"]))
         if descriptions:

@@ -15,9 +15,9 @@ import pytest
 import rasterio
 from affine import Affine
 from click.testing import CliRunner
+from geonp_cli.main import cli
 
 import geonp
-from geonp_cli.main import cli
 
 distributed = pytest.importorskip("distributed")
 

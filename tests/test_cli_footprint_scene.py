@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 import rasterio
 from click.testing import CliRunner
-
 from geonp_cli.main import cli
+
 from tests.conftest import smooth_field, write_raster
 from tests.io.test_footprint import SCENE, needs_scene
 

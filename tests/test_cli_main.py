@@ -7,7 +7,6 @@ from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
-
 from geonp_cli.main import cli
 
 
@@ -48,7 +47,7 @@ def test_fill_q_after_arguments_is_accepted(tmp_path: Path) -> None:
 def test_missing_input_is_a_geonp_error_exit_1(tmp_path: Path, args: list[str]) -> None:
     res = CliRunner().invoke(cli, [a.format(tmp=tmp_path) for a in args])
     assert res.exit_code == 1, res.output
-    line = [ln for ln in res.output.splitlines() if ln.startswith("Error:")][0]
+    line = next(ln for ln in res.output.splitlines() if ln.startswith("Error:"))
     assert "missing.tif" in line and "does not exist" in line and "check the path" in line
     assert "Usage:" not in res.output
     assert not (tmp_path / "m").exists()

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 import rasterio
 from click.testing import CliRunner
+from geonp_cli.main import cli
 from rasterio.enums import ColorInterp
 from rasterio.transform import from_origin
 
-from geonp_cli.main import cli
 from tests.conftest import smooth_field, write_raster
 from tests.io.test_footprint import COLLAR_WINDOW, SCENE, crop_scene, needs_scene
 

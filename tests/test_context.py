@@ -1,12 +1,18 @@
 """Context selection (near + far sets) and the std calibration by distance to data."""
 
 import math
+from dataclasses import replace
 
 import numpy as np
 import pytest
 from scipy import ndimage
 
-from geonp.calibration import DISTANCE_BIN_EDGES, apply_std_calibration, distance_bin_factors, distance_to_observed
+from geonp.calibration import (
+    DISTANCE_BIN_EDGES,
+    apply_std_calibration,
+    distance_bin_factors,
+    distance_to_observed,
+)
 from geonp.context import ContextSpec, HaloTooSmall, ring_edges, select_context
 from geonp.data.tasks import PRIOR_COUNT, context_points, standardize, window_task
 from geonp.predict import TileOptions
@@ -165,7 +171,8 @@ def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):
 
     lm = load_model(tiny_model)
     assert tile_options(lm, None, None, 8, 512).n_far == 0  # a card without far fields: 0.1's rule
-    lm.card["task_shape"] = {"core_size": 32, "max_context": 96, "n_far": 40, "rings": 6, "sectors": 12}
+    lm.card = replace(lm.card, task_shape={"core_size": 32, "max_context": 96, "n_far": 40, "rings": 6,
+                                           "sectors": 12})
     opts = tile_options(lm, None, None, 8, 300)
     assert (opts.tile_size, opts.max_context, opts.n_far, opts.rings, opts.sectors) == (32, 96, 40, 6, 12)
     assert opts.context == ContextSpec(n_near=96, n_far=40, search_radius=300, rings=6, sectors=12)
@@ -173,7 +180,7 @@ def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):
 
 def test_task_scale_shrinks_towards_the_band_std():
     one = np.array([[0.7]])
-    yc, _, shift, scale = standardize(one, None)
+    _yc, _, shift, scale = standardize(one, None)
     assert shift[0] == pytest.approx(0.7)
     assert scale[0] == pytest.approx(
         math.sqrt(PRIOR_COUNT / (1 + PRIOR_COUNT))

@@ -254,7 +254,7 @@ def test_option_errors(smooth_tif, monkeypatch):
 
 def test_public_api_geonp_evaluate_stays_callable(smooth_tif):
     import geonp
-    import geonp.evaluation  # noqa: F401 - importing the module must not shadow the function
+    import geonp.evaluation
 
     first = geonp.evaluate(smooth_tif, models=(), masks=("random",), seed=9)
     second = geonp.evaluate(smooth_tif, models=(), masks=("random",), seed=9)

@@ -1,5 +1,7 @@
 """The shipped model's std against the exact GP's on a field with a large hole, and with one pixel."""
 
+import itertools
+
 import numpy as np
 import pytest
 from scipy import ndimage
@@ -20,7 +22,7 @@ def default_model():
 
 def _binned_std(std, distance):
     return np.array(
-        [std[(distance >= lo) & (distance < hi)].mean() for lo, hi in zip(BINS[:-1], BINS[1:])]
+        [std[(distance >= lo) & (distance < hi)].mean() for lo, hi in itertools.pairwise(BINS)]
     )
 
 

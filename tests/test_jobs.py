@@ -201,7 +201,7 @@ def test_fill_one_reports_unexpected_errors(monkeypatch, tmp_path):
 
 def test_scene_filled_through_the_cluster_equals_one_process(tmp_path, tiny_model, cluster):
     scene = write_scene(tmp_path / "scene.tif", 7, size=64, bands=2)
-    kw = dict(model=str(tiny_model), device="cpu", tile_size=16, overlap=4, block_size=32, search_radius=24)
+    kw = {"model": str(tiny_model), "device": "cpu", "tile_size": 16, "overlap": 4, "block_size": 32, "search_radius": 24}
     local = fill_raster(scene, tmp_path / "local.tif", **kw)
     spread = fill_raster(scene, tmp_path / "spread.tif", scheduler=cluster.scheduler_address, **kw)
     assert spread.filled_pixels == local.filled_pixels > 0
@@ -237,7 +237,7 @@ def test_output_paths_and_inputs(tmp_path):
     for name in ("a.tif", "sub/b.tif", ".hidden.tif", "out/c.tif", "d.png"):
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_bytes(b"")
-    rel = lambda paths: [p.relative_to(tmp_path).as_posix() for p in paths]  # noqa: E731
+    rel = lambda paths: [p.relative_to(tmp_path).as_posix() for p in paths]
     assert rel(jobs.find_inputs(tmp_path, "*.tif", recursive=False)) == ["a.tif"]
     assert rel(jobs.find_inputs(tmp_path, "*.tif", recursive=True, exclude=tmp_path / "out")) == [
         "a.tif", "sub/b.tif"]

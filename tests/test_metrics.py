@@ -8,12 +8,14 @@ from geonp.data.synthetic import gp_grid_field, gp_posterior
 from geonp.metrics import (
     DEFAULT_LEVELS,
     METRICS,
+    binned_scores,
     calibration_curve,
     calibration_error,
     crps_gaussian,
     gaussian_nll,
     interval_coverage,
     interval_z,
+    pool_binned,
     score,
 )
 
@@ -134,3 +136,24 @@ def test_score_edge_cases():
         score([1.0, 2.0], [1.0])
     with pytest.raises(ValueError, match="level"):
         interval_z(1.0)
+
+
+def test_pooled_bins_equal_the_bins_of_all_pixels_together():
+    rng = np.random.default_rng(3)
+    edges = [0.0, 1.0, 4.0, 16.0, None]
+    parts = []
+    for n in (300, 50, 0):  # an empty part counts for nothing
+        y, mu = rng.normal(size=n), rng.normal(size=n)
+        parts.append((y, mu, rng.uniform(0.5, 2.0, n), rng.uniform(0, 30, n)))
+    together = binned_scores(*(np.concatenate(a) for a in zip(*parts, strict=True)), edges)
+    pooled = pool_binned([binned_scores(*p, edges) for p in parts])
+    assert [(r["lo"], r["hi"], r["n"]) for r in pooled] == [(r["lo"], r["hi"], r["n"]) for r in together]
+    for a, b in zip(pooled, together, strict=True):
+        assert a.keys() == b.keys()
+        for key in a:
+            assert (a[key] is None and b[key] is None) or a[key] == pytest.approx(b[key], rel=1e-9), key
+    no_std = pool_binned([binned_scores(p[0], p[1], None, p[3], edges) for p in parts])
+    assert "coverage95" not in no_std[0] and no_std[0]["rmse"] == pytest.approx(together[0]["rmse"])
+    with pytest.raises(ValueError, match="bins differ"):
+        pool_binned([binned_scores(*parts[0], edges), binned_scores(*parts[0], [0.0, 2.0, 4.0, 16.0, None])])
+    assert pool_binned([]) == []

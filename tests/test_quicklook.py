@@ -7,11 +7,11 @@ from pathlib import Path
 import numpy as np
 import rasterio
 from click.testing import CliRunner
+from geonp_cli.main import cli
 from PIL import Image
 from rasterio.enums import ColorInterp
 
 from geonp.quicklook import GAP_RGB, _display, rgb_bands, std_label
-from geonp_cli.main import cli
 from tests.conftest import smooth_field, write_raster
 
 

@@ -42,5 +42,5 @@ def test_nearest_context_takes_the_nearest_and_breaks_ties_by_position():
     shifted = nearest_context(np.pad(obs, ((3, 0), (3, 0))), (8, 18, 8, 18), max_context=30, origin=(97, 97))
     np.testing.assert_array_equal(again[0], shifted[0] - 3)  # same absolute pixels chosen
     np.testing.assert_array_equal(again[1], shifted[1] - 3)
-    few_r, few_c = nearest_context(obs, (5, 15, 5, 15), max_context=10_000)
+    few_r, _few_c = nearest_context(obs, (5, 15, 5, 15), max_context=10_000)
     assert few_r.size == obs.sum()

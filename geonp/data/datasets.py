@@ -41,8 +41,8 @@ def split_columns(width: int, *, val_fraction: float, test_fraction: float,
     then widened to ``min_val_columns`` (the patch size) as long as the training region keeps at
     least as many.
     """
-    test_w = int(round(width * test_fraction))
-    val_w = int(round(width * val_fraction))
+    test_w = round(width * test_fraction)
+    val_w = round(width * val_fraction)
     if 0 < val_fraction and val_w < min_val_columns <= width - test_w - min_val_columns:
         val_w = min_val_columns
     train_w = width - val_w - test_w
@@ -61,6 +61,7 @@ class PatchPool:
     offsets: list[tuple[int, int, int]]  # (raster index, row, col)
 
     def __len__(self) -> int:
+        """Number of patches."""
         return self.values.shape[0]
 
 

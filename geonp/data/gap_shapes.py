@@ -250,7 +250,7 @@ def scene_cloud_mask(
     if scale is None:
         scale = max(400.0, 0.375 * (h + w)) * gen.uniform(1.0, 1.5)
     # a canvas twice the window (a torus): the mask is a crop of a bigger cloud field
-    pad = int(math.ceil(min(scale, 0.5 * max(h, w))))
+    pad = math.ceil(min(scale, 0.5 * max(h, w)))
     field = _fractal_field((h + 2 * pad, w + 2 * pad), scale=float(scale), roughness=gen.uniform(2.6, 3.2), rng=gen)
     return hide_highest(field[pad:pad + h, pad:pad + w], c)
 

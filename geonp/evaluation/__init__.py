@@ -19,10 +19,13 @@ Every method is also scored per bin of distance to the nearest observed pixel
 Modules: :mod:`~geonp.evaluation.run` (options and the run), :mod:`~geonp.evaluation.methods`
 (the methods compared), :mod:`~geonp.evaluation.scoring` (scores of one fill),
 :mod:`~geonp.evaluation.report` (the report, table and JSON), :mod:`~geonp.evaluation.plot` (the
-PNG). The calibration is written by :func:`geonp.model_files.checkpoint.write_calibration`.
+PNGs), :mod:`~geonp.evaluation.series` (multi-date scores, ``geonp evaluate --series``). The
+calibration is written by :func:`geonp.model_files.checkpoint.write_calibration`.
 """
 
 from geonp.evaluation.report import EvaluationReport
 from geonp.evaluation.run import EVALUATION_MASK_KINDS, EvaluationConfig, evaluate, simulate_masks
+from geonp.evaluation.series import DateScore, evaluate_series
 
-__all__ = ["EVALUATION_MASK_KINDS", "EvaluationConfig", "EvaluationReport", "evaluate", "simulate_masks"]
+__all__ = ["EVALUATION_MASK_KINDS", "DateScore", "EvaluationConfig", "EvaluationReport", "evaluate",
+           "evaluate_series", "simulate_masks"]

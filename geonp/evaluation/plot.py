@@ -2,8 +2,12 @@
 
 Top row: the calibration curve (expected against observed coverage of central intervals; on the
 diagonal = calibrated, below = over-confident) and the absolute error against the predicted std
-(a calibrated Gaussian std has mean absolute error ``sqrt(2/pi) * std``). Below: quicklook panels
+(a calibrated Gaussian std has mean absolute error ``sqrt(2/pi) * std``). Then the 95 % coverage,
+and the error against the std, by distance to the nearest observed pixel. Below: quicklook panels
 of the first mask: the input with its gaps, the truth, each method's fill, and each std.
+
+A multi-date run (``geonp evaluate --series``) gets :func:`write_series_plot`: the RMSE of every
+method on every date, and the same scores by distance to data, all dates pooled.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import io
 import math
 import os
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +27,7 @@ from geonp.io.atomic import atomic_write_bytes
 if TYPE_CHECKING:
     from geonp.evaluation.report import EvaluationReport
 
-__all__ = ["QuicklookPanels", "write_evaluation_plot"]
+__all__ = ["QuicklookPanels", "write_evaluation_plot", "write_series_plot"]
 
 
 @dataclass
@@ -120,17 +125,24 @@ def _bin_labels(rows: list[dict[str, Any]]) -> list[str]:
     return [f"{r['lo']:g}-{r['hi']:g}" if r["hi"] is not None else f">={r['lo']:g}" for r in rows]
 
 
-def _binned_axes(ax_cov: Any, ax_err: Any, report: EvaluationReport) -> None:
-    """Coverage, and RMSE against mean std, per bin of distance to the nearest observed pixel."""
+def _binned_axes(ax_cov: Any, ax_err: Any, binned: Mapping[str, list[dict[str, Any]]], scope: str) -> None:
+    """Coverage, and RMSE against RMS std, per bin of distance to the nearest observed pixel.
+
+    Args:
+        ax_cov: axes of the 95 % coverage per bin (methods with a std).
+        ax_err: axes of the RMSE (and RMS std) per bin.
+        binned: per method, :func:`geonp.metrics.binned_scores` rows.
+        scope: what the rows pool, for the titles (``"all masks"``, ``"all dates"``).
+    """
     ax_cov.axhspan(0.93, 0.97, color="0.9", label="target 0.93-0.97")
     ax_cov.axhline(0.95, color="k", ls="--", lw=1)
     labels: list[str] = []
-    for method, per_mask in report.binned.items():
-        rows = [r for r in per_mask.get("all", []) if r["n"]]
+    for method, all_rows in binned.items():
+        rows = [r for r in all_rows if r["n"]]
         if not rows:
             continue
-        labels = labels if len(labels) >= len(_bin_labels(per_mask["all"])) else _bin_labels(per_mask["all"])
-        x = [i for i, r in enumerate(per_mask["all"]) if r["n"]]
+        labels = labels if len(labels) >= len(all_rows) else _bin_labels(all_rows)
+        x = [i for i, r in enumerate(all_rows) if r["n"]]
         (line,) = ax_err.plot(x, [r["rmse"] for r in rows], "o-", ms=3, label=f"{method} RMSE")
         if "coverage95" in rows[0]:
             ax_cov.plot(x, [r["coverage95"] for r in rows], "o-", ms=3, color=line.get_color(), label=method)
@@ -142,11 +154,11 @@ def _binned_axes(ax_cov: Any, ax_err: Any, report: EvaluationReport) -> None:
         ax.set_xlabel("distance to the nearest observed pixel (px)")
     ax_cov.set_ylim(0, 1.02)
     ax_cov.set_ylabel("95 % interval coverage")
-    ax_cov.set_title("coverage by distance to data (all masks)")
+    ax_cov.set_title(f"coverage by distance to data ({scope})")
     ax_cov.legend(fontsize=7, loc="lower left")
     ax_err.set_yscale("log")
     ax_err.set_ylabel("RMSE and RMS std (band units)")
-    ax_err.set_title("error and std by distance to data (all masks)")
+    ax_err.set_title(f"error and std by distance to data ({scope})")
     ax_err.legend(fontsize=7, loc="upper left")
 
 
@@ -163,11 +175,7 @@ def write_evaluation_plot(
         report: the evaluation's report (its ``curves`` and ``scatter``).
         panels: arrays of one mask for the quicklook row; None leaves the row out.
     """
-    import matplotlib
-
-    matplotlib.use("agg")
-    import matplotlib.pyplot as plt
-
+    plt = _pyplot()
     preds = panels.predictions if panels is not None else {}
     with_std = [m for m, (_, s) in preds.items() if s is not None]
     ncols = max(2, 2 + len(preds))
@@ -179,7 +187,8 @@ def write_evaluation_plot(
     _calibration_axes(fig.add_subplot(grid[0, :half]), report)
     _scatter_axes(fig.add_subplot(grid[0, half:]), report)
     if report.binned:
-        _binned_axes(fig.add_subplot(grid[1, :half]), fig.add_subplot(grid[1, half:]), report)
+        _binned_axes(fig.add_subplot(grid[1, :half]), fig.add_subplot(grid[1, half:]),
+                     {m: per_mask.get("all", []) for m, per_mask in report.binned.items()}, "all masks")
 
     if panels is not None:
         lo, hi = _stretch(panels.truth)
@@ -210,7 +219,62 @@ def write_evaluation_plot(
                 ax.set_yticks([])
             if im is not None:
                 fig.colorbar(im, ax=fig.axes[-1], shrink=0.8)
+    _save(fig, png)
+
+
+def _pyplot() -> Any:
+    import matplotlib
+
+    matplotlib.use("agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def _save(fig: Any, png: str | os.PathLike[str]) -> None:
+    """Write a figure as PNG (atomically) and close it."""
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=90)
-    plt.close(fig)
+    _pyplot().close(fig)
     atomic_write_bytes(png, buf.getvalue())
+
+
+def _rmse_bars(ax: Any, rmse: Sequence[tuple[str, Mapping[str, float]]]) -> None:
+    """Grouped bars: each method's RMSE on each date."""
+    methods = list(dict.fromkeys(m for _, per_method in rmse for m in per_method))
+    width = 0.8 / max(len(methods), 1)
+    for i, method in enumerate(methods):
+        x = np.arange(len(rmse)) + (i - (len(methods) - 1) / 2) * width
+        ax.bar(x, [per_method.get(method, np.nan) for _, per_method in rmse], width, label=method)
+    ax.set_xticks(range(len(rmse)))
+    ax.set_xticklabels([date for date, _ in rmse], rotation=45, fontsize=8)
+    ax.set_ylabel("RMSE on the scored hidden pixels (band units)")
+    ax.set_title("RMSE per target date (clear pixels hidden under another date's clouds)")
+    if not rmse:
+        ax.text(0.5, 0.5, "no date with scored pixels", ha="center", va="center", transform=ax.transAxes)
+    else:
+        ax.legend(fontsize=8)
+
+
+def write_series_plot(
+    png: str | os.PathLike[str],
+    rmse: Sequence[tuple[str, Mapping[str, float]]],
+    binned: Mapping[str, list[dict[str, Any]]],
+) -> None:
+    """Write the PNG of a multi-date evaluation (``geonp evaluate --series --plot``).
+
+    Top: each method's RMSE per target date. Below: the 95 % coverage of the methods with a
+    std, and every method's RMSE beside the RMS std, by distance to the nearest observed pixel,
+    all dates pooled.
+
+    Args:
+        png: output path (written atomically).
+        rmse: per target date (in order), ``(date, {method: RMSE})``.
+        binned: per method, :func:`geonp.metrics.binned_scores` rows of all dates pooled.
+    """
+    plt = _pyplot()
+    fig = plt.figure(figsize=(11, 8), constrained_layout=True)
+    grid = fig.add_gridspec(2, 2, height_ratios=[1.1, 1])
+    _rmse_bars(fig.add_subplot(grid[0, :]), rmse)
+    _binned_axes(fig.add_subplot(grid[1, 0]), fig.add_subplot(grid[1, 1]), binned, "all dates")
+    _save(fig, png)

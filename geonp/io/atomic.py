@@ -4,19 +4,22 @@ geonp never modifies its input and never leaves a half-written output: every fil
 JSON reports, PNGs, model files) is written to a hidden temporary file in the output's directory
 and moved onto its final name only when it is complete (``os.replace`` is atomic within one file
 system); a raster is first read back in full (GDAL can report success for a file a full disk
-truncated). A filled raster and its std raster are written as one transaction: both appear, or
-neither. A killed run leaves at most a ``.<name>.geonp-partial-<host>-<pid>-*`` file, never a
-truncated OUTPUT, and the next run that writes to the same directory removes it.
+truncated). Files that are not rasters (JSON, PNG, model files) go through
+:mod:`geonp.io.atomic_file`, whose functions are importable from here too. A filled raster and
+its std raster are written as one group (:class:`AtomicGroup`): both appear, or neither, the
+filled raster last (see the group for the one window that remains between the two renames). A
+killed run leaves at most a ``.<name>.geonp-partial-<host>-<pid>-*``
+file, never a truncated OUTPUT, and the next run that writes to the same directory removes it.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import rasterio
@@ -26,6 +29,13 @@ from rasterio.io import DatasetWriter
 from rasterio.windows import Window
 
 from geonp.errors import OutputError
+from geonp.io.atomic_file import (
+    atomic_write_bytes,
+    atomic_write_file,
+    atomic_write_text,
+    fsync_dir,
+    fsync_path,
+)
 from geonp.io.formats import DIRECT_DRIVERS, output_driver, suffix_for
 from geonp.io.partials import partial_path, remove_stale_partials, unlink_quietly
 from geonp.io.profiles import convert_raster, finalize_cog
@@ -39,6 +49,9 @@ from geonp.io.write_errors import (
     write_failed,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Self
+
 logger = logging.getLogger(__name__)
 
 __all__ = [
@@ -49,24 +62,6 @@ __all__ = [
     "atomic_write_text",
     "verify_raster_file",
 ]
-
-
-def _fsync_path(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _fsync_dir(path: Path) -> None:
-    """Make a rename durable; best effort (not every platform can open directories)."""
-    try:
-        _fsync_path(path)
-    except OSError:
-        pass
-
-
 
 
 #: Bytes read at a time when a finished file is read back.
@@ -126,15 +121,25 @@ def _commit(tmp: Path, final: Path, *, overwrite: bool) -> None:
 
 
 class AtomicGroup:
-    """Rasters that appear together or not at all (a filled raster and its std raster).
+    r"""Rasters that appear together (a filled raster and its std raster), the primary one last.
 
     Writers made by :meth:`writer` keep their finished temporary files until the group's ``with``
-    block ends without an error; then all are moved into place, in the order they finished. If
-    the block fails, none appears.
+    block ends without an error; then all are moved into place, in the order they finished,
+    except that a writer made with ``primary=True`` is moved last. If the block fails, none
+    appears.
+
+    Two renames are not one atomic step, so a window remains: a process killed (SIGKILL, power
+    loss) after the first rename and before the last leaves the files moved so far without the
+    primary one. Moving the primary file last makes that state recognisable: a present primary
+    file means the whole group was committed, and a std raster without its filled raster (or,
+    after ``overwrite``, beside one of another run: their ``GEONP_RUN_ID`` tags differ) is a
+    leftover of an interrupted run, which the next fill refuses without ``--overwrite``
+    (:func:`geonp.io.paths.unpaired_output`). Everything before the first rename (writing,
+    conversion, read-back, fsync) leaves only hidden partial files.
 
     Example:
-        >>> with AtomicGroup() as group, \\
-        ...         group.writer("filled.tif", profile, overwrite=False) as dst, \\
+        >>> with AtomicGroup() as group, \
+        ...         group.writer("filled.tif", profile, overwrite=False, primary=True) as dst, \
         ...         group.writer("filled_std.tif", std_profile, overwrite=False) as dstd:
         ...     dst.write(data)
         ...     dstd.write(std)
@@ -143,24 +148,43 @@ class AtomicGroup:
     def __init__(self) -> None:
         """An empty group."""
         self._finished: list[AtomicRasterWriter] = []
+        self._primary: AtomicRasterWriter | None = None
 
-    def writer(self, path: str | os.PathLike[str], profile: Mapping[str, Any], **options: Any
-               ) -> AtomicRasterWriter:
-        """An :class:`AtomicRasterWriter` that commits with this group (same arguments)."""
-        return AtomicRasterWriter(path, profile, group=self, **options)
+    def writer(self, path: str | os.PathLike[str], profile: Mapping[str, Any], *, primary: bool = False,
+               **options: Any) -> AtomicRasterWriter:
+        """An :class:`AtomicRasterWriter` that commits with this group (same arguments).
 
-    def __enter__(self) -> AtomicGroup:
+        Args:
+            path: Final output path.
+            profile: rasterio profile.
+            primary: Move this file into place after every other file of the group (at most one
+                writer of a group is primary).
+            **options: The other arguments of :class:`AtomicRasterWriter`.
+
+        Raises:
+            ValueError: A second primary writer.
+        """
+        w = AtomicRasterWriter(path, profile, group=self, **options)
+        if primary:
+            if self._primary is not None:
+                raise ValueError(f"{self._primary.path} is already the group's primary file; "
+                                 f"{w.path} cannot be too")
+            self._primary = w
+        return w
+
+    def __enter__(self) -> Self:
         """The group itself."""
         return self
 
     def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> bool:
-        """Move every finished file into place, or delete them all after an error."""
+        """Move every finished file into place (the primary last), or delete them all after an error."""
         finished, self._finished = self._finished, []
         if exc is not None:
             for w in finished:
                 w._cleanup()
             return False
+        finished.sort(key=lambda w: w is self._primary)  # stable: the primary one last
         try:
             _commit_together(finished)
         except BaseException:
@@ -265,7 +289,7 @@ class AtomicRasterWriter:
             if dst is not None:
                 try:
                     dst.close()
-                except Exception as close_err:  # the original error matters more
+                except Exception as close_err:  # noqa: BLE001 - the original error matters more
                     logger.debug("closing %s after an error failed: %s", self.temp_path, close_err)
             self._cleanup()
             write_error = is_gdal_error(exc) and (
@@ -311,7 +335,7 @@ class AtomicRasterWriter:
             verify_raster_file(ready, self.profile)
         except OutputError as err:  # name the output the user asked for, not the partial file
             raise verify_failed(self.path, err.__cause__ or err) from err
-        _fsync_path(ready)
+        fsync_path(ready)
         self._ready = ready
 
     def _move_into_place(self) -> None:
@@ -350,78 +374,8 @@ def _commit_together(writers: list[AtomicRasterWriter]) -> None:
                 unlink_quietly(w.path)
         raise
     for parent in {w.path.parent for w in writers}:
-        _fsync_dir(parent)
+        fsync_dir(parent)
 
 
 def _aux_path(path: Path) -> Path:
     return path.with_name(path.name + ".aux.xml")
-
-
-def _umask() -> int:
-    """The process's file-creation mask (read by setting it and putting it back)."""
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def atomic_write_file(path: str | os.PathLike[str], write: Callable[[Path], object]) -> None:
-    """Write a file atomically through a writer function (temporary file, then replace).
-
-    ``write(temp)`` creates and fills ``temp``, a hidden file beside ``path`` (as
-    ``safetensors.torch.save_file`` or ``Path.write_text`` do); the file then gets the
-    permissions the user's umask gives new files (some writers create 0600 files, and a model or a
-    report is meant to be shared like any file the user writes), is flushed to disk and moved onto
-    ``path``. On any exception, KeyboardInterrupt included, the temporary file is
-    deleted and the exception propagates (a full disk as :class:`~geonp.errors.OutputError`).
-
-    Args:
-        path: Final path; an existing file is replaced.
-        write: Function that writes the whole content to the path it is given.
-
-    Raises:
-        OutputError: If the disk is full (no file is left behind).
-    """
-    final = Path(os.fspath(path)).expanduser().absolute()
-    tmp = partial_path(final, ".tmp")
-    try:
-        write(tmp)
-        os.chmod(tmp, 0o666 & ~_umask())
-        _fsync_path(tmp)
-        os.replace(tmp, final)
-    except BaseException as err:
-        unlink_quietly(tmp)
-        if is_disk_full(err):
-            raise OutputError(disk_full_message(final)) from err
-        raise
-    _fsync_dir(final.parent)
-
-
-def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
-    """Write bytes to a file atomically (see :func:`atomic_write_file`).
-
-    Args:
-        path: Final path; an existing file is replaced.
-        data: The content.
-
-    Raises:
-        OutputError: If the disk is full (no file is left behind).
-    """
-
-    def write(tmp: Path) -> None:
-        with open(tmp, "xb") as fh:
-            fh.write(data)
-
-    atomic_write_file(path, write)
-
-
-def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write UTF-8 text to a file atomically (see :func:`atomic_write_bytes`).
-
-    Args:
-        path: Final path; an existing file is replaced.
-        text: The content.
-
-    Raises:
-        OutputError: If the disk is full (no file is left behind).
-    """
-    atomic_write_bytes(path, text.encode("utf-8"))

@@ -29,8 +29,8 @@ hull is that of a subset of the data pixels, so it can only be smaller, never re
 collar. A raster with several separate data areas (a mosaic) needs ``--footprint FILE`` or
 ``--fill-outside``.
 
-The module is kept whole (about 500 lines, over the ~450 aim): the rule above, the hull geometry
-and the scene-edge exception are one rule, and the geometry helpers are private to it.
+The hull's geometry, rule 3 included, is :mod:`geonp.io.hull` (pure numpy); this module reads
+the raster and answers which pixels of a window are inside.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ from rasterio.io import DatasetReader
 from rasterio.windows import Window
 
 from geonp.errors import InputRasterError
+from geonp.io.hull import footprint_half_planes
 from geonp.io.masks import valid_mask
 from geonp.io.raster import RasterInfo, read_window
 
@@ -68,13 +69,6 @@ __all__ = [
 DEFAULT_MAX_PIXELS = 4 * 2**20
 #: Rows of the (decimated) raster read at a time.
 _STRIP_ROWS = 512
-#: Share of data pixels along a corner-cutting stretch of the hull below which it crosses a cloud.
-_BRIDGE_SUPPORT = 0.5
-#: A straight run of data this long (pixels) along such a stretch makes it a scene edge anyway.
-_EDGE_RUN = 16
-#: A strip between the hull and the grid's border thinner than this (pixels, on average) is
-#: a cloud along the border, never a collar.
-_THIN_STRIP = 8
 
 
 @dataclass(frozen=True, eq=False)
@@ -127,8 +121,8 @@ class Footprint:
         Returns:
             Boolean array ``[window.height, window.width]``, True = inside the footprint.
         """
-        r0, c0 = int(round(window.row_off)), int(round(window.col_off))
-        h, w = int(round(window.height)), int(round(window.width))
+        r0, c0 = round(float(window.row_off)), round(float(window.col_off))
+        h, w = round(float(window.height)), round(float(window.width))
         rows = np.arange(r0, r0 + h)
         cols = np.arange(c0, c0 + w)
         inside = ((rows >= 0) & (rows < self.height))[:, None] & (
@@ -258,7 +252,7 @@ def _hull_footprint(
     ys = full_rows[np.concatenate([rows, rows])] + 0.5
     xs = full_cols[np.concatenate([first, last])] + 0.5
     points = np.unique(np.stack([xs, ys], axis=1), axis=0)
-    planes = _footprint_half_planes(points, has, sx=sx, sy=sy, width=width, height=height)
+    planes = footprint_half_planes(points, has, sx=sx, sy=sy, width=width, height=height)
     return Footprint(width, height, "hull", planes, data_fraction=float(has.mean()))
 
 
@@ -319,147 +313,6 @@ def _remove_no_data(
             continue
         strip = no_data(Window(0, r0, info.width, h))
         has[pick] &= ~strip[rows[pick] - r0][:, cols]
-
-
-def _hull_vertices(points: np.ndarray) -> np.ndarray | None:
-    """The convex hull's vertices in order around it, or None when the points are collinear."""
-    from scipy.spatial import ConvexHull, QhullError
-
-    if len(points) < 3:
-        return None
-    try:
-        return points[ConvexHull(points).vertices]
-    except QhullError:
-        return None
-
-
-def _half_plane(p: np.ndarray, q: np.ndarray, centre: np.ndarray) -> np.ndarray:
-    """``(a, b, c)`` of the line through p and q with ``a*x + b*y + c <= 0`` on ``centre``'s side."""
-    a, b = q[1] - p[1], -(q[0] - p[0])
-    c = -(a * p[0] + b * p[1])
-    if a * centre[0] + b * centre[1] + c > 0:
-        a, b, c = -a, -b, -c
-    return np.array([a, b, c], dtype=np.float64)
-
-
-def _box_half_planes(points: np.ndarray) -> np.ndarray:
-    (x0, y0), (x1, y1) = points.min(axis=0), points.max(axis=0)
-    return np.array([[-1.0, 0.0, x0], [1.0, 0.0, -x1], [0.0, -1.0, y0], [0.0, 1.0, -y1]])
-
-
-def _sides(p: np.ndarray, width: int, height: int, tol: float) -> frozenset[str]:
-    """Which raster sides a pixel centre lies on (within ``tol`` pixels of the outermost centres)."""
-    x, y = p
-    sides = set()
-    if x < 0.5 + tol:
-        sides.add("left")
-    if x > width - 0.5 - tol:
-        sides.add("right")
-    if y < 0.5 + tol:
-        sides.add("top")
-    if y > height - 0.5 - tol:
-        sides.add("bottom")
-    return frozenset(sides)
-
-
-def _support(
-    p: np.ndarray, q: np.ndarray, inward: np.ndarray, has: np.ndarray, sx: float, sy: float
-) -> np.ndarray:
-    """Whether the pixels just inside the edge p-q have data (one-pixel spacing, 1.5 px inwards)."""
-    dec_h, dec_w = has.shape
-    n = max(2, int(math.hypot(*(q - p))))
-    t = np.linspace(0.0, 1.0, n)[:, None]
-    inner = p + t * (q - p) + 1.5 * inward * max(sx, sy)
-    cols = np.clip((inner[:, 0] / sx).astype(int), 0, dec_w - 1)
-    rows = np.clip((inner[:, 1] / sy).astype(int), 0, dec_h - 1)
-    return has[rows, cols]
-
-
-def _region_area(planes: list[np.ndarray], chain: set[int], width: int, height: int) -> float:
-    """Area (pixels) of the grid beyond a chain of hull edges: inside every other edge, not these."""
-    step = max(1.0, math.sqrt(width * height / 250_000))
-    xs = np.arange(step / 2, width, step)
-    ys = np.arange(step / 2, height, step)
-    x, y = np.meshgrid(xs, ys)
-    inside_others = np.ones(x.shape, dtype=bool)
-    beyond = np.zeros(x.shape, dtype=bool)
-    for i, (a, b, c) in enumerate(planes):
-        side = a * x + b * y + c <= 1e-6 * (abs(a) + abs(b) + abs(c) + 1.0)
-        if i in chain:
-            beyond |= ~side
-        else:
-            inside_others &= side
-    return float(np.count_nonzero(inside_others & beyond)) * step * step
-
-
-def _longest_run(flags: np.ndarray) -> int:
-    """Length of the longest stretch of True values."""
-    best = run = 0
-    for flag in flags:
-        run = run + 1 if flag else 0
-        best = max(best, run)
-    return best
-
-
-def _footprint_half_planes(
-    points: np.ndarray, has: np.ndarray, *, sx: float, sy: float, width: int, height: int
-) -> np.ndarray:
-    """Half-planes of the hull, without the chains of edges that cut a grid corner across gaps.
-
-    The hull's vertices on the raster's border split its outline into chains. A chain that
-    runs from one side of the raster to another is either a scene edge (the collar lies beyond
-    it, and the pixels just inside it have data) or a cloud over the grid's corner or edge (the
-    pixels just inside are gaps); the second kind is dropped, so the region beyond it, which the
-    raster's border closes, counts as inside.
-    """
-    verts = _hull_vertices(points)
-    if verts is None:
-        return _box_half_planes(points)
-    centre = verts.mean(axis=0)
-    n = len(verts)
-    tol = max(sx, sy)
-    sides = [_sides(v, width, height, tol) for v in verts]
-    planes = [_half_plane(verts[i], verts[(i + 1) % n], centre) for i in range(n)]
-    drop = [False] * n
-    border = [i for i in range(n) if sides[i]]
-    for k, start in enumerate(border):
-        end = border[(k + 1) % len(border)]
-        chain = []
-        i = start
-        while True:
-            chain.append(i)  # edge i runs from vertex i to vertex i + 1
-            i = (i + 1) % n
-            if i == end:
-                break
-        if sides[start] & sides[end]:
-            continue  # along one side of the raster (or the outline's only border vertex)
-        samples = []
-        for e in chain:
-            a, b, _ = planes[e]
-            inward = -np.array([a, b]) / max(math.hypot(a, b), 1e-12)
-            samples.append(_support(verts[e], verts[(e + 1) % n], inward, has, sx, sy))
-        flags = np.concatenate(samples)
-        length = sum(float(np.hypot(*(verts[(e + 1) % n] - verts[e]))) for e in chain)
-        # A scene edge: data along most of it, or along a straight stretch of _EDGE_RUN pixels
-        # (a cloud hugging the edge hides the rest), with a collar behind it deeper than
-        # _THIN_STRIP pixels on average. A thinner strip between the hull and the grid's border
-        # is a cloud along the border, not a collar.
-        scene_edge = (
-            flags.mean() >= _BRIDGE_SUPPORT or _longest_run(flags) * max(sx, sy) >= _EDGE_RUN
-        )
-        if scene_edge:
-            depth = _region_area(planes, set(chain), width, height) / max(length, 1.0)
-            if depth >= _THIN_STRIP:
-                continue
-        logger.info(
-            "footprint: the hull cuts a corner of the grid across gaps (%.0f %% data "
-            "along it); that corner counts as inside",
-            100 * float(flags.mean()),
-        )
-        for e in chain:
-            drop[e] = True
-    kept = [pl for pl, d in zip(planes, drop, strict=True) if not d]
-    return np.array(kept, dtype=np.float64).reshape(-1, 3)
 
 
 # --------------------------------------------------------------------------------------------

@@ -1,4 +1,7 @@
-"""Check output paths before any work: never the input, never a directory, never a silent overwrite."""
+"""Check output paths before any work: never the input, never a directory, never a silent overwrite.
+
+Also tell a std raster that an interrupted fill left behind (:func:`unpaired_output`).
+"""
 
 from __future__ import annotations
 
@@ -8,7 +11,10 @@ from pathlib import Path
 
 from geonp.errors import OutputError
 
-__all__ = ["check_output_path"]
+__all__ = ["RUN_ID_TAG", "check_output_path", "unpaired_output"]
+
+#: Dataset tag naming the fill run that wrote a filled raster and its std raster (both carry it).
+RUN_ID_TAG = "GEONP_RUN_ID"
 
 
 def check_output_path(
@@ -68,3 +74,42 @@ def _same_file(a: Path, b: Path) -> bool:
     except OSError:
         pass
     return a.resolve() == b.resolve()
+
+
+def unpaired_output(output: str | os.PathLike[str], std: str | os.PathLike[str]) -> str | None:
+    """Why the std raster at ``std`` is a leftover of an interrupted fill, or None if it is not.
+
+    A fill moves its std raster into place first and its filled raster last
+    (:class:`geonp.io.atomic.AtomicGroup`), and tags both with one :data:`RUN_ID_TAG`. A run
+    killed between the two renames leaves the std raster without the filled raster, or (with
+    ``--overwrite``) beside the filled raster of an earlier run, whose run id differs. Rasters
+    without the tag (written by an older geonp, or by other software) are not judged.
+
+    Args:
+        output: The filled raster's path.
+        std: The std raster's path.
+
+    Returns:
+        What gives the leftover away (for an error message), or None.
+    """
+    out, std_path = Path(os.fspath(output)), Path(os.fspath(std))
+    if not std_path.is_file():
+        return None
+    if not out.exists():
+        return f"{out.name} is missing"
+    ids = [_run_id(p) for p in (out, std_path)]
+    if None not in ids and ids[0] != ids[1]:
+        return f"its {RUN_ID_TAG} {ids[1]} is not {out.name}'s {ids[0]}"
+    return None
+
+
+def _run_id(path: Path) -> str | None:
+    """The raster's :data:`RUN_ID_TAG`, or None when it has none or cannot be read."""
+    import rasterio
+    import rasterio.errors
+
+    try:
+        with rasterio.open(path) as src:
+            return src.tags().get(RUN_ID_TAG)
+    except (rasterio.errors.RasterioError, OSError):
+        return None

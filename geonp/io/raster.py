@@ -25,6 +25,7 @@ from rasterio.io import DatasetReader
 from rasterio.windows import Window
 
 from geonp.errors import ConfigError, InputRasterError, one_line
+from geonp.io.remote import is_virtual, remote_failure
 
 logger = logging.getLogger(__name__)
 
@@ -37,55 +38,6 @@ __all__ = [
     "read_window",
     "select_bands",
 ]
-
-
-#: GDAL/curl phrases that mean the network, not the file, failed.
-_NETWORK_WORDS = ("could not resolve", "couldn't resolve", "failed to connect", "could not connect",
-                  "connection refused", "timed out", "timeout", "network is unreachable",
-                  "ssl", "http response code: 5", "curl error")
-#: Phrases that mean the credentials were missing or refused.
-_CREDENTIAL_WORDS = ("aws_secret_access_key", "credentials", "access denied", "accessdenied",
-                     "invalidaccesskeyid", "signaturedoesnotmatch", "http response code: 403",
-                     "http response code: 401", "expiredtoken", "google_application_credentials",
-                     "azure_storage")
-
-
-def remote_failure(name: str, text: str, *, role: str = "Input raster") -> InputRasterError | None:
-    """Name a failure to open a remote raster (``/vsicurl/``, ``s3://``...) for what it is.
-
-    A file that cannot be fetched is not "truncated or corrupt": say whether the network or the
-    credentials failed, or the object does not exist.
-
-    Args:
-        name: The path as given.
-        text: GDAL's one-line message.
-        role: What the file is, for messages.
-
-    Returns:
-        The error to raise, or None when ``name`` is a local file.
-    """
-    if not _is_virtual(name) or name.startswith(("/vsimem/", "/vsizip/", "/vsitar/", "/vsigzip/")):
-        return None
-    low = text.lower()
-    if any(w in low for w in _CREDENTIAL_WORDS):
-        return InputRasterError(
-            f"{role} {name} cannot be read: the credentials were missing or refused ({text}); set "
-            "them (for S3: AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE; for a public "
-            "bucket: AWS_NO_SIGN_REQUEST=YES) and run again."
-        )
-    if "http response code: 404" in low or "does not exist" in low or "nosuchkey" in low:
-        return InputRasterError(f"{role} {name} was not found on the server ({text}); check the URL or key.")
-    if any(w in low for w in _NETWORK_WORDS):
-        return InputRasterError(
-            f"{role} {name} cannot be fetched: a network error ({text}); check the address and "
-            "your connection (or proxy), and run again."
-        )
-    return None
-
-
-def _is_virtual(path: str) -> bool:
-    """Tell whether GDAL resolves ``path`` itself (``/vsi...`` paths, URLs)."""
-    return path.startswith("/vsi") or "://" in path
 
 
 #: File name endings that promise a GeoTIFF, and the GDAL drivers that keep that promise.
@@ -116,7 +68,7 @@ def open_raster(path: str | os.PathLike[str], *, role: str = "Input raster") -> 
             its pixels cannot be read (truncated or corrupt file).
     """
     name = os.fspath(path)
-    if not _is_virtual(name):
+    if not is_virtual(name):
         p = Path(name)
         if not p.exists():
             raise InputRasterError(f"{role} {name} does not exist; check the path.")
@@ -314,8 +266,8 @@ def select_bands(info: RasterInfo, bands: Sequence[int] | None) -> list[int]:
 def _window_ints(window: Window) -> tuple[int, int, int, int]:
     """Return (row_off, col_off, height, width) of a window with integer offsets and size."""
     vals = (window.row_off, window.col_off, window.height, window.width)
-    ints = tuple(int(round(v)) for v in vals)
-    if any(abs(v - i) > 1e-6 for v, i in zip(vals, ints)) or ints[2] < 0 or ints[3] < 0:
+    ints = tuple(round(float(v)) for v in vals)
+    if any(abs(v - i) > 1e-6 for v, i in zip(vals, ints, strict=True)) or ints[2] < 0 or ints[3] < 0:
         raise ValueError(f"window must have non-negative integer size and offsets, got {window}")
     return ints  # type: ignore[return-value]
 

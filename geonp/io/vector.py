@@ -56,8 +56,8 @@ def rasterize_geojson(
         Boolean ``[h, w]``, True inside the polygons.
     """
     geoms = _geometries(name, like.crs, role)
-    r0, c0 = int(round(window.row_off)), int(round(window.col_off))
-    h, w = int(round(window.height)), int(round(window.width))
+    r0, c0 = round(float(window.row_off)), round(float(window.col_off))
+    h, w = round(float(window.height)), round(float(window.width))
     tf = window_transform(Window(c0, r0, w, h), like.transform)
     outside = geometry_mask(geoms, out_shape=(h, w), transform=tf, all_touched=False)
     return ~outside

@@ -6,6 +6,7 @@ only code that reads or writes a model directory's ``config.json``, ``model.safe
 
 - :mod:`~geonp.model_files.checkpoint`: :class:`LoadedModel`, ``save_model``,
   ``load_checkpoint``, ``write_calibration``.
+- :mod:`~geonp.model_files.card`: :class:`ModelCard`, the typed model card.
 - :mod:`~geonp.model_files.checks`: the checks a ``config.json`` and a weights file pass before
   anything is built from them.
 - :mod:`~geonp.model_files.registry`: built-in models, ``load_model(name_or_path)``,

@@ -21,6 +21,7 @@ from geonp._version import __version__
 from geonp.config import ModelConfig
 from geonp.errors import CheckpointError, ConfigError
 from geonp.io.atomic import atomic_write_file
+from geonp.model_files.card import ModelCard
 from geonp.model_files.checks import check_model_meta, check_weights_header
 from geonp.models import build_model
 
@@ -39,7 +40,7 @@ class LoadedModel:
         config: its architecture.
         normalizer: per-band normalisation statistics (``Normalizer.to_dict()``) or None.
         calibration: post-hoc std scale factors (``{"std_scale": [...]}``) or None.
-        card: model card fields (name, command, scores...).
+        card: the model card (name, command, task shape, scores...).
         path: the directory it came from.
     """
 
@@ -47,13 +48,13 @@ class LoadedModel:
     config: ModelConfig
     normalizer: dict[str, Any] | None = None
     calibration: dict[str, Any] | None = None
-    card: dict[str, Any] = field(default_factory=dict)
+    card: ModelCard = field(default_factory=ModelCard)
     path: Path | None = None
 
     @property
     def name(self) -> str:
         """Short name for logs and output tags."""
-        return str(self.card.get("name") or (self.path.name if self.path else "unnamed"))
+        return self.card.name or (self.path.name if self.path else "unnamed")
 
 
 def save_model(
@@ -63,7 +64,7 @@ def save_model(
     *,
     normalizer: dict[str, Any] | None = None,
     calibration: dict[str, Any] | None = None,
-    card: dict[str, Any] | None = None,
+    card: ModelCard | None = None,
     card_markdown: str | None = None,
 ) -> Path:
     """Write a model directory (each file atomically); returns its path."""
@@ -78,7 +79,7 @@ def save_model(
         "model": config.to_dict(),
         "normalizer": normalizer,
         "calibration": calibration,
-        "card": card or {},
+        "card": (card or ModelCard()).to_dict(),
     }
     atomic_write_file(out / CONFIG, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
     if card_markdown is not None:
@@ -113,6 +114,7 @@ def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.de
             "Retrain the model with this geonp."
         )
     check_model_meta(meta, path / CONFIG)
+    card = ModelCard.from_dict(meta.get("card"), where=path / CONFIG)
     try:
         config = ModelConfig.from_dict(meta.get("model", {}))
     except ConfigError as err:
@@ -150,7 +152,7 @@ def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.de
         config=config,
         normalizer=meta.get("normalizer"),
         calibration=meta.get("calibration"),
-        card=meta.get("card") or {},
+        card=card,
         path=path,
     )
 

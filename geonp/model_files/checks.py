@@ -42,7 +42,9 @@ def check_model_meta(meta: dict[str, Any], where: Path) -> None:
 
     Every architecture key must be present (a missing one would silently take a default and the
     weights would then look like another model's), every size within :data:`SIZE_CAPS`, and
-    the normalisation and calibration numbers finite (std and std scale positive).
+    the normalisation and calibration numbers finite (std and std scale positive). The ``card``
+    section may be absent (a blank card); its fields are checked by
+    :meth:`~geonp.model_files.card.ModelCard.from_dict`.
 
     Args:
         meta: The parsed ``config.json``.

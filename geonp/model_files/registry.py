@@ -11,7 +11,8 @@ from pathlib import Path
 from typing import Any
 
 from geonp.errors import CheckpointError
-from geonp.model_files.checkpoint import LoadedModel, load_checkpoint
+from geonp.model_files.card import ModelCard
+from geonp.model_files.checkpoint import CONFIG, WEIGHTS, LoadedModel, load_checkpoint
 
 PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"
 
@@ -47,18 +48,50 @@ def load_model(name_or_path: str | os.PathLike[str] = "default", *, device: str 
     return load_checkpoint(resolve_model_path(name_or_path), device=device)
 
 
+def _files_stamp(directory: Path) -> tuple[int, ...]:
+    """Inode, modification time (ns) and size of a model's ``config.json`` and weights."""
+    stamp: list[int] = []
+    for name in (CONFIG, WEIGHTS):
+        try:
+            st = (directory / name).stat()
+        except OSError:
+            stamp += [-1, -1, -1]  # load_checkpoint names the missing file
+        else:
+            stamp += [st.st_ino, st.st_mtime_ns, st.st_size]
+    return tuple(stamp)
+
+
 @functools.lru_cache(maxsize=4)
-def cached_model(path: str, device: str) -> LoadedModel:
-    """Load a model once per process (Dask workers reuse it across tiles and files)."""
+def _load_once(path: str, device: str, stamp: tuple[int, ...]) -> LoadedModel:
     return load_model(path, device=device)
 
 
+def cached_model(path: str, device: str) -> LoadedModel:
+    """Load a model once per process (Dask workers reuse it across tiles and files).
+
+    The cache is keyed by the model's files as they are on disk (inode, modification time and
+    size of ``config.json`` and the weights), not only by the path: a model rewritten in place
+    (``geonp evaluate --calibrate`` stores a new calibration with an atomic replace) is loaded
+    again, never served stale. ``cached_model.cache_info()`` reports the cache's hits and misses.
+    """
+    return _load_once(path, device, _files_stamp(resolve_model_path(path)))
+
+
+cached_model.cache_info = _load_once.cache_info  # type: ignore[attr-defined]
+cached_model.cache_clear = _load_once.cache_clear  # type: ignore[attr-defined]
+
+
 def list_models() -> list[dict[str, Any]]:
-    """The built-in models' cards."""
+    """The built-in models' cards, JSON-ready: ``name``, ``path``, the card's fields and ``model``.
+
+    Raises:
+        CheckpointError: a built-in model's card holds a field of the wrong type.
+    """
     import json
 
     cards = []
     for name, path in builtin_models().items():
         meta = json.loads((path / "config.json").read_text())
-        cards.append({"name": name, "path": str(path), **(meta.get("card") or {}), "model": meta.get("model")})
+        card = ModelCard.from_dict(meta.get("card"), where=path / "config.json")
+        cards.append({"name": name, "path": str(path), **card.to_dict(), "model": meta.get("model")})
     return cards

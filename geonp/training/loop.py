@@ -14,8 +14,8 @@ from torch import nn
 
 from geonp.config import TrainConfig
 from geonp.data.batch import Batch
-from geonp.models.layers import resolve_device
 from geonp.models.heads import gaussian_nll
+from geonp.models.layers import resolve_device
 from geonp.training.optim import cosine_lr, make_optimizer
 
 logger = logging.getLogger(__name__)

@@ -40,11 +40,13 @@ from geonp.data.gaps import sample_window_mask
 from geonp.data.synthetic import gp_grid_field
 from geonp.data.tasks import ReferenceBand, Task, window_task
 from geonp.errors import ConfigError, NoValidPixelsError
+from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.models import build_model
 from geonp.normalize import Normalizer
 from geonp.training.loop import FitResult, fit
-from geonp.training.raster import hardware, make_batch
+from geonp.training.raster import best_of, hardware
+from geonp.training.windows import make_batch
 
 logger = logging.getLogger(__name__)
 
@@ -83,6 +85,7 @@ class SeriesStack:
     clear: np.ndarray = field(init=False)
 
     def __post_init__(self) -> None:
+        """Compute the clear fractions."""
         self.clear = self.observed.mean((1, 2))
 
 
@@ -300,7 +303,7 @@ def train_series(
         module, mcfg = start.module, start.config
     else:
         module, mcfg = temporal_from(start.module, start.config)
-    shape = {k: v for k, v in (start.card.get("task_shape") or {}).items()
+    shape = {k: v for k, v in (start.card.task_shape or {}).items()
              if k not in ("patch_size", "tasks_per_window")}  # single-date window settings
     if recipe is None:
         spec = ContextSpec.from_dict(shape)
@@ -321,38 +324,40 @@ def train_series(
                    for _ in range(max(1, val_tasks // 8))]
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    card: dict[str, Any] = {
-        "name": name or out.name,
-        "description": "multi-date TNP-KR (space + time kernel bias) fine-tuned by geonp train --series "
-                       f"from {start.name} on {len(chosen)} dates",
-        "geonp_version": __version__,
-        "command": command,
-        "training_data": stack.names,
-        "date_range": [str(min(i.date for i in chosen)), str(max(i.date for i in chosen))],
-        "validation_targets": [stack.names[i] for i in val_targets],
-        "init_from": str(init_from),
-        "band_count": int(stack.values.shape[1]),
-        "any_band_count": True,
-        "coord_unit": "pixel",
-        "task_shape": {**shape, **recipe.spec.to_dict(), "max_context": recipe.spec.n_near,
-                       "core_size": recipe.core_size, "max_targets": recipe.max_targets,
-                       "overlap": FILL_OVERLAP,
-                       "max_references": recipe.max_references},
-        "spacetime_fraction": spacetime_fraction,
-        "pretrain_steps": pretrain_steps,
-        "steps": tcfg.steps,
-        "batch_size": batch_size,
-        "train_config": tcfg.__dict__,
-        "hardware": hardware(),
-    }
+    card = ModelCard(
+        name=name or out.name,
+        description="multi-date TNP-KR (space + time kernel bias) fine-tuned by geonp train --series "
+                    f"from {start.name} on {len(chosen)} dates",
+        geonp_version=__version__,
+        command=command,
+        training_data=stack.names,
+        init_from=str(init_from),
+        band_count=int(stack.values.shape[1]),
+        any_band_count=True,
+        coord_unit="pixel",
+        task_shape={**shape, **recipe.spec.to_dict(), "max_context": recipe.spec.n_near,
+                    "core_size": recipe.core_size, "max_targets": recipe.max_targets,
+                    "overlap": FILL_OVERLAP, "max_references": recipe.max_references},
+        pretrain_steps=pretrain_steps,
+        steps=tcfg.steps,
+        batch_size=batch_size,
+        train_config=tcfg.__dict__,
+        hardware=hardware(),
+        extra={
+            "date_range": [str(min(i.date for i in chosen)), str(max(i.date for i in chosen))],
+            "validation_targets": [stack.names[i] for i in val_targets],
+            "spacetime_fraction": spacetime_fraction,
+        },
+    )
     best: dict[str, Any] = {"nll": math.inf, "step": -1}
 
     def save_best(record: dict[str, float], is_best: bool, result: FitResult) -> None:
+        nonlocal card
         logger.info("step %d val_nll %.4f", record["step"], record["val_nll"])
         if is_best:
             best.update(nll=record["val_nll"], step=record["step"])
-            card.update(best_val_nll=record["val_nll"], best_step=record["step"],
-                        training_seconds=round(time.perf_counter() - t0, 1))
+            card = replace(card, best_val_nll=record["val_nll"], best_step=int(record["step"]),
+                           training_seconds=round(time.perf_counter() - t0, 1))
             save_model(out, module, mcfg, normalizer=norm.to_dict(), card=card)
 
     total = pretrain_steps + tcfg.steps
@@ -373,6 +378,4 @@ def train_series(
         opt_state = result.optimizer_state
     if best["step"] < 0:
         raise NoValidPixelsError("training produced no model; the validation NLL was never finite")
-    loaded = load_checkpoint(out)
-    return SeriesTrainReport(out, total, float(loaded.card["best_val_nll"]), int(loaded.card["best_step"]),
-                             time.perf_counter() - t0)
+    return SeriesTrainReport(out, total, *best_of(load_checkpoint(out).card), time.perf_counter() - t0)

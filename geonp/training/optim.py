@@ -23,7 +23,8 @@ class Yogi(torch.optim.Optimizer):
         eps: float = 1e-3,
         weight_decay: float = 0.0,
     ) -> None:
-        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay))
+        """Yogi over ``params`` with Adam's arguments (``eps`` larger, as the Yogi paper uses)."""
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
 
     @torch.no_grad()
     def step(self, closure: None = None) -> None:  # type: ignore[override]

@@ -129,6 +129,7 @@ def fill_to(path: Path, free_bytes: int) -> None:
 #:   block:   the third block has been written into the partial file (mid-write)
 #:   closing: every block is written; the writers are about to close and check their files
 #:   prepared: OUTPUT has been closed, read back and flushed, not yet moved into place
+#:   renamed: the std raster has been moved into place, OUTPUT not yet (AtomicGroup's window)
 PAUSED_RUN = r"""
 import signal, sys
 from pathlib import Path
@@ -173,6 +174,15 @@ elif point == "prepared":
             pause()
 
     atomic.AtomicRasterWriter._prepare = prepared
+elif point == "renamed":
+    move = atomic.AtomicRasterWriter._move_into_place
+
+    def moved(self):
+        move(self)
+        if self.path.name.endswith("_std.tif"):
+            pause()
+
+    atomic.AtomicRasterWriter._move_into_place = moved
 else:
     raise SystemExit(f"unknown point {point}")
 

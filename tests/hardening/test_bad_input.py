@@ -175,13 +175,14 @@ def all_nan(tmp: Path, model: Path) -> Case:
 def band_count(tmp: Path, model: Path) -> Case:
     src, out, _ = _base(tmp, model)
     from geonp.config import ModelConfig
+    from geonp.model_files.card import ModelCard
     from geonp.model_files.checkpoint import save_model
     from geonp.models import build_model
 
     cfg = ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32)
     three = save_model(tmp / "three", build_model(cfg), cfg,
                        normalizer={"mean": [1.0, 2.0, 3.0], "std": [1.0, 1.0, 1.0]},
-                       card={"name": "three", "any_band_count": False})
+                       card=ModelCard(name="three", any_band_count=False))
     return Case(_fill(src, out, three), ["three", "3 band(s)", "cannot take 1", "-b"], out,
                 protect=[src, three])
 

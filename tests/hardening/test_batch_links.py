@@ -7,8 +7,8 @@ import os
 
 import pytest
 from click.testing import CliRunner
-
 from geonp_cli.main import cli
+
 from tests.test_cli_batch import write_scene
 
 pytest.importorskip("distributed")

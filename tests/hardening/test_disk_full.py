@@ -109,14 +109,14 @@ def test_std_failure_takes_back_the_filled_raster(tmp_path, tiny_model, monkeypa
     src = _noisy_scene(tmp_path / "scene.tif")
     out = tmp_path / "out"
     out.mkdir()
-    real_fsync = atomic._fsync_path
+    real_fsync = atomic.fsync_path
 
     def fsync(path):
         if "filled_std.tif" in Path(path).name:
             raise OSError(errno.ENOSPC, "No space left on device")
         return real_fsync(path)
 
-    monkeypatch.setattr(atomic, "_fsync_path", fsync)
+    monkeypatch.setattr(atomic, "fsync_path", fsync)
     res = invoke(["fill", src, out / "filled.tif", "--model", tiny_model])
     assert_refused(res, ["No space left on device"])
     assert listing(out) == []

@@ -13,6 +13,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -22,6 +23,7 @@ import rasterio
 from geonp.data.gap_shapes import cloud_mask
 from tests.conftest import smooth_field, write_raster
 from tests.hardening._helpers import (
+    assert_refused,
     checksums,
     invoke,
     listing,
@@ -40,6 +42,22 @@ def _read(path: Path) -> np.ndarray:
 
 def _partials(directory: Path) -> list[Path]:
     return sorted(directory.glob(".*geonp-partial*"))
+
+
+def _kill_at(args: list, marker: Path, point: str, *, paused: Callable[[], None] | None = None) -> None:
+    """Run ``geonp ARGS`` until it reaches ``point``, call ``paused()`` there, then SIGKILL it."""
+    proc = start_paused_run(args, marker, point)
+    try:
+        wait_for_marker(proc, marker)
+        if paused is not None:
+            paused()
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
 
 
 #: Where the killed runs stop: mid-write, before the writers close, after OUTPUT is checked.
@@ -62,18 +80,11 @@ def test_killed_fill_leaves_no_output_and_rerun_completes(tmp_path, tiny_model):
     args = ["-q", "fill", src, out, "--model", tiny_model, *OPTS]
     killed_while_writing = 0
     for point in KILL_POINTS:
-        marker = tmp_path / f"{point}.reached"
-        proc = start_paused_run(args, marker, point)
-        try:
-            wait_for_marker(proc, marker)
+
+        def writing(point: str = point) -> None:
             assert _partials(out_dir), point  # the kill lands while the outputs are written
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(30)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
-                proc.wait(30)
-        assert proc.returncode == -signal.SIGKILL
+
+        _kill_at(args, tmp_path / f"{point}.reached", point, paused=writing)
         assert not out.exists() and not std.exists(), point
         killed_while_writing += 1
         assert {p.name for p in out_dir.iterdir()} <= {p.name for p in _partials(out_dir)}
@@ -86,6 +97,49 @@ def test_killed_fill_leaves_no_output_and_rerun_completes(tmp_path, tiny_model):
     np.testing.assert_array_equal(_read(out), _read(ref_dir / "filled.tif"))
     np.testing.assert_array_equal(_read(std), _read(ref_dir / "filled_std.tif"))
     assert checksums([src]) == digest
+
+
+def _run_id(path: Path) -> str:
+    with rasterio.open(path) as src:
+        return src.tags()["GEONP_RUN_ID"]
+
+
+def test_a_kill_between_the_two_renames_leaves_a_leftover_the_next_run_names(tmp_path, tiny_model):
+    """The std raster is moved into place first, OUTPUT last: a kill between leaves a known leftover."""
+    arr = smooth_field((64, 64)).astype("float32")
+    arr[cloud_mask((64, 64), coverage=0.3, rng=2)] = -9999
+    src = write_raster(tmp_path / "scene.tif", arr, nodata=-9999)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out, std = out_dir / "filled.tif", out_dir / "filled_std.tif"
+    args = ["-q", "fill", src, out, "--model", tiny_model, *OPTS]
+
+    def finals() -> list[str]:
+        return [n for n in listing(out_dir) if "geonp-partial" not in n]
+
+    # a first run killed between the renames: the std raster alone, never OUTPUT alone
+    _kill_at(args, tmp_path / "first.reached", "renamed")
+    assert finals() == ["filled_std.tif"]
+    line = assert_refused(invoke(args), ["filled_std.tif", "already exists", "interrupted run",
+                                         "filled.tif is missing", "--overwrite"])
+    assert "Traceback" not in line and finals() == ["filled_std.tif"]
+    res = invoke([*args, "--overwrite"])  # --overwrite replaces the leftover
+    assert res.exit_code == 0, res.output
+    assert listing(out_dir) == ["filled.tif", "filled_std.tif"]  # the killed run's partials removed
+    first_id = _run_id(out)
+    assert _run_id(std) == first_id
+    filled, filled_std = _read(out), _read(std)
+
+    # an --overwrite run killed between the renames: its std raster beside the earlier OUTPUT
+    _kill_at([*args, "--overwrite"], tmp_path / "second.reached", "renamed")
+    assert finals() == ["filled.tif", "filled_std.tif"]
+    assert _run_id(out) == first_id and _run_id(std) != first_id
+    assert_refused(invoke(args), ["filled_std.tif", "interrupted run", "GEONP_RUN_ID", "--overwrite"])
+    res = invoke([*args, "--overwrite"])
+    assert res.exit_code == 0, res.output
+    assert listing(out_dir) == ["filled.tif", "filled_std.tif"] and _run_id(out) == _run_id(std) != first_id
+    np.testing.assert_array_equal(_read(out), filled)
+    np.testing.assert_array_equal(_read(std), filled_std)
 
 
 def test_stale_partials_of_live_processes_are_kept(tmp_path):

@@ -63,7 +63,7 @@ def test_integer_weights_are_refused(tmp_path, tiny_model) -> None:
     out.mkdir()
     bad = copy_model(tiny_model, tmp_path / "int_weights")
     state = load_file(str(bad / "model.safetensors"))
-    name = sorted(state)[0]
+    name = min(state)
     state[name] = state[name].to(torch.int64)
     save_file(state, str(bad / "model.safetensors"))
     res = invoke(["fill", src, out / "filled.tif", "--model", bad])
@@ -73,13 +73,14 @@ def test_integer_weights_are_refused(tmp_path, tiny_model) -> None:
 
 def test_saved_model_files_follow_the_umask(tmp_path) -> None:
     from geonp.config import ModelConfig
+    from geonp.model_files.card import ModelCard
     from geonp.model_files.checkpoint import save_model
     from geonp.models import build_model
 
     cfg = ModelConfig(dim=8, depth=1, num_heads=2, ff_dim=8)
     old = os.umask(0o022)
     try:
-        path = save_model(tmp_path / "m", build_model(cfg), cfg, card={"name": "m"}, card_markdown="# m")
+        path = save_model(tmp_path / "m", build_model(cfg), cfg, card=ModelCard(name="m"), card_markdown="# m")
     finally:
         os.umask(old)
     for name in ("model.safetensors", "config.json", "card.md"):

@@ -2,11 +2,11 @@ import numpy as np
 import pytest
 import rasterio
 from click.testing import CliRunner
+from geonp_cli.main import cli
 
 import geonp
 from geonp.data.gap_shapes import cloud_mask
 from geonp.errors import InputRasterError, NoValidPixelsError, OutputError
-from geonp_cli.main import cli
 from tests.conftest import smooth_field, write_raster
 
 
@@ -151,7 +151,7 @@ def test_mask_file_and_band_selection(tmp_path, tiny_model):
 
 
 def test_bad_inputs_give_one_line_errors_and_no_output(tmp_path, tiny_model):
-    arr, gap = _scene(1)
+    arr, _gap = _scene(1)
     src = write_raster(tmp_path / "in.tif", arr.astype("uint16"), nodata=0)
     out = tmp_path / "o.tif"
     with pytest.raises(OutputError, match="is the input"):

@@ -7,9 +7,9 @@ import pytest
 import rasterio
 
 import geonp
+from geonp.context import HaloTooSmall
 from geonp.data.gap_shapes import cloud_mask
 from geonp.model_files.registry import load_model
-from geonp.context import HaloTooSmall
 from geonp.predict import Predictor, TileOptions, band_tasks, block_tasks, pack, reference_predict
 from tests.conftest import DEVICES, smooth_field, write_raster
 
@@ -84,7 +84,7 @@ def test_fill_raster_same_on_blocks_workers_and_devices(tmp_path, tiny_model, de
     arr = np.stack([smooth_field((size, size), seed=s) for s in (1, 2)]).astype("uint16")
     arr[:, cloud_mask((size, size), coverage=0.3, rng=4)] = 0
     src = write_raster(tmp_path / "in.tif", arr, nodata=0)
-    kw = dict(model=str(tiny_model), tile_size=24, overlap=6, max_context=64, search_radius=48)
+    kw = {"model": str(tiny_model), "tile_size": 24, "overlap": 6, "max_context": 64, "search_radius": 48}
     geonp.fill_raster(src, tmp_path / "one.tif", block_size=512, workers=1, device="cpu", **kw)
     geonp.fill_raster(src, tmp_path / "pool.tif", block_size=64, workers=2, device=device, **kw)
     with rasterio.open(tmp_path / "one.tif") as a, rasterio.open(tmp_path / "pool.tif") as b:
@@ -106,8 +106,8 @@ def test_narrow_halo_reads_give_the_same_fill_as_full_halo_reads(tmp_path, tiny_
     with pytest.raises(HaloTooSmall):
         band_tasks(np.nan_to_num(arr), obs, ~obs, (96, 120, 96, 120), origin=(0, 0), opts=opts, limit=64)
     src = write_raster(tmp_path / "in.tif", arr, nodata=float("nan"))
-    kw = dict(model=str(tiny_model), tile_size=24, overlap=6, max_context=64, search_radius=160, workers=1,
-              block_size=64)
+    kw = {"model": str(tiny_model), "tile_size": 24, "overlap": 6, "max_context": 64, "search_radius": 160, "workers": 1,
+              "block_size": 64}
     geonp.fill_raster(src, tmp_path / "narrow.tif", **kw)
     monkeypatch.setattr(engine, "_NARROW_SEARCH", 10**6)  # always the full halo
     geonp.fill_raster(src, tmp_path / "full.tif", **kw)

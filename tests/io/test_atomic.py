@@ -41,20 +41,18 @@ def test_atomic_writer_success_leaves_only_final(tmp_path: Path) -> None:
 
 def test_atomic_writer_exception_leaves_nothing(tmp_path: Path) -> None:
     out = tmp_path / "out.tif"
-    with pytest.raises(RuntimeError, match="model crashed"):
-        with AtomicRasterWriter(out, small_profile(), overwrite=False) as dst:
-            dst.write(np.ones((1, 10, 20), dtype="float32"))
-            raise RuntimeError("model crashed")
+    with pytest.raises(RuntimeError, match="model crashed"), AtomicRasterWriter(out, small_profile(), overwrite=False) as dst:
+        dst.write(np.ones((1, 10, 20), dtype="float32"))
+        raise RuntimeError("model crashed")
     assert listing(tmp_path) == []
 
 
 def test_atomic_writer_keyboard_interrupt_keeps_old_file(tmp_path: Path) -> None:
     out = tmp_path / "out.tif"
     out.write_bytes(b"previous result")
-    with pytest.raises(KeyboardInterrupt):
-        with AtomicRasterWriter(out, small_profile(), overwrite=True) as dst:
-            dst.write(np.ones((1, 10, 20), dtype="float32"))
-            raise KeyboardInterrupt
+    with pytest.raises(KeyboardInterrupt), AtomicRasterWriter(out, small_profile(), overwrite=True) as dst:
+        dst.write(np.ones((1, 10, 20), dtype="float32"))
+        raise KeyboardInterrupt
     assert listing(tmp_path) == ["out.tif"]
     assert out.read_bytes() == b"previous result"
 
@@ -62,19 +60,17 @@ def test_atomic_writer_keyboard_interrupt_keeps_old_file(tmp_path: Path) -> None
 def test_atomic_writer_refuses_existing_without_overwrite(tmp_path: Path) -> None:
     out = tmp_path / "out.tif"
     out.write_bytes(b"keep me")
-    with pytest.raises(OutputError, match="already exists; pass --overwrite to replace it"):
-        with AtomicRasterWriter(out, small_profile(), overwrite=False):
-            pytest.fail("must not enter")
+    with pytest.raises(OutputError, match="already exists; pass --overwrite to replace it"), AtomicRasterWriter(out, small_profile(), overwrite=False):
+        pytest.fail("must not enter")
     assert out.read_bytes() == b"keep me"
     assert listing(tmp_path) == ["out.tif"]
 
 
 def test_atomic_writer_refuses_file_appearing_during_write(tmp_path: Path) -> None:
     out = tmp_path / "out.tif"
-    with pytest.raises(OutputError, match="appeared while geonp was writing"):
-        with AtomicRasterWriter(out, small_profile(), overwrite=False) as dst:
-            dst.write(np.ones((1, 10, 20), dtype="float32"))
-            out.write_bytes(b"someone else")
+    with pytest.raises(OutputError, match="appeared while geonp was writing"), AtomicRasterWriter(out, small_profile(), overwrite=False) as dst:
+        dst.write(np.ones((1, 10, 20), dtype="float32"))
+        out.write_bytes(b"someone else")
     assert out.read_bytes() == b"someone else"
     assert listing(tmp_path) == ["out.tif"]
 
@@ -99,10 +95,9 @@ def test_atomic_writer_overwrite_replaces_and_drops_stale_aux(tmp_path: Path) ->
 )
 def test_atomic_writer_disk_full(tmp_path: Path, error: Exception) -> None:
     out = tmp_path / "out.tif"
-    with pytest.raises(OutputError) as info:
-        with AtomicRasterWriter(out, small_profile(), overwrite=False) as dst:
-            dst.write(np.ones((1, 10, 20), dtype="float32"))
-            raise error
+    with pytest.raises(OutputError) as info, AtomicRasterWriter(out, small_profile(), overwrite=False) as dst:
+        dst.write(np.ones((1, 10, 20), dtype="float32"))
+        raise error
     assert str(info.value) == (
         f"No space left on device while writing {out}; free space or write elsewhere. "
         "No file was written."
@@ -181,13 +176,12 @@ def test_a_group_commits_its_rasters_together_or_not_at_all(tmp_path: Path) -> N
     from geonp.io.atomic import AtomicGroup
 
     a, b = tmp_path / "filled.tif", tmp_path / "filled_std.tif"
-    with pytest.raises(RuntimeError):
-        with AtomicGroup() as group:
-            with group.writer(b, small_profile(), overwrite=False) as dst:
-                dst.write(np.ones((1, 8, 8), "uint8"))
-            assert not b.exists()  # finished, but waiting for the group
-            with group.writer(a, small_profile(), overwrite=False) as dst:
-                raise RuntimeError("the fill failed")
+    with pytest.raises(RuntimeError), AtomicGroup() as group:
+        with group.writer(b, small_profile(), overwrite=False) as dst:
+            dst.write(np.ones((1, 8, 8), "uint8"))
+        assert not b.exists()  # finished, but waiting for the group
+        with group.writer(a, small_profile(), overwrite=False) as dst:
+            raise RuntimeError("the fill failed")
     assert sorted(p.name for p in tmp_path.iterdir()) == []  # neither appeared, no partial left
     with AtomicGroup() as group, group.writer(a, small_profile(), overwrite=False) as dst, \
             group.writer(b, small_profile(), overwrite=False) as dstd:
@@ -197,6 +191,33 @@ def test_a_group_commits_its_rasters_together_or_not_at_all(tmp_path: Path) -> N
     with rasterio.open(a) as src_a, rasterio.open(b) as src_b:
         assert src_a.read(1)[0, 0] == 3 and src_b.read(1)[0, 0] == 4
     assert sorted(p.name for p in tmp_path.iterdir()) == ["filled.tif", "filled_std.tif"]
+
+
+def test_a_group_moves_its_primary_file_last(tmp_path: Path, monkeypatch) -> None:
+    from geonp.io import atomic
+    from geonp.io.atomic import AtomicGroup
+
+    moved: list[str] = []
+    move = atomic.AtomicRasterWriter._move_into_place
+
+    def recorded(self):
+        moved.append(self.path.name)
+        move(self)
+
+    monkeypatch.setattr(atomic.AtomicRasterWriter, "_move_into_place", recorded)
+    a, b, c = tmp_path / "filled.tif", tmp_path / "filled_std.tif", tmp_path / "extra.tif"
+    group = AtomicGroup()
+    with group, group.writer(a, small_profile(), overwrite=False, primary=True) as dst:
+        dst.write(np.ones((1, 10, 20), "float32"))
+        with group.writer(b, small_profile(), overwrite=False) as dstd:
+            dstd.write(np.ones((1, 10, 20), "float32"))
+        with group.writer(c, small_profile(), overwrite=False) as dste:
+            dste.write(np.ones((1, 10, 20), "float32"))
+    assert moved == ["filled_std.tif", "extra.tif", "filled.tif"]  # finish order, the primary last
+    with pytest.raises(ValueError, match="already the group's primary file"):
+        two = AtomicGroup()
+        two.writer(a, small_profile(), overwrite=True, primary=True)
+        two.writer(b, small_profile(), overwrite=True, primary=True)
 
 
 def test_nested_plain_writers_commit_on_their_own(tmp_path: Path) -> None:

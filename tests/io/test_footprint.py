@@ -46,7 +46,7 @@ def footprint_of(path: Path, *, nodata: float | None = 0, **kw):
 @needs_scene
 def test_collar_outside_cloud_inside_on_real_scene_crop(tmp_path: Path) -> None:
     path = crop_scene(tmp_path / "crop.tif", cloud=(slice(150, 190), slice(40, 90)))
-    fp, info = footprint_of(path)
+    fp, _info = footprint_of(path)
     with rasterio.open(path) as src:
         collar_or_cloud = (src.read() == 0).all(axis=0)
     cloud = np.zeros_like(collar_or_cloud)

@@ -21,8 +21,8 @@ from tests.io.output_helpers import src_profile
 @pytest.mark.parametrize(
     ("options", "kw", "pattern"),
     [
-        ({"COLOR": "RED"}, {}, r"Unknown creation option COLOR: .*GDAL says driver GTiff does not support "
-                               r"creation option COLOR"),
+        ({"COLOR": "RED"}, {}, (r"Unknown creation option COLOR: .*GDAL says driver GTiff does not support "
+                               r"creation option COLOR")),
         ({"COMPRESS": "RAR"}, {}, r"'RAR' is an unexpected value for COMPRESS"),
         ({"BLOCKXSIZE": "100"}, {}, r"GDAL says"),
         ({"COMPRESS": "JPEG"}, {"dtype": "float32", "what": "std raster"},

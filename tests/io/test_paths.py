@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from geonp.errors import OutputError
-from geonp.io.paths import check_output_path
+from geonp.io.paths import RUN_ID_TAG, check_output_path, unpaired_output
 
 # ------------------------------------------------------------------------------ check_output_path
 
@@ -73,3 +73,32 @@ def test_output_parent_not_writable_via_access(
     monkeypatch.setattr("geonp.io.paths.os.access", lambda path, mode: False)
     with pytest.raises(OutputError, match=r"is not writable; choose another directory"):
         check_output_path(tmp_path / "out.tif", inputs=[], overwrite=False)
+
+
+# ------------------------------------------------------------------------------ unpaired_output
+
+
+def test_unpaired_output_names_a_std_raster_left_by_an_interrupted_run(tmp_path: Path) -> None:
+    import numpy as np
+    import rasterio
+
+    from tests.io.output_helpers import small_profile
+
+    def write(path: Path, run_id: str | None) -> None:
+        with rasterio.open(path, "w", **small_profile()) as dst:
+            dst.write(np.zeros((1, 10, 20), "float32"))
+            if run_id is not None:
+                dst.update_tags(**{RUN_ID_TAG: run_id})
+
+    out, std = tmp_path / "filled.tif", tmp_path / "filled_std.tif"
+    assert unpaired_output(out, std) is None  # nothing written yet
+    write(out, "aaa")
+    assert unpaired_output(out, std) is None  # no std raster: nothing left over
+    write(std, "aaa")
+    assert unpaired_output(out, std) is None  # one run's pair
+    out.unlink()
+    assert unpaired_output(out, std) == "filled.tif is missing"
+    write(out, "bbb")
+    assert unpaired_output(out, std) == f"its {RUN_ID_TAG} aaa is not filled.tif's bbb"
+    write(out, None)  # an older geonp (or other software) wrote it: not judged
+    assert unpaired_output(out, std) is None

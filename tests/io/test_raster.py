@@ -223,9 +223,8 @@ def test_read_window_pads_with_nan_off_the_edge(tmp_path: Path) -> None:
 
 
 def test_read_window_rejects_fractional_window(tmp_path: Path) -> None:
-    with open_raster(write_tif(tmp_path / "w.tif", ramp(1, 4, 4))) as src:
-        with pytest.raises(ValueError, match="integer"):
-            read_window(src, Window(0.5, 0, 2, 2), [1])
+    with open_raster(write_tif(tmp_path / "w.tif", ramp(1, 4, 4))) as src, pytest.raises(ValueError, match="integer"):
+        read_window(src, Window(0.5, 0, 2, 2), [1])
 
 
 # ---------------------------------------------------------------------------------------- masks
@@ -236,13 +235,12 @@ def test_internal_mask_read_as_valid_and_invalid(tmp_path: Path) -> None:
     data = ramp(2, 8, 10)
     mask = np.full((8, 10), 255, dtype="uint8")
     mask[2:5, 3:7] = 0
-    with rasterio.Env(GDAL_TIFF_INTERNAL_MASK=True):
-        with rasterio.open(
-            path, "w", driver="GTiff", width=10, height=8, count=2, dtype="float32",
-            crs="EPSG:32621", transform=TRANSFORM,
-        ) as dst:
-            dst.write(data)
-            dst.write_mask(mask)
+    with rasterio.Env(GDAL_TIFF_INTERNAL_MASK=True), rasterio.open(
+        path, "w", driver="GTiff", width=10, height=8, count=2, dtype="float32",
+        crs="EPSG:32621", transform=TRANSFORM,
+    ) as dst:
+        dst.write(data)
+        dst.write_mask(mask)
     with open_raster(path) as src:
         info = raster_info(src)
         valid = read_band_masks(src, Window(-1, 0, 12, 8), [1, 2])

@@ -52,7 +52,8 @@ def test_help_and_version_do_not_import_torch():
     code = ("import sys; from geonp_cli.main import cli; import geonp; "
             "assert 'torch' not in sys.modules and 'rasterio' not in sys.modules, sorted(sys.modules)")
     subprocess.run([sys.executable, "-c", code], check=True)
-    out = subprocess.run([sys.executable, "-m", "geonp_cli", "--version"], capture_output=True, text=True)
+    out = subprocess.run([sys.executable, "-m", "geonp_cli", "--version"], capture_output=True, text=True,
+                         check=False)
     assert out.returncode == 0 and "geonp, version" in out.stdout
 
 
@@ -186,7 +187,8 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 
 def test_geonp_has_no_import_cycle():
     graph = import_graph(PACKAGES)
-    assert len(graph) > 60 and "geonp.model_files.registry" in graph["geonp.inference"]
+    # imports inside functions count: the engine loads models with one (geonp.engine.load_for_fill)
+    assert len(graph) > 60 and "geonp.model_files.registry" in graph["geonp.engine"]
     assert find_cycles(graph) == []
 
 

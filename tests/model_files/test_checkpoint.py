@@ -6,6 +6,7 @@ import torch
 
 from geonp.config import ModelConfig
 from geonp.errors import CheckpointError
+from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.models import build_model
 
@@ -14,7 +15,7 @@ from geonp.models import build_model
 def saved(tmp_path):
     cfg = ModelConfig(dim=32, depth=2, ff_dim=64)
     model = build_model(cfg).eval()
-    path = save_model(tmp_path / "m", model, cfg, normalizer={"mean": [1.0], "std": [2.0]}, card={"name": "t"})
+    path = save_model(tmp_path / "m", model, cfg, normalizer={"mean": [1.0], "std": [2.0]}, card=ModelCard(name="t"))
     return model, path
 
 

@@ -81,3 +81,54 @@ def test_write_calibration_replaces_only_the_calibration_block(tiny_model, tmp_p
         k: v for k, v in before.items() if k != "calibration"}
     assert load_model(model).calibration == {"std_scale": [1.5], "fitted_on": "a test"}
     assert sorted(p.name for p in model.iterdir()) == sorted(p.name for p in tiny_model.iterdir())
+
+
+def test_cached_model_sees_a_calibration_written_in_the_same_process(tmp_path):
+    """evaluate --calibrate rewrites config.json; a later fill in this process uses the new scale."""
+    import numpy as np
+    import rasterio
+    from rasterio.windows import Window
+
+    from geonp import evaluate
+    from geonp.jobs import _FileTask, _fill_one
+    from geonp.model_files.registry import cached_model
+
+    sample = PRETRAINED.parents[1] / "sample_data"
+    model = tmp_path / "mine"
+    shutil.copytree(PRETRAINED / "default", model)
+    with rasterio.open(sample / "landsat8_clean.tif") as src:  # a 48 px crop with a gap
+        profile = {**src.profile, "width": 48, "height": 48, "nodata": 0,
+                   "transform": src.window_transform(Window(96, 96, 48, 48))}
+        crop = src.read(window=Window(96, 96, 48, 48))
+    crop[:, 10:22, 14:30] = 0
+    with rasterio.open(tmp_path / "in.tif", "w", **profile) as dst:
+        dst.write(crop)
+
+    def fill(name: str) -> np.ndarray:  # as a geonp batch worker fills: the model from cached_model
+        out = tmp_path / f"{name}.tif"
+        task = _FileTask("in.tif", str(tmp_path / "in.tif"), str(out), str(tmp_path / f"{name}_std.tif"),
+                         str(model), False, (("device", "cpu"),))
+        assert _fill_one(task)["status"] == "done"
+        with rasterio.open(tmp_path / f"{name}_std.tif") as src:
+            return src.read()
+
+    first = cached_model(str(model), "cpu")
+    assert cached_model(str(model), "cpu") is first  # loaded once while the files stay as they are
+    std_before = fill("before")
+    report = evaluate(sample / "landsat8_clean.tif", models=(str(model),), masks=("random",),
+                      window=(0, 0, 48, 48), fillnodata=False, calibrate=True, device="cpu", seed=0)
+    new_scale = report.calibration["geonp:default"]["std_scale"]
+    assert new_scale != first.calibration["std_scale"]
+    again = cached_model(str(model), "cpu")
+    assert again is not first and again.calibration == load_model(model).calibration
+    assert again.calibration["std_scale"] == new_scale
+    std_after = fill("after")
+    gap = std_after > 0
+    assert gap.any() and np.array_equal(gap, std_before > 0)
+    # the std changed as the calibration did, and equals a fill with the model freshly loaded
+    assert not np.allclose(std_after[gap], std_before[gap])
+    from geonp.inference import fill_raster
+
+    fill_raster(tmp_path / "in.tif", tmp_path / "fresh.tif", model=load_model(model), device="cpu")
+    with rasterio.open(tmp_path / "fresh_std.tif") as src:
+        np.testing.assert_array_equal(std_after, src.read())

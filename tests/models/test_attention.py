@@ -67,7 +67,7 @@ def test_query_with_no_valid_key_is_finite_zero_with_finite_gradients():
 
 
 def test_scan_large_logits_stay_exact():
-    q, k, v, q_pos, k_pos, key_valid = _inputs(grid=False)
+    q, k, v, _q_pos, _k_pos, key_valid = _inputs(grid=False)
     q = (q.detach() * 30).requires_grad_()
     dense = dense_attention(q, k, v, key_valid=key_valid)
     scan = scan_attention(q, k, v, key_valid=key_valid, q_chunk=5, k_chunk=11)

@@ -5,6 +5,7 @@ import torch
 from geonp.config import ModelConfig, TrainConfig
 from geonp.data.gp_tasks import sample_gp_batch
 from geonp.errors import ConfigError
+from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.models import CMANP, build_model
 from geonp.models.attention import dense_attention
@@ -174,7 +175,7 @@ def test_save_and_reload_gives_identical_outputs(tmp_path):
     torch.manual_seed(3)
     model = build_model(cfg).eval()
     xc, yc, xt, valid = _task()
-    save_model(tmp_path / "m", model, cfg, card={"name": "cmanp-test"})
+    save_model(tmp_path / "m", model, cfg, card=ModelCard(name="cmanp-test"))
     loaded = load_checkpoint(tmp_path / "m")
     assert loaded.config == cfg and isinstance(loaded.module, CMANP)
     with torch.no_grad():

@@ -93,6 +93,6 @@ def test_std_respects_sigma_min_and_shapes():
 
 def test_bad_shapes_give_a_clear_error():
     model = _model()
-    xc, yc, xt, valid = _task()
+    xc, _yc, xt, valid = _task()
     with pytest.raises(ValueError, match=r"expected xc \[B, Nc, 2\].*got xc \(2, 50, 2\), yc \(2, 50, 3\)"):
         model(xc, torch.zeros(2, 50, 3), xt, valid)

@@ -6,14 +6,14 @@ import numpy as np
 import pytest
 import rasterio
 from click.testing import CliRunner
+from geonp_cli.main import cli
 from rasterio.warp import Resampling, calculate_default_transform, reproject
 
 import geonp
 from geonp.baselines import fillnodata_baseline
 from geonp.data.tasks import ReferenceBand, context_points, window_task
-from geonp.evaluate_multidate import reference_regression
+from geonp.evaluation.series import reference_regression
 from geonp.predict import BlockReference, TileOptions, block_tasks
-from geonp_cli.main import cli
 
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
 TARGET = LSTS / "LE70350322012129EDC00.tif"  # 2012-05-08, clear
@@ -84,7 +84,7 @@ def test_a_reference_identical_to_the_truth_pulls_the_fill_to_it_and_shrinks_the
 
 def test_a_reference_on_another_grid_is_reprojected_onto_the_input(tmp_path):
     inp, truth, hidden = _hide(tmp_path)
-    ref, profile, tags = _read(REF)
+    ref, profile, _tags = _read(REF)
     with rasterio.open(REF) as src:
         transform, w, h = calculate_default_transform(src.crs, "EPSG:32612", src.width, src.height, *src.bounds)
     warped = np.full((3, h, w), -9999, np.float64)
@@ -124,7 +124,7 @@ def test_training_and_filling_choose_the_same_reference_pixels():
                         references=[BlockReference(ref_vals, ref_ok[None], -16.0)])
     task = window_task(values, observed | is_gap, is_gap, core=(16, 32, 16, 32), spec=opts.context,
                        max_targets=10_000, rng=rng, references=[ReferenceBand(ref_vals, ref_ok, -16.0)])
-    fill = [t.task for t in tasks if t.task.xt.shape[0] == task.xt.shape[0]][0]
+    fill = next(t.task for t in tasks if t.task.xt.shape[0] == task.xt.shape[0])
     np.testing.assert_array_equal(fill.xc, task.xc)
     np.testing.assert_allclose(fill.yc, task.yc, rtol=1e-6)
     days = task.xc[:, 2]
@@ -224,7 +224,10 @@ def test_batch_neighbours_fills_each_date_from_its_nearest_dates(tmp_path):
 def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
     import json
 
-    res = _cli("-q", "evaluate", LSTS, "--series", "--targets-from", "2013-05-20", "--json", tmp_path / "s.json")
+    import matplotlib.image
+
+    res = _cli("-q", "evaluate", LSTS, "--series", "--targets-from", "2013-05-20", "--json", tmp_path / "s.json",
+               "--plot", tmp_path / "s.png")
     assert res.exit_code == 0, res.output
     s = json.loads((tmp_path / "s.json").read_text())
     (d,) = s["per_date"]
@@ -234,3 +237,21 @@ def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
     assert "2013-05-27" in res.output and "mean of 1 dates" in res.output
     assert 0 < d["rmse_geonp"] < d["rmse_gdal"]
     assert 0.5 < d["coverage95"] <= 1.0
+    # scores by distance to data: every scored pixel of every band in one bin, for every method
+    bins = s["binned_by_distance"]
+    assert set(bins) == {"geonp", "gdal", "regression", "single_date"}
+    for method, rows in bins.items():
+        assert sum(r["n"] for r in rows) == 3 * d["scored"], method
+        own = d["binned"][method]  # one date: the pooled bins are the date's own
+        assert [r["n"] for r in rows] == [r["n"] for r in own]
+        assert [r["rmse"] for r in rows if r["n"]] == pytest.approx([r["rmse"] for r in own if r["n"]], rel=1e-12)
+    assert all(r["coverage95"] is None or 0 <= r["coverage95"] <= 1 for r in bins["geonp"])
+    assert "coverage95" in bins["single_date"][0] and "coverage95" not in bins["gdal"][0]
+    rmse = [(r["n"], r["rmse"]) for r in bins["geonp"] if r["n"]]
+    assert abs(sum(n * e * e for n, e in rmse) / sum(n for n, _ in rmse) - d["rmse_geonp"] ** 2) < 1e-6 * d["rmse_geonp"] ** 2
+    # the plot: a real PNG, RMSE bars per date and the binned panels
+    png = tmp_path / "s.png"
+    assert png.stat().st_size > 10_000 and f"Plot: {png}" in res.output
+    img = matplotlib.image.imread(png)
+    assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 300 and img.shape[2] in (3, 4)
+    assert img[..., :3].std() > 0.05  # drawn, not blank

@@ -4,23 +4,23 @@ import numpy as np
 import pytest
 import torch
 from click.testing import CliRunner
+from geonp_cli.main import cli
 
 from geonp.config import ModelConfig, TrainConfig
 from geonp.data.datasets import sample_patches, split_columns
 from geonp.errors import NoValidPixelsError
 from geonp.model_files.checkpoint import load_checkpoint
 from geonp.training.raster import TaskShape, train
-from geonp_cli.main import cli
 from tests.conftest import smooth_field, write_raster
 
-SMALL = dict(
-    model=ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32),
-    batch_size=8,
-    task_shape=TaskShape(patch_size=24, core_size=12, max_context=48, max_targets=32),
-    val_tasks=16,
-    pool_size=60,
-    nodata=0,
-)
+SMALL = {
+    "model": ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32),
+    "batch_size": 8,
+    "task_shape": TaskShape(patch_size=24, core_size=12, max_context=48, max_targets=32),
+    "val_tasks": 16,
+    "pool_size": 60,
+    "nodata": 0,
+}
 
 
 @pytest.fixture(scope="module")
@@ -38,7 +38,7 @@ def test_short_training_lowers_validation_nll(raster, tmp_path):
     assert min(nll[1:]) < nll[0] - 0.05, nll
     assert report.best_val_nll == pytest.approx(min(nll))
     loaded = load_checkpoint(tmp_path / "m")
-    assert loaded.card["best_step"] == report.best_step
+    assert loaded.card.best_step == report.best_step
     assert len(loaded.normalizer["mean"]) == 2
     assert loaded.config.coord_unit == "pixel"
 
@@ -58,7 +58,7 @@ def test_resume_continues_from_the_saved_step(raster, tmp_path):
 def test_training_and_validation_patches_do_not_overlap(raster):
     regions = split_columns(160, val_fraction=0.2, test_fraction=0.1)
     assert regions.train == (0, 112) and regions.val == (112, 144) and regions.test == (144, 160)
-    common = dict(patch_size=24, nodata=0, bands=None, val_fraction=0.2, test_fraction=0.1, min_valid_fraction=0.5)
+    common = {"patch_size": 24, "nodata": 0, "bands": None, "val_fraction": 0.2, "test_fraction": 0.1, "min_valid_fraction": 0.5}
     tr = sample_patches([raster], region="train", count=50, rng=np.random.default_rng(0), **common)
     va = sample_patches([raster], region="val", count=20, rng=np.random.default_rng(1), **common)
     assert max(c + 24 for _, _, c in tr.offsets) <= 112
@@ -81,7 +81,7 @@ def test_bad_training_inputs(tmp_path, raster):
     one_band = write_raster(tmp_path / "one.tif", smooth_field((96, 160)).astype("uint16")[None])
     train([raster, one_band], tmp_path / "mixed", training=TrainConfig(steps=2, val_every=2, warmup_steps=1), **SMALL)
     mixed = load_checkpoint(tmp_path / "mixed")
-    assert mixed.card["band_count"] == 2 and len(mixed.normalizer["mean"]) == 2
+    assert mixed.card.band_count == 2 and len(mixed.normalizer["mean"]) == 2
     bad = tmp_path / "bad.tif"
     bad.write_text("not a raster")
     res = CliRunner().invoke(cli, ["train", str(bad), "--output", str(tmp_path / "m2"), "--steps", "2"])
@@ -107,7 +107,7 @@ def test_cli_train_with_config_file(raster, tmp_path):
 def test_fill_like_window_recipe_and_fine_tuning(raster, tmp_path):
     """Large windows, far context, several tasks per window, GP windows, starting from a model."""
     from geonp.context import ContextSpec
-    from geonp.training import raster as R
+    from geonp.training import windows
 
     base = dict(SMALL, task_shape=TaskShape(patch_size=64, core_size=16, max_context=24, max_targets=16))
     train([raster], tmp_path / "start", training=TrainConfig(steps=2, val_every=2, warmup_steps=1), **base)
@@ -117,16 +117,16 @@ def test_fill_like_window_recipe_and_fine_tuning(raster, tmp_path):
                    gap_mix={"scene_cloud": 1.0, "sparse": 0.5}, init_from=tmp_path / "start", **base)
     assert report.steps == 2
     tuned = load_checkpoint(tmp_path / "tuned")
-    shape = tuned.card["task_shape"]
+    shape = tuned.card.task_shape
     assert ContextSpec.from_dict(shape) == ContextSpec(n_near=24, n_far=16, search_radius=60, rings=4, sectors=4)
-    assert tuned.card["gap_mix"] == {"scene_cloud": 1.0, "sparse": 0.5} and tuned.card["gp_fraction"] == 0.5
+    assert tuned.card.gap_mix == {"scene_cloud": 1.0, "sparse": 0.5} and tuned.card.gp_fraction == 0.5
     # started from the given weights (a learning rate of 1e-9 leaves them where they were)
     for k, v in start.module.state_dict().items():
         torch.testing.assert_close(tuned.module.state_dict()[k], v, atol=1e-6, rtol=0)
     # the tasks of this recipe: 3 per window, targets inside the query window, near + far context
-    recipe = R._Recipe(TaskShape(**{k: shape[k] for k in shape if k != "n_near"}), {"scene_cloud": 1.0}, None, 0.0)
+    recipe = windows.TaskRecipe(TaskShape(**{k: shape[k] for k in shape if k != "n_near"}), {"scene_cloud": 1.0}, None, 0.0)
     field = np.random.default_rng(0).normal(size=(1, 64, 64)).astype(np.float32)
-    tasks = R._cut_tasks([field] * 3, np.ones((64, 64), bool), recipe, np.random.default_rng(3))
+    tasks = windows.cut_tasks([field] * 3, np.ones((64, 64), bool), recipe, np.random.default_rng(3))
     assert len(tasks) == 3
     for t in tasks:
         assert t.xt.min() >= 0 and t.xt.max() < 16 and 0 < t.xc.shape[0] <= 40

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import numpy as np
 from click.testing import CliRunner
+from geonp_cli.main import cli
 
 from geonp.data.datasets import split_columns
-from geonp_cli.main import cli
 
 SAMPLE = Path(__file__).resolve().parents[2] / "sample_data" / "landsat8_clean.tif"
 

@@ -12,28 +12,48 @@ date's QA band; the date is then filled
 - and by geonp without references (the single-date default model), to show what references add.
 
 Scores are computed on the hidden pixels the regression can predict (the same pixels for every
-method) and, for geonp, also on all hidden pixels. Every step reads and writes real GeoTIFFs
-through :func:`geonp.fill_raster`, as a user's fill would.
+method) and, for geonp, also on all hidden pixels; every method is also scored per bin of
+distance to the nearest pixel the target date shows (:func:`geonp.metrics.binned_scores`).
+Every step reads and writes real GeoTIFFs through :func:`geonp.fill_raster`, as a user's fill
+would. ``plot=`` draws the RMSE of every date and the binned scores
+(:func:`geonp.evaluation.plot.write_series_plot`).
 """
 
 from __future__ import annotations
 
 import datetime as dt
+import math
+import os
 import tempfile
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from geonp.baselines import fillnodata_baseline
-from geonp.metrics import gaussian_nll, interval_coverage
+from geonp.calibration import DISTANCE_BIN_EDGES, distance_to_observed
+from geonp.metrics import binned_scores, gaussian_nll, interval_coverage, pool_binned
+
+__all__ = ["SERIES_METHODS", "DateScore", "evaluate_series", "reference_regression", "report_lines", "summary"]
+
+#: The methods of a series evaluation: key in :attr:`DateScore.binned` -> label in tables and plots.
+SERIES_METHODS = {"geonp": "geonp", "gdal": "GDAL FillNodata", "regression": "regression",
+                  "single_date": "geonp, no refs"}
+#: Stds are floored at this before scoring by distance (a filled pixel's std is never 0; this
+#: guards the likelihood against one that rounds to it).
+_STD_FLOOR = 1e-9
 
 
 @dataclass
 class DateScore:
-    """Scores of one target date (RMSE in the bands' units, over all bands' scored pixels)."""
+    """Scores of one target date (RMSE in the bands' units, over all bands' scored pixels).
+
+    ``binned`` holds, per method of :data:`SERIES_METHODS`, the scores of the scored pixels per
+    bin of distance to the nearest pixel the date shows (the bands pooled; stds for geonp with
+    and without references).
+    """
 
     target: str
     date: str
@@ -49,6 +69,7 @@ class DateScore:
     coverage90: float
     coverage95: float
     nll: float
+    binned: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
 def reference_regression(target: np.ndarray, target_ok: np.ndarray, ref: np.ndarray, ref_ok: np.ndarray
@@ -56,7 +77,10 @@ def reference_regression(target: np.ndarray, target_ok: np.ndarray, ref: np.ndar
     """Per-band least-squares line of the target on a reference, fitted where both observe.
 
     Args:
-        target, ref: ``[bands, h, w]``; target_ok, ref_ok: bool ``[h, w]``.
+        target: the target date's values ``[bands, h, w]``.
+        target_ok: bool ``[h, w]``, True where the target date is observed.
+        ref: the reference date's values ``[bands, h, w]``.
+        ref_ok: bool ``[h, w]``, True where the reference date is observed.
 
     Returns:
         ``[bands, h, w]`` predictions where the reference is observed, NaN elsewhere (and
@@ -123,6 +147,7 @@ def evaluate_series(
     donor_gaps: tuple[float, float] = (0.05, 0.75),
     seed: int = 0,
     workdir: str | None = None,
+    plot: str | os.PathLike[str] | None = None,
 ) -> list[DateScore]:
     """Score multi-date filling on every date from ``targets_from`` with ``min_clear`` clear pixels.
 
@@ -137,6 +162,8 @@ def evaluate_series(
         donor_gaps: cloud-and-shadow fraction range of the dates whose cloud shapes are hidden.
         seed: picks the donor date of each target.
         workdir: where the intermediate rasters go (a temporary folder by default).
+        plot: write a PNG here: RMSE per date of every method, coverage and error against std
+            by distance to data (:func:`geonp.evaluation.plot.write_series_plot`).
     """
     import geonp
     from geonp.training.multidate import load_series
@@ -170,7 +197,7 @@ def evaluate_series(
                               overwrite=True)
             geonp.fill_raster(inp, out1, model=single_model, fill_outside=True, overwrite=True)
             mean, std = _read(out), _read(Path(tmp) / "filled_std.tif")
-            single = _read(out1)
+            single, single_std = _read(out1), _read(Path(tmp) / "single_std.tif")
             gdal = fillnodata_baseline(truth, np.broadcast_to(shown, truth.shape)).mean
             clearest = max(refs, key=lambda r: int((stack.observed[r] & shown).sum()))
             reg = reference_regression(truth, shown, np.nan_to_num(stack.values[clearest]).astype(np.float64),
@@ -187,8 +214,25 @@ def evaluate_series(
                 coverage90=interval_coverage(y, mean[scored], std[scored], 0.90),
                 coverage95=interval_coverage(y, mean[scored], std[scored], 0.95),
                 nll=gaussian_nll(y, mean[scored], std[scored]),
+                binned=_binned(y, {"geonp": (mean, std), "gdal": (gdal, None), "regression": (reg, None),
+                                   "single_date": (single, single_std)}, scored, distance_to_observed(shown)),
             ))
+    if plot is not None:
+        from geonp.evaluation.plot import write_series_plot
+
+        write_series_plot(plot, [(s.date, {label: getattr(s, f"rmse_{key}") for key, label in SERIES_METHODS.items()})
+                                 for s in scores if s.scored > 0],
+                          {SERIES_METHODS[key]: rows for key, rows in pooled_bins(scores).items()})
     return scores
+
+
+def _binned(y: np.ndarray, predictions: dict[str, tuple[np.ndarray, np.ndarray | None]], scored: np.ndarray,
+            distance: np.ndarray) -> dict[str, list[dict[str, Any]]]:
+    """Every method's scores on the scored pixels ``[bands, h, w]`` per bin of ``distance`` ``[h, w]``."""
+    d = np.broadcast_to(distance, scored.shape)[scored]
+    return {key: binned_scores(y, mean[scored], None if std is None else np.maximum(std[scored], _STD_FLOOR), d,
+                               DISTANCE_BIN_EDGES)
+            for key, (mean, std) in predictions.items()}
 
 
 def _read(path: Path) -> np.ndarray:
@@ -214,14 +258,21 @@ def summary(scores: Sequence[DateScore]) -> dict[str, Any]:
     return {"dates": len(scores), **mean,
             "geonp_over_gdal": mean["rmse_geonp"] / mean["rmse_gdal"],
             "geonp_over_regression": mean["rmse_geonp"] / mean["rmse_regression"],
+            "distance_bin_edges": [None if math.isinf(e) else e for e in DISTANCE_BIN_EDGES],
+            "binned_by_distance": pooled_bins(scores),
             "per_date": per_date}
+
+
+def pooled_bins(scores: Sequence[DateScore]) -> dict[str, list[dict[str, Any]]]:
+    """Per method, the scores by distance to data of every date's scored pixels together."""
+    return {key: pool_binned([s.binned[key] for s in scores if key in s.binned]) for key in SERIES_METHODS}
 
 
 def report_lines(scores: Sequence[DateScore]) -> list[str]:
     """The scores as a Markdown table (one row per date, then the means) and a closing line."""
     s = summary(scores)
-    lines = ["| date | hidden px | scored px | geonp | GDAL FillNodata | regression | geonp, no refs | "
-             "geonp / GDAL | geonp / regression | cov95 |",
+    lines = [("| date | hidden px | scored px | geonp | GDAL FillNodata | regression | geonp, no refs | "
+              "geonp / GDAL | geonp / regression | cov95 |"),
              "|---|---|---|---|---|---|---|---|---|---|"]
     for d in scores:
         lines.append(f"| {d.date} | {d.hidden} | {d.scored} | {d.rmse_geonp:.0f} | {d.rmse_gdal:.0f} | "

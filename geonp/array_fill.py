@@ -1,0 +1,163 @@
+"""Fill in-memory arrays: ``fill_array`` (numpy) and ``fill`` (xarray, lazily with Dask).
+
+Both run the numeric core of every fill (:func:`geonp.engine.predict_region`) on arrays the
+caller holds, with the same missing-pixel rule, footprint rule and model options as
+:func:`geonp.inference.fill_raster`, which fills files. A Dask-backed ``DataArray`` is filled
+chunk by chunk, each chunk read with a halo so that tiles align across chunks.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import numpy as np
+from rasterio.windows import Window
+
+from geonp import engine
+from geonp.config import FillConfig
+from geonp.errors import InputRasterError, NoValidPixelsError
+from geonp.io.masks import valid_mask
+from geonp.models.layers import resolve_device
+from geonp.predict import Predictor
+
+__all__ = ["fill", "fill_array"]
+
+
+def fill_array(
+    values: np.ndarray,
+    valid: np.ndarray,
+    config: FillConfig | None = None,
+    *,
+    origin: tuple[int, int] = (0, 0),
+    region: tuple[int, int, int, int] | None = None,
+    fillable: np.ndarray | None = None,
+    **options: Any,
+) -> tuple[np.ndarray, np.ndarray]:
+    """Fill the gaps of an in-memory ``[bands, h, w]`` array.
+
+    Args:
+        values: band values (anything where not valid).
+        valid: bool, True where observed (same shape as ``values`` or ``[h, w]``); NaN/Inf and
+            ``nodata`` (when given) are missing too, as in :func:`fill_raster`.
+        config: fill options; keywords override its fields (``model`` may be a loaded model).
+        origin: the array's offset in a larger raster (keeps tiles aligned across chunks).
+        region: ``(r0, r1, c0, c1)`` to fill (default all); the rest is context only.
+        fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
+        **options: :class:`~geonp.config.FillConfig` fields.
+
+    Returns:
+        ``(filled float64, std float32)``: observed pixels unchanged and std 0 there; unfilled gaps NaN.
+    """
+    cfg = FillConfig.of(config, **options)
+    if values.ndim == 2:
+        values = values[None]
+    # the rule every fill uses for a missing pixel: NaN/Inf, the nodata value, the caller's mask
+    valid = valid_mask(values, nodata=cfg.nodata, internal_valid=np.broadcast_to(valid, values.shape))
+    if not valid.any():
+        raise NoValidPixelsError("the array has no valid pixel to fill from")
+    loaded = engine.load_for_fill(cfg.model or "default")
+    engine.check_per_band(loaded)
+    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
+    predictor = Predictor(loaded.module, opts, resolve_device(cfg.device), batch_rows=cfg.batch_rows)
+    n = values.shape[0]
+    norm = engine.normalizer_for(loaded, n, lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
+    h, w = values.shape[1:]
+    r0, r1, c0, c1 = region or (0, h, 0, w)
+    mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
+                                      origin=origin, norm=norm, max_distance=cfg.max_distance,
+                                      calibration=loaded.calibration, fillable=fillable)
+    core = (slice(None), slice(r0, r1), slice(c0, c1))
+    filled = np.where(valid[core], values[core], mean)
+    std_out = np.where(valid[core], 0.0, std).astype(np.float32)
+    return filled, std_out
+
+
+def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
+    """Fill the gaps of an ``xarray.DataArray`` (``[band,] y, x``); lazy when it is Dask-backed.
+
+    Missing pixels are NaN/Inf, ``nodata`` (default ``da.rio.nodata`` or ``da.attrs["_FillValue"]``).
+    A Dask-backed array is filled chunk by chunk: each output chunk reads its input chunk with a
+    halo of ``search_radius + tile_size + 2 * overlap`` pixels, so tiles align across chunks and the
+    result equals an in-memory fill.
+
+    Returns:
+        An ``xarray.Dataset`` with ``filled`` (in the input's dtype, nodata and CRS set the
+        rioxarray way) and ``uncertainty`` (float32 std, 0 on observed pixels, NaN where nothing
+        was filled), with the input's coordinates and attributes
+        (:func:`geonp.xarray_result.build_result`; also ``da.geonp.fill()``).
+    """
+    if da.ndim not in (2, 3):
+        raise InputRasterError(f"expected a DataArray with dims (band, y, x) or (y, x), got {da.dims}")
+    squeeze = da.ndim == 2
+    arr3 = da.expand_dims("band") if squeeze else da
+    cfg = FillConfig.of(config, **options)
+    nodata = cfg.nodata
+    if nodata is None:
+        nodata = arr3.attrs.get("_FillValue", arr3.attrs.get("nodata"))
+        with contextlib.suppress(Exception):  # rioxarray not imported or no CRS: keep the attrs' value
+            nodata = arr3.rio.nodata if arr3.rio.nodata is not None else nodata
+    loaded = engine.load_for_fill(cfg.model or "default")
+    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
+    data = arr3.data
+    footprint = None
+    if not cfg.fill_outside:  # the same footprint rule as fill_raster (geonp.io.footprint)
+        from geonp.io.footprint import footprint_of_array
+
+        footprint = footprint_of_array(_valid(data, nodata).any(axis=0))
+    if hasattr(data, "dask"):
+        filled, std = _fill_dask(data, nodata, cfg, halo=opts.halo, footprint=footprint)
+    else:
+        values = np.asarray(data, dtype=np.float64)
+        h, w = values.shape[1:]
+        inside = None if footprint is None else footprint.fillable(Window(0, 0, w, h))
+        filled, std = fill_array(values, _valid(values, nodata), cfg, fillable=inside)
+    from geonp.xarray_result import build_result
+
+    ds = build_result(filled, std, arr3, nodata=nodata)
+    if squeeze:
+        ds = ds.isel(band=0, drop=True)
+    return ds
+
+
+def _valid(values: np.ndarray, nodata: float | None) -> np.ndarray:
+    ok = np.isfinite(values)
+    if nodata is not None and not (isinstance(nodata, float) and math.isnan(nodata)):
+        ok &= values != nodata
+    return ok
+
+
+def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int,
+               footprint: Any = None) -> tuple[Any, Any]:
+    """Build lazy filled/std arrays, one delayed task per output chunk (input read with a halo)."""
+    import dask
+    import dask.array as dsa
+
+    data = data.rechunk({0: -1})
+    _, h, w = data.shape
+    row_edges = np.cumsum((0,) + data.chunks[1])
+    col_edges = np.cumsum((0,) + data.chunks[2])
+
+    @dask.delayed(pure=True)
+    def one(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int]) -> np.ndarray:
+        values = np.asarray(block, dtype=np.float64)
+        inside = None if footprint is None else footprint.fillable(
+            Window(c0, r0, values.shape[2], values.shape[1]))
+        filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region,
+                                 fillable=inside)
+        return np.stack([filled, std.astype(np.float64)])
+
+    rows = []
+    for i in range(len(row_edges) - 1):
+        cols = []
+        for j in range(len(col_edges) - 1):
+            r0, r1, c0, c1 = row_edges[i], row_edges[i + 1], col_edges[j], col_edges[j + 1]
+            hr0, hr1, hc0, hc1 = max(0, r0 - halo), min(h, r1 + halo), max(0, c0 - halo), min(w, c1 + halo)
+            block = data[:, hr0:hr1, hc0:hc1]
+            region = (r0 - hr0, r1 - hr0, c0 - hc0, c1 - hc0)
+            shape = (2, data.shape[0], r1 - r0, c1 - c0)
+            cols.append(dsa.from_delayed(one(block, int(hr0), int(hc0), region), shape=shape, dtype=np.float64))
+        rows.append(cols)
+    both = dsa.block([[c for c in row] for row in rows]) if rows else None
+    return both[0], both[1].astype(np.float32)

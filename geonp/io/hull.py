@@ -1,0 +1,169 @@
+"""The convex hull of a raster's data pixels as half-planes, and the corners it may give back.
+
+Rules 2 and 3 of :mod:`geonp.io.footprint`, as geometry: the hull of the data pixels' centres,
+whose outline is split by its vertices on the raster's border into chains; a chain that runs
+from one side of the raster to another is kept as a scene edge when the pixels just inside it
+have data (along at least half of it, or along a straight run of 16 pixels) and the region beyond
+it is at least 8 pixels deep on average, and is dropped otherwise (a cloud over that corner or
+side: the region beyond it counts as inside). Pure numpy (and scipy's Qhull); no I/O.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import numpy as np
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["footprint_half_planes"]
+
+#: Share of data pixels along a corner-cutting stretch of the hull below which it crosses a cloud.
+_BRIDGE_SUPPORT = 0.5
+#: A straight run of data this long (pixels) along such a stretch makes it a scene edge anyway.
+_EDGE_RUN = 16
+#: A strip between the hull and the grid's border thinner than this (pixels, on average) is
+#: a cloud along the border, never a collar.
+_THIN_STRIP = 8
+
+
+def _hull_vertices(points: np.ndarray) -> np.ndarray | None:
+    """The convex hull's vertices in order around it, or None when the points are collinear."""
+    from scipy.spatial import ConvexHull, QhullError
+
+    if len(points) < 3:
+        return None
+    try:
+        return points[ConvexHull(points).vertices]
+    except QhullError:
+        return None
+
+
+def _half_plane(p: np.ndarray, q: np.ndarray, centre: np.ndarray) -> np.ndarray:
+    """``(a, b, c)`` of the line through p and q with ``a*x + b*y + c <= 0`` on ``centre``'s side."""
+    a, b = q[1] - p[1], -(q[0] - p[0])
+    c = -(a * p[0] + b * p[1])
+    if a * centre[0] + b * centre[1] + c > 0:
+        a, b, c = -a, -b, -c
+    return np.array([a, b, c], dtype=np.float64)
+
+
+def _box_half_planes(points: np.ndarray) -> np.ndarray:
+    (x0, y0), (x1, y1) = points.min(axis=0), points.max(axis=0)
+    return np.array([[-1.0, 0.0, x0], [1.0, 0.0, -x1], [0.0, -1.0, y0], [0.0, 1.0, -y1]])
+
+
+def _sides(p: np.ndarray, width: int, height: int, tol: float) -> frozenset[str]:
+    """Which raster sides a pixel centre lies on (within ``tol`` pixels of the outermost centres)."""
+    x, y = p
+    sides = set()
+    if x < 0.5 + tol:
+        sides.add("left")
+    if x > width - 0.5 - tol:
+        sides.add("right")
+    if y < 0.5 + tol:
+        sides.add("top")
+    if y > height - 0.5 - tol:
+        sides.add("bottom")
+    return frozenset(sides)
+
+
+def _support(
+    p: np.ndarray, q: np.ndarray, inward: np.ndarray, has: np.ndarray, sx: float, sy: float
+) -> np.ndarray:
+    """Whether the pixels just inside the edge p-q have data (one-pixel spacing, 1.5 px inwards)."""
+    dec_h, dec_w = has.shape
+    n = max(2, int(math.hypot(*(q - p))))
+    t = np.linspace(0.0, 1.0, n)[:, None]
+    inner = p + t * (q - p) + 1.5 * inward * max(sx, sy)
+    cols = np.clip((inner[:, 0] / sx).astype(int), 0, dec_w - 1)
+    rows = np.clip((inner[:, 1] / sy).astype(int), 0, dec_h - 1)
+    return has[rows, cols]
+
+
+def _region_area(planes: list[np.ndarray], chain: set[int], width: int, height: int) -> float:
+    """Area (pixels) of the grid beyond a chain of hull edges: inside every other edge, not these."""
+    step = max(1.0, math.sqrt(width * height / 250_000))
+    xs = np.arange(step / 2, width, step)
+    ys = np.arange(step / 2, height, step)
+    x, y = np.meshgrid(xs, ys)
+    inside_others = np.ones(x.shape, dtype=bool)
+    beyond = np.zeros(x.shape, dtype=bool)
+    for i, (a, b, c) in enumerate(planes):
+        side = a * x + b * y + c <= 1e-6 * (abs(a) + abs(b) + abs(c) + 1.0)
+        if i in chain:
+            beyond |= ~side
+        else:
+            inside_others &= side
+    return float(np.count_nonzero(inside_others & beyond)) * step * step
+
+
+def _longest_run(flags: np.ndarray) -> int:
+    """Length of the longest stretch of True values."""
+    best = run = 0
+    for flag in flags:
+        run = run + 1 if flag else 0
+        best = max(best, run)
+    return best
+
+
+def footprint_half_planes(
+    points: np.ndarray, has: np.ndarray, *, sx: float, sy: float, width: int, height: int
+) -> np.ndarray:
+    """Half-planes of the hull, without the chains of edges that cut a grid corner across gaps.
+
+    The hull's vertices on the raster's border split its outline into chains. A chain that
+    runs from one side of the raster to another is either a scene edge (the collar lies beyond
+    it, and the pixels just inside it have data) or a cloud over the grid's corner or edge (the
+    pixels just inside are gaps); the second kind is dropped, so the region beyond it, which the
+    raster's border closes, counts as inside.
+    """
+    verts = _hull_vertices(points)
+    if verts is None:
+        return _box_half_planes(points)
+    centre = verts.mean(axis=0)
+    n = len(verts)
+    tol = max(sx, sy)
+    sides = [_sides(v, width, height, tol) for v in verts]
+    planes = [_half_plane(verts[i], verts[(i + 1) % n], centre) for i in range(n)]
+    drop = [False] * n
+    border = [i for i in range(n) if sides[i]]
+    for k, start in enumerate(border):
+        end = border[(k + 1) % len(border)]
+        chain = []
+        i = start
+        while True:
+            chain.append(i)  # edge i runs from vertex i to vertex i + 1
+            i = (i + 1) % n
+            if i == end:
+                break
+        if sides[start] & sides[end]:
+            continue  # along one side of the raster (or the outline's only border vertex)
+        samples = []
+        for e in chain:
+            a, b, _ = planes[e]
+            inward = -np.array([a, b]) / max(math.hypot(a, b), 1e-12)
+            samples.append(_support(verts[e], verts[(e + 1) % n], inward, has, sx, sy))
+        flags = np.concatenate(samples)
+        length = sum(float(np.hypot(*(verts[(e + 1) % n] - verts[e]))) for e in chain)
+        # A scene edge: data along most of it, or along a straight stretch of _EDGE_RUN pixels
+        # (a cloud hugging the edge hides the rest), with a collar behind it deeper than
+        # _THIN_STRIP pixels on average. A thinner strip between the hull and the grid's border
+        # is a cloud along the border, not a collar.
+        scene_edge = (
+            flags.mean() >= _BRIDGE_SUPPORT or _longest_run(flags) * max(sx, sy) >= _EDGE_RUN
+        )
+        if scene_edge:
+            depth = _region_area(planes, set(chain), width, height) / max(length, 1.0)
+            if depth >= _THIN_STRIP:
+                continue
+        logger.info(
+            "footprint: the hull cuts a corner of the grid across gaps (%.0f %% data "
+            "along it); that corner counts as inside",
+            100 * float(flags.mean()),
+        )
+        for e in chain:
+            drop[e] = True
+    kept = [pl for pl, d in zip(planes, drop, strict=True) if not d]
+    return np.array(kept, dtype=np.float64).reshape(-1, 3)

@@ -1,0 +1,240 @@
+"""Training windows and the tasks cut from them, for :func:`geonp.training.raster.train`.
+
+Windows of ``patch_size`` pixels are read from the training (and validation) columns of each
+raster, one :class:`WindowGroup` per band count with its own normalisation; a
+:class:`TaskRecipe` (a :class:`TaskShape`, a gap mix, real gap shapes) turns a window, or a
+simulated GP field, into tasks: one gap mask, then query windows with hidden targets and the
+context :func:`geonp.context.select_context` chooses, as ``geonp fill`` chooses it for a tile.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from geonp.context import ContextSpec
+from geonp.data.batch import Batch
+from geonp.data.datasets import PatchPool, sample_patches, split_columns
+from geonp.data.gaps import sample_training_mask, sample_window_mask
+from geonp.data.synthetic import gp_grid_field
+from geonp.data.tasks import Task, collate, window_task
+from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
+from geonp.normalize import Normalizer
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["DEFAULT_TASK_SHAPE", "GP_KERNELS", "TaskRecipe", "TaskShape", "WindowGroup", "cut_tasks", "gap_source_mask", "gp_tasks",
+           "make_batch", "raster_tasks", "window_groups"]
+
+GP_KERNELS = ("rbf", "matern32", "matern52")
+
+
+@dataclass(frozen=True)
+class TaskShape:
+    """How tasks are cut from windows (shared by training and validation; stored in the model card).
+
+    Attributes:
+        patch_size: edge of the window read from a raster (the query window lies inside it, and so
+            does all its context).
+        core_size: edge of the query window whose hidden pixels are targets (``geonp fill``
+            uses it as its default tile size).
+        max_context: the near set: observed pixels nearest to the targets (``ContextSpec.n_near``).
+        max_targets: cap on targets per task.
+        n_far: the far set: observed pixels spread over rings and sectors (0 = near set only).
+        search_radius: farthest context pixel, in pixels beyond the query window.
+        rings: distance rings of the far set.
+        sectors: angular sectors of the far set.
+        tasks_per_window: tasks cut from one window and gap mask (different bands and query
+            windows), which saves mask generation.
+    """
+
+    patch_size: int = 64
+    core_size: int = 48
+    max_context: int = 256
+    max_targets: int = 128
+    n_far: int = 0
+    search_radius: int = 512
+    rings: int = 8
+    sectors: int = 16
+    tasks_per_window: int = 1
+
+    def __post_init__(self) -> None:
+        """Check that every size is a whole number in range (see :class:`ConfigError`)."""
+        for name in ("patch_size", "core_size", "max_context", "max_targets", "n_far", "search_radius",
+                     "rings", "sectors", "tasks_per_window"):
+            value = getattr(self, name)
+            low = 8 if name == "patch_size" else 0 if name == "n_far" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ConfigError(f"{name}={value!r} must be an integer >= {low}")
+
+    @property
+    def context(self) -> ContextSpec:
+        """The context geometry of these tasks."""
+        return ContextSpec(n_near=self.max_context, n_far=self.n_far, search_radius=self.search_radius,
+                           rings=self.rings, sectors=self.sectors)
+
+    def to_dict(self) -> dict[str, int]:
+        """For the model card (``task_shape``): the fields, and ``n_near`` (= ``max_context``)."""
+        return {**self.__dict__, "n_near": self.max_context}
+
+
+#: The task shape of ``geonp train`` without options: 64-px windows, 48-px query windows.
+DEFAULT_TASK_SHAPE = TaskShape()
+
+
+@dataclass
+class WindowGroup:
+    """Training (or validation) windows of rasters sharing a band count, and their normalisation."""
+
+    pool: PatchPool
+    norm: Normalizer
+    weight: float
+
+
+@dataclass(frozen=True)
+class TaskRecipe:
+    """How a window becomes tasks: its shape, the gap mix (None = the 64-px patch mix), a real pattern."""
+
+    shape: TaskShape
+    gap_mix: dict[str, float] | None
+    source: np.ndarray | None
+    footprint_probability: float = 0.15
+
+
+def raster_tasks(groups: Sequence[WindowGroup], recipe: TaskRecipe, rng: np.random.Generator) -> list[Task]:
+    """Tasks from one window of a group (drawn by weight): bands picked, normalised, cut."""
+    p = np.array([g.weight for g in groups])
+    g = groups[int(rng.choice(len(groups), p=p / p.sum()))] if len(groups) > 1 else groups[0]
+    i = int(rng.integers(len(g.pool)))
+    raw = g.pool.values[i]  # [bands, p, p]
+    n_bands = raw.shape[0]
+    picks = rng.choice(n_bands, size=recipe.shape.tasks_per_window, replace=recipe.shape.tasks_per_window > n_bands)
+    valid = np.isfinite(raw).all(0)
+    values = np.nan_to_num((raw - np.asarray(g.norm.mean)[:, None, None]) / np.asarray(g.norm.std)[:, None, None])
+    _, r, c = g.pool.offsets[i]
+    return cut_tasks([values[b][None] for b in picks], valid, recipe, rng, origin=(r, c))
+
+
+def gp_tasks(recipe: TaskRecipe, rng: np.random.Generator) -> list[Task]:
+    """Tasks from one simulated GP field (random kernel and length scale), cut as a raster window."""
+    p = min(recipe.shape.patch_size, 256)
+    kernel = GP_KERNELS[int(rng.integers(len(GP_KERNELS)))]
+    lengthscale = float(np.exp(rng.uniform(np.log(2.0), np.log(24.0 if p <= 64 else 64.0))))
+    field = gp_grid_field((p, p), kernel=kernel, lengthscale=lengthscale, rng=rng)
+    field = (field + rng.normal(0, 0.02, field.shape))[None].astype(np.float32)
+    fields = [field] * recipe.shape.tasks_per_window  # one field, several query windows
+    shape = TaskShape(**{**recipe.shape.__dict__, "patch_size": p,
+                         "core_size": min(recipe.shape.core_size, p)})
+    return cut_tasks(fields, np.ones((p, p), bool), TaskRecipe(shape, recipe.gap_mix, None,
+                                                               recipe.footprint_probability), rng)
+
+
+def cut_tasks(values: Sequence[np.ndarray], valid: np.ndarray, recipe: TaskRecipe, rng: np.random.Generator,
+               origin: tuple[int, int] = (0, 0)) -> list[Task]:
+    """One gap mask over the window, then one task per entry of ``values`` (a query window each)."""
+    shape = recipe.shape
+    h, w = valid.shape
+    c = min(shape.core_size, h, w)
+    if recipe.gap_mix is None:
+        is_gap = sample_training_mask((h, w), rng=rng, source=recipe.source)
+    else:
+        is_gap, outside = sample_window_mask((h, w), rng=rng, source=recipe.source, weights=recipe.gap_mix,
+                                             footprint_probability=recipe.footprint_probability)
+        valid = valid & ~outside
+    targets = is_gap & valid
+    tasks = []
+    for vals in values:
+        for _ in range(4):  # a query window with at least one target
+            r0, c0 = int(rng.integers(0, h - c + 1)), int(rng.integers(0, w - c + 1))
+            if targets[r0:r0 + c, c0:c0 + c].any():
+                break
+        task = window_task(vals, valid, is_gap, core=(r0, r0 + c, c0, c0 + c), spec=shape.context,
+                           max_targets=shape.max_targets, rng=rng, origin=origin)
+        if task is not None:
+            tasks.append(task)
+    return tasks
+
+
+def make_batch(draw: Callable[[np.random.Generator], Task | list[Task] | None], batch_size: int,
+               rng: np.random.Generator) -> Batch:
+    """Draw non-empty tasks (one or a list per call) until ``batch_size``, and pad them into a batch."""
+    tasks: list[Task] = []
+    for _ in range(batch_size * 20):
+        drawn = draw(rng)
+        tasks.extend(t for t in ([drawn] if isinstance(drawn, Task) else drawn or []) if t is not None)
+        if len(tasks) >= batch_size:
+            return collate(tasks[:batch_size])
+    raise NoValidPixelsError("could not cut tasks with both context and targets from the patches; "
+                             "the rasters have too few valid pixels")
+
+
+def gap_source_mask(path: str | os.PathLike[str] | None) -> np.ndarray | None:
+    """Real gap shapes to borrow: a mask raster (non-zero = gap) or a raster's missing pixels."""
+    if path is None:
+        return None
+    from geonp.io.masks import valid_mask
+    from geonp.io.raster import open_raster, raster_info
+
+    with open_raster(path) as src:
+        info = raster_info(src)
+        arr = src.read(1)
+    vals = arr.astype(np.float64)
+    if set(np.unique(arr[:1000, :1000])) <= {0, 1, 255}:
+        return vals > 0  # a mask raster: non-zero = gap
+    return ~valid_mask(vals, nodata=None if info.nodata is None else info.nodata, source_dtype=info.dtype)
+
+
+def window_groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rng: np.random.Generator, *,
+            nodata: float | None, bands: Sequence[int] | None, val_fraction: float, test_fraction: float,
+            pool_size: int, val_count: int, pool_megabytes: float, seed: int) -> tuple[list[WindowGroup], list[WindowGroup]]:
+    """Training and validation windows, one group per band count (in the order of the inputs).
+
+    A group's windows are ``patch_size`` pixels, or less when its rasters' training columns are
+    narrower; its weight in the task draw grows with the square root of its pixels.
+    """
+    from geonp.io.raster import open_raster, raster_info, select_bands
+
+    by_count: dict[int, list[tuple[str | os.PathLike[str], int, int]]] = {}
+    for path in inputs:
+        with open_raster(path) as src:
+            info = raster_info(src)
+            by_count.setdefault(len(select_bands(info, bands)), []).append((path, info.width, info.height))
+    train_groups: list[WindowGroup] = []
+    val_groups: list[WindowGroup] = []
+    for n, (count, members) in enumerate(by_count.items()):
+        paths = [m[0] for m in members]
+        fits = min(min(m[2] for m in members), min(
+            split_columns(m[1], val_fraction=val_fraction, test_fraction=test_fraction).train[1] for m in members))
+        size = min(shape.patch_size, fits)
+        if size < min(shape.core_size, 32):
+            if n == 0:
+                raise InputRasterError(f"{paths[0]} is too small for {shape.patch_size}-px windows")
+            logger.warning("skipping %s: too small for training windows", paths)
+            continue
+        per_window = count * size * size * 4
+        n_pool = max(16, min(pool_size, int(pool_megabytes * 2**20 // per_window)))
+        common = {"patch_size": size, "nodata": nodata, "bands": bands, "val_fraction": val_fraction,
+                  "test_fraction": test_fraction, "min_valid_fraction": 0.5 if n == 0 else 0.3}
+        pool = sample_patches(paths, region="train", count=n_pool, rng=rng, **common)
+        flat = np.moveaxis(pool.values, 1, 0).reshape(pool.values.shape[1], -1)
+        norm = Normalizer.fit(flat, np.isfinite(flat), seed=seed)
+        pixels = float(sum(m[2] * split_columns(m[1], val_fraction=val_fraction, test_fraction=test_fraction).train[1]
+                           for m in members))
+        train_groups.append(WindowGroup(pool, norm, math.sqrt(pixels)))
+        val_width = min(int(np.diff(split_columns(m[1], val_fraction=val_fraction,
+                                                  test_fraction=test_fraction).val)[0]) for m in members)
+        try:
+            val_pool = sample_patches(paths, region="val", count=val_count, rng=rng,
+                                      **{**common, "patch_size": max(8, min(size, val_width))})
+        except NoValidPixelsError:
+            if n == 0:
+                raise
+            logger.warning("no validation windows in %s (validation uses the other rasters)", paths)
+            continue
+        val_groups.append(WindowGroup(val_pool, norm, math.sqrt(pixels)))
+    return train_groups, val_groups
