@@ -65,9 +65,9 @@ def synthetic(path: Path, size: int, coverage: float) -> None:
     """A smooth uint16 single-band raster with cloud gaps, written block by block."""
     from geonp.data.gap_shapes import cloud_mask
 
-    profile = dict(driver="GTiff", width=size, height=size, count=1, dtype="uint16", nodata=0, tiled=True,
-                   blockxsize=256, blockysize=256, compress="deflate", crs="EPSG:32621",
-                   transform=rasterio.transform.from_origin(500000, 7000000, 30, 30))
+    profile = {"driver": "GTiff", "width": size, "height": size, "count": 1, "dtype": "uint16", "nodata": 0, "tiled": True,
+                   "blockxsize": 256, "blockysize": 256, "compress": "deflate", "crs": "EPSG:32621",
+                   "transform": rasterio.transform.from_origin(500000, 7000000, 30, 30)}
     block = 1024
     with rasterio.open(path, "w", **profile) as dst:
         for r in range(0, size, block):

@@ -6,7 +6,6 @@ import os
 from typing import Any
 
 import click
-
 from geonp_cli.options import CountBar, fill_config_options
 
 

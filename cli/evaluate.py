@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import click
-
 from geonp_cli.options import CountBar, band_option, device_option, nodata_option
 
 MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed", "scene_cloud")

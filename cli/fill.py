@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import click
-
-from geonp_cli.options import CountBar, none_if_empty, fill_config_options, workers_help
+from geonp_cli.options import CountBar, fill_config_options, none_if_empty, workers_help
 
 
 @click.command(short_help="Fill the gaps of a raster; write the filled raster and its std.")

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Self
 
 import click
 
@@ -113,7 +114,7 @@ def progress_bar(quiet: bool, label: str) -> tuple[Callable[[int, int, float], N
             bar["bar"] = tqdm(total=total, desc=label, unit="step", dynamic_ncols=True, mininterval=5)
             bar["bar"].update(done - 1)
         bar["bar"].update(1)
-        if value == value:  # not NaN
+        if not math.isnan(value):
             bar["bar"].set_postfix(nll=f"{value:.3f}")
 
     def close() -> None:
@@ -130,6 +131,7 @@ class CountBar:
     """
 
     def __init__(self, quiet: bool, label: str, unit: str, *, leave: bool = True) -> None:
+        """A bar that shows nothing when ``quiet``; it opens on the first update."""
         self.quiet, self.label, self.unit, self.leave = quiet, label, unit, leave
         self.bar: Any = None
 
@@ -144,9 +146,11 @@ class CountBar:
         self.bar.total = total
         self.bar.update(done - self.bar.n)
 
-    def __enter__(self) -> CountBar:
+    def __enter__(self) -> Self:
+        """The bar itself (it opens on the first update)."""
         return self
 
     def __exit__(self, *exc: object) -> None:
+        """Close the bar if it opened."""
         if self.bar is not None:
             self.bar.close()

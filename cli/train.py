@@ -8,8 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import click
-
-from geonp_cli.options import band_option, device_option, expand_rasters, nodata_option, progress_bar
+from geonp_cli.options import (
+    band_option,
+    device_option,
+    expand_rasters,
+    nodata_option,
+    progress_bar,
+)
 
 
 @click.command(short_help="Train a model on your own rasters.")
@@ -80,9 +85,9 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, config_file:
     from geonp.config import ModelConfig, TrainConfig
     from geonp.errors import ConfigError
 
-    if Path(output).exists() and any(Path(output).iterdir()) and not opts["resume"]:
-        if not (Path(output) / "config.json").exists():
-            raise click.BadParameter(f"{output} exists and is not a geonp model directory", param_hint="--output")
+    if (Path(output).exists() and any(Path(output).iterdir()) and not opts["resume"]
+            and not (Path(output) / "config.json").exists()):
+        raise click.BadParameter(f"{output} exists and is not a geonp model directory", param_hint="--output")
     sections: dict[str, dict[str, Any]] = {"model": {}, "training": {}, "data": {}}
     if config_file:
         import yaml

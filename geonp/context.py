@@ -76,6 +76,7 @@ class ContextSpec:
     ref_margin: int = 4
 
     def __post_init__(self) -> None:
+        """Check the counts; a negative or non-integer one raises ValueError naming it."""
         for f in fields(self):
             v = getattr(self, f.name)
             low = 0 if f.name in ("n_far", "ref_margin") else 1

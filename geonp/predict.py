@@ -59,6 +59,7 @@ class TileOptions:
     temporal: bool = False
 
     def __post_init__(self) -> None:
+        """Check the fields; a bad value raises ValueError naming it."""
         if self.tile_size < 4 or self.overlap < 0 or self.max_context < 1 or self.search_radius < 1:
             raise ValueError(
                 f"tile_size={self.tile_size} (>= 4), overlap={self.overlap} (>= 0), "
@@ -284,6 +285,7 @@ class Predictor:
 
     def __init__(self, module: torch.nn.Module, opts: TileOptions, device: torch.device | str = "cpu", *,
                  batch_rows: int = 32768, chunk_rows: int | None = None) -> None:
+        """Keep the module on ``device`` and size batches by ``batch_rows`` padded query rows."""
         self.device = torch.device(device)
         on_device = all(p.device == self.device for p in module.parameters())
         # a copy on another device: the caller's module stays where it is

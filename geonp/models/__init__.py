@@ -12,10 +12,10 @@ from geonp.models.tnpkr import TNPKR
 
 def build_model(cfg: ModelConfig) -> nn.Module:
     """Build an untrained model from its configuration."""
-    common = dict(
-        dim_y=cfg.dim_y, dim_x=cfg.dim_x, dim=cfg.dim, depth=cfg.depth, num_heads=cfg.num_heads,
-        ff_dim=cfg.ff_dim, sigma_min=cfg.sigma_min, dropout=cfg.dropout,
-    )
+    common = {
+        "dim_y": cfg.dim_y, "dim_x": cfg.dim_x, "dim": cfg.dim, "depth": cfg.depth, "num_heads": cfg.num_heads,
+        "ff_dim": cfg.ff_dim, "sigma_min": cfg.sigma_min, "dropout": cfg.dropout,
+    }
     if cfg.arch == "tnpd":
         return TNPD(**common)
     if cfg.arch == "cmanp":

@@ -25,6 +25,7 @@ class KRBlock(nn.Module):
     """
 
     def __init__(self, dim: int, attention: nn.Module, *, ff_dim: int, dropout: float = 0.0) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.attn = attention
         self.norm_attn = nn.LayerNorm(dim)

@@ -70,6 +70,7 @@ class CMAB(nn.Module):
     """
 
     def __init__(self, dim: int, num_heads: int, num_latents: int, *, ff_dim: int, dropout: float = 0.0) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.latents = nn.Parameter(torch.randn(num_latents, dim) * 0.02)  # L_B
         self.proj = MultiHeadProjection(dim, num_heads)  # phase 1 cross-attention
@@ -149,6 +150,7 @@ class CMANP(nn.Module):
         dropout: float = 0.0,
         context_chunk: int = 1024,
     ) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.dim_y, self.dim_x = dim_y, dim_x
         self.pos_scale = float(pos_scale)

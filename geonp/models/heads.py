@@ -20,6 +20,7 @@ class GaussianHead(nn.Module):
     """
 
     def __init__(self, dim: int, dim_y: int, *, hidden: int = 128, sigma_min: float = 0.01) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.norm = nn.LayerNorm(dim)
         self.mlp = MLP([dim, hidden, 2 * dim_y])

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 
 import torch
@@ -31,8 +32,9 @@ class MLP(nn.Sequential):
     """
 
     def __init__(self, sizes: list[int]) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         layers: list[nn.Module] = []
-        for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+        for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
             layers.append(nn.Linear(n_in, n_out))
             if i < len(sizes) - 2:
                 layers.append(nn.GELU())
@@ -48,6 +50,7 @@ class MultiHeadProjection(nn.Module):
     """
 
     def __init__(self, dim: int, num_heads: int) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         if dim % num_heads:
             raise ValueError(f"dim={dim} must be divisible by num_heads={num_heads}")

@@ -55,6 +55,7 @@ class TNPD(nn.Module):
         sigma_min: float = 0.01,
         dropout: float = 0.0,
     ) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.dim_y, self.dim_x = dim_y, dim_x
         self.embed = MLP([dim_x + dim_y, 2 * dim, dim])

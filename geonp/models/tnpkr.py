@@ -40,6 +40,7 @@ class TokenEmbedding(nn.Module):
 
     def __init__(self, dim: int, dim_y: int, dim_x: int, *, embed_coords: bool, hidden: int,
                  temporal: bool = False) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.embed_coords = embed_coords
         self.temporal = temporal
@@ -107,6 +108,7 @@ class TNPKR(nn.Module):
         q_chunk: int = 1024,
         k_chunk: int = 1024,
     ) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         if temporal and (dim_x < 2 or attention not in ("scan", "dense") or bias is None):
             raise ValueError("a temporal model needs dim_x >= 2 (space, then days), scan or dense "

@@ -50,6 +50,7 @@ class DistanceCache:
     """
 
     def __init__(self, max_bytes: int | None = None) -> None:
+        """An empty cache keeping at most ``max_bytes`` of tiles (default 256 MiB)."""
         self.max_bytes = _MAX_CACHE_BYTES if max_bytes is None else max_bytes
         self.entries: dict[tuple, object] = {}
         self.tile_bytes: dict[tuple, int] = {}  # insertion-ordered: oldest first
@@ -190,6 +191,7 @@ class RBFNetworkBias(nn.Module):
         length_scale: float = 4.0,
         grid_fast_path: bool = True,
     ) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         centres = torch.linspace(0.0, 2.0 * length_scale, num_basis)
         self.a = nn.Parameter(torch.full((num_heads, num_basis), 0.5))
@@ -276,7 +278,7 @@ def _reach_sq(reach: float) -> int:
     """The squared reach, rounded up to a power of two (so a table is rebuilt only when it doubles)."""
     if not math.isfinite(reach):
         return _MAX_TABLE
-    return 1 << max(int(math.ceil(reach)) ** 2, 1).bit_length()
+    return 1 << max(math.ceil(reach) ** 2, 1).bit_length()
 
 
 def _compute_max_sq(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:
@@ -288,7 +290,7 @@ def _compute_max_sq(q_pos: torch.Tensor, k_pos: torch.Tensor) -> int | None:
     lo = torch.minimum(q_pos.amin(dim=(0, 1)), k_pos.amin(dim=(0, 1)))
     hi = torch.maximum(q_pos.amax(dim=(0, 1)), k_pos.amax(dim=(0, 1)))
     span = (hi - lo).double()
-    return int(math.ceil(float((span * span).sum())))
+    return math.ceil(float((span * span).sum()))
 
 
 BIASES = {"rbf": RBFNetworkBias}

@@ -82,6 +82,7 @@ class DeepKernelAttention(nn.Module):
         hidden: int = 128,
         pos_scale: float = 1.0,
     ) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.num_heads = num_heads
         self.feature_dim = feature_dim

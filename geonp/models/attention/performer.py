@@ -107,6 +107,7 @@ class PerformerAttention(nn.Module):
     """
 
     def __init__(self, dim: int, num_heads: int, *, num_features: int = 64, seed: int = 0) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.proj = MultiHeadProjection(dim, num_heads)
         gen = torch.Generator().manual_seed(seed)

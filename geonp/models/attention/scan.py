@@ -84,7 +84,7 @@ def _scan_forward(
     for qs in _chunks(nq, q_chunk):
         q_scaled = q[:, :, qs] * scale  # [B, H, Qc, D]
         m = q.new_full(q_scaled.shape[:-1], float("-inf"))  # running max [B, H, Qc]
-        l = q.new_zeros(q_scaled.shape[:-1])  # running normaliser [B, H, Qc]  # noqa: E741
+        l = q.new_zeros(q_scaled.shape[:-1])  # running normaliser [B, H, Qc]
         acc = q.new_zeros((*q_scaled.shape[:-1], v.shape[-1]))  # unnormalised output
         for ks in _chunks(k.shape[2], k_chunk):
             bias_tile = tiles.fn(bias_tensors, qs, ks) if tiles is not None else None
@@ -95,7 +95,7 @@ def _scan_forward(
             m_safe = torch.where(torch.isinf(m_new), torch.zeros_like(m_new), m_new)
             p = torch.exp(s - m_safe[..., None])  # [B, H, Qc, Kc]
             alpha = torch.exp(m - m_safe)  # rescale of the old state; 0 when m = -inf
-            l = alpha * l + p.sum(-1)  # noqa: E741
+            l = alpha * l + p.sum(-1)
             acc = alpha[..., None] * acc + p @ v[:, :, ks]
             m = m_new
         has_key = l > 0
@@ -216,6 +216,7 @@ class ScanAttention(BiasedSoftmaxAttention):
         q_chunk: int = 1024,
         k_chunk: int = 1024,
     ) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__(dim, num_heads, bias=bias)
         self.q_chunk = q_chunk
         self.k_chunk = k_chunk

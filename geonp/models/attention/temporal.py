@@ -39,6 +39,7 @@ class SpaceTimeBias(nn.Module):
 
     def __init__(self, num_heads: int, *, num_basis: int = 5, length_scale: float = 4.0,
                  time_length_scale: float = 32.0) -> None:
+        """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.space = RBFNetworkBias(num_heads, num_basis=num_basis, length_scale=length_scale)
         self.time = RBFNetworkBias(num_heads, num_basis=num_basis, length_scale=time_length_scale,
@@ -85,4 +86,4 @@ def _max_abs_dt(qt: torch.Tensor, kt: torch.Tensor) -> int | None:
     lo = torch.minimum(qt.min(), kt.min())
     hi = torch.maximum(qt.max(), kt.max())
     whole = torch.equal(qt, qt.round()) and torch.equal(kt, kt.round())
-    return int(round(float(hi - lo))) if whole else None
+    return round(float(hi - lo)) if whole else None
