@@ -115,6 +115,17 @@ def test_grid_bias_beyond_its_reach_stays_within_tolerance_of_the_direct_path(wi
         assert bias.a.grad is not None and torch.isfinite(bias.a.grad).all()
 
 
+def test_the_reach_follows_its_parameters():
+    bias = RBFNetworkBias(H, length_scale=4.0)
+    first = bias.reach()
+    assert bias.reach() == first  # remembered
+    with torch.no_grad():
+        bias.b.mul_(0.25)  # wider bases (an optimiser step changes parameters in place like this)
+    assert bias.reach() > first * 1.5
+    bias.load_state_dict(RBFNetworkBias(H, length_scale=4.0).state_dict())
+    assert bias.reach() == first
+
+
 def test_rbf_bias_formula():
     bias = RBFNetworkBias(2, num_basis=3)
     with torch.no_grad():

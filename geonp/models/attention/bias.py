@@ -198,6 +198,7 @@ class RBFNetworkBias(nn.Module):
         self.b = nn.Parameter(torch.full((num_heads, num_basis), 1.0 / length_scale**2))
         self.c = nn.Parameter(centres.repeat(num_heads, 1))
         self.grid_fast_path = grid_fast_path
+        self._reach_memo: tuple[tuple, float] | None = None
 
     @staticmethod
     def evaluate(params: tuple[torch.Tensor, ...], dist: torch.Tensor) -> torch.Tensor:
@@ -215,13 +216,20 @@ class RBFNetworkBias(nn.Module):
 
         Beyond its centre a basis only decays, so ``|K(d)| <= Σ_k |a_k| exp(-|b_k| (d - c_k)²)``;
         each term is below ``tolerance / num_basis`` from ``c_k + sqrt(ln(num_basis |a_k| /
-        tolerance) / |b_k|)`` on. Computed from the current parameters (no gradient).
+        tolerance) / |b_k|)`` on. Computed from the current parameters (no gradient); reading it
+        is a host sync, so it is remembered until a parameter changes (an optimiser step, a load).
         """
+        params = (self.a, self.b, self.c)
+        key = (tolerance, *((t.data_ptr(), t._version) for t in params))
+        if self._reach_memo is not None and self._reach_memo[0] == key:
+            return self._reach_memo[1]
         with torch.no_grad():
-            a, b, c = (t.detach().double() for t in (self.a, self.b, self.c))
+            a, b, c = (t.detach().double() for t in params)
             need = (a.shape[1] * a.abs() / tolerance).clamp_min(1.0).log()
             width = torch.where(need > 0, (need / b.abs()).sqrt(), torch.zeros_like(need))
-            return float((c + width).max().clamp_min(c.max()).clamp_min(0.0))
+            value = float((c + width).max().clamp_min(c.max()).clamp_min(0.0))
+        self._reach_memo = (key, value)
+        return value
 
     def _table(self, params: tuple[torch.Tensor, ...], last_sq: int, like: torch.Tensor) -> torch.Tensor:
         """``[H, last_sq + 2]``: -inf (masked keys) at index 0, then the bias at squared distances ``0..last_sq``."""
