@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -17,7 +18,7 @@ from rasterio.windows import Window
 
 from geonp import engine
 from geonp.config import FillConfig
-from geonp.errors import InputRasterError, NoValidPixelsError
+from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.masks import valid_mask
 from geonp.models.layers import resolve_device
 from geonp.predict import Predictor
@@ -33,6 +34,7 @@ def fill_array(
     origin: tuple[int, int] = (0, 0),
     region: tuple[int, int, int, int] | None = None,
     fillable: np.ndarray | None = None,
+    references: Sequence[tuple[np.ndarray, np.ndarray | None, float]] = (),
     **options: Any,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of an in-memory ``[bands, h, w]`` array.
@@ -45,10 +47,19 @@ def fill_array(
         origin: the array's offset in a larger raster (keeps tiles aligned across chunks).
         region: ``(r0, r1, c0, c1)`` to fill (default all); the rest is context only.
         fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
+        references: other dates of the same pixels, for a multi-date model (the built-in
+            ``multidate`` when no model is given): ``(values, valid, days)`` with ``values`` of
+            the array's shape, ``valid`` its mask (or None: NaN/Inf and ``nodata`` are missing)
+            and ``days`` the date offset from the array's date (negative = before it).
         **options: :class:`~geonp.config.FillConfig` fields.
 
     Returns:
         ``(filled float64, std float32)``: observed pixels unchanged and std 0 there; unfilled gaps NaN.
+
+    Raises:
+        InputRasterError: a reference of another shape.
+        ConfigError: references given to a model that takes none, or a date offset that is not
+            a finite number of days.
     """
     cfg = FillConfig.of(config, **options)
     if values.ndim == 2:
@@ -57,7 +68,11 @@ def fill_array(
     valid = valid_mask(values, nodata=cfg.nodata, internal_valid=np.broadcast_to(valid, values.shape))
     if not valid.any():
         raise NoValidPixelsError("the array has no valid pixel to fill from")
-    loaded = engine.load_for_fill(cfg.model or "default")
+    refs = _array_references(references, values.shape, cfg.nodata)
+    loaded = engine.load_for_fill(cfg.model or ("multidate" if refs else "default"))
+    if refs and not loaded.config.temporal:
+        raise ConfigError(f"model {loaded.name} takes no references; use model='multidate' or a model "
+                          "trained with geonp train --series")
     engine.check_per_band(loaded)
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     predictor = Predictor(loaded.module, opts, resolve_device(cfg.device), batch_rows=cfg.batch_rows)
@@ -67,11 +82,30 @@ def fill_array(
     r0, r1, c0, c1 = region or (0, h, 0, w)
     mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
                                       origin=origin, norm=norm, max_distance=cfg.max_distance,
-                                      calibration=loaded.calibration, fillable=fillable)
+                                      calibration=loaded.calibration, fillable=fillable,
+                                      references=refs or None)
     core = (slice(None), slice(r0, r1), slice(c0, c1))
     filled = np.where(valid[core], values[core], mean)
     std_out = np.where(valid[core], 0.0, std).astype(np.float32)
     return filled, std_out
+
+
+def _array_references(references: Sequence[tuple[np.ndarray, np.ndarray | None, float]],
+                      shape: tuple[int, ...], nodata: float | None) -> list[tuple[np.ndarray, np.ndarray, float]]:
+    """Check ``fill_array``'s references; each as ``(values, observed, days)`` of ``shape``."""
+    out = []
+    for i, (ref, ok, days) in enumerate(references):
+        ref = np.asarray(ref, dtype=np.float64)
+        ref = ref[None] if ref.ndim == 2 else ref
+        if ref.shape != shape:
+            raise InputRasterError(f"reference {i} has shape {ref.shape}, the array {shape}; give each "
+                                   "reference on the array's grid with the same bands")
+        if not (isinstance(days, int | float | np.number) and math.isfinite(float(days))):
+            raise ConfigError(f"reference {i} has days={days!r}; give its date offset from the array's "
+                              "date as a number of days (negative = before it)")
+        internal = None if ok is None else np.broadcast_to(ok, shape)
+        out.append((ref, valid_mask(ref, nodata=nodata, internal_valid=internal), float(days)))
+    return out
 
 
 def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:

@@ -12,6 +12,7 @@ from rasterio.warp import Resampling, calculate_default_transform, reproject
 import geonp
 from geonp.baselines import fillnodata_baseline
 from geonp.data.tasks import ReferenceBand, context_points, window_task
+from geonp.errors import ConfigError, InputRasterError
 from geonp.evaluation.series import reference_regression
 from geonp.predict import BlockReference, TileOptions, block_tasks
 
@@ -255,3 +256,35 @@ def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
     img = matplotlib.image.imread(png)
     assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 300 and img.shape[2] in (3, 4)
     assert img[..., :3].std() > 0.05  # drawn, not blank
+
+
+def test_fill_array_with_references_equals_fill_raster_with_the_same_reference(tmp_path):
+    inp, _, hidden = _hide(tmp_path)
+    ref_values, profile, _ = _read(REF)  # 2012-06-09: 32 days after the target
+    ref_path = _write(tmp_path / "ref.tif", ref_values, profile, "2012-06-09")
+    out = tmp_path / "filled.tif"
+    geonp.fill_raster(inp, out, references=[ref_path], fill_outside=True)
+    from_file, _, _ = _read(out)
+    std_file, _, _ = _read(tmp_path / "filled_std.tif")
+
+    values, _, _ = _read(inp)
+    filled, std = geonp.fill_array(values, values != -9999, references=[(ref_values, ref_values != -9999, 32)],
+                                   fill_outside=True)
+    gaps = values == -9999  # the hidden clouds and the date's own SLC-off stripes
+    assert gaps[:, hidden].all()
+    assert np.isfinite(filled[gaps]).all() and (std[gaps] > 0).all()
+    assert np.abs(filled[gaps] - from_file[gaps]).max() <= 0.501  # the file is int16 (rounded); float32 reads
+    np.testing.assert_allclose(std[gaps], std_file[gaps], rtol=1e-5)
+    np.testing.assert_array_equal(filled[~gaps], values[~gaps])
+    alone, _ = geonp.fill_array(values, values != -9999, fill_outside=True)
+    assert np.abs(alone[gaps] - filled[gaps]).max() > 10  # the reference changed the fill
+
+
+def test_fill_array_refuses_a_reference_of_another_shape_or_without_a_date():
+    values = np.ones((2, 20, 20))
+    with pytest.raises(InputRasterError, match=r"reference 0 has shape \(2, 20, 19\).*on the array's grid"):
+        geonp.fill_array(values, values > 0, references=[(np.ones((2, 20, 19)), None, -8)])
+    with pytest.raises(ConfigError, match=r"reference 0 has days=None.*number of days"):
+        geonp.fill_array(values, values > 0, references=[(values, None, None)])
+    with pytest.raises(ConfigError, match="takes no references"):
+        geonp.fill_array(values, values > 0, references=[(values, None, -8)], model="default")
