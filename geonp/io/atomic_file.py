@@ -94,13 +94,5 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> None:
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> None:
-    """Write UTF-8 text to a file atomically (see :func:`atomic_write_bytes`).
-
-    Args:
-        path: Final path; an existing file is replaced.
-        text: The content.
-
-    Raises:
-        OutputError: If the disk is full (no file is left behind).
-    """
+    """:func:`atomic_write_bytes` of ``text`` encoded as UTF-8 (same replacement, same errors)."""
     atomic_write_bytes(path, text.encode("utf-8"))
