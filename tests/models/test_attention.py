@@ -115,6 +115,20 @@ def test_grid_bias_beyond_its_reach_stays_within_tolerance_of_the_direct_path(wi
         assert bias.a.grad is not None and torch.isfinite(bias.a.grad).all()
 
 
+def test_grid_bias_of_points_farther_apart_than_int32_squares_allow():
+    """Squared distances above 2**31 use int64 indices: the far pair reads the bias at the reach."""
+    bias = RBFNetworkBias(H, length_scale=4.0)
+    q_pos = torch.tensor([[[0.0, 0.0], [50_000.0, 0.0]]])
+    k_pos = torch.tensor([[[0.0, 1.0], [0.0, 40_000.0]]])  # up to ~64,000 px: d² ~ 4.1e9
+    tiles = bias.tiles(q_pos, k_pos)
+    assert len(tiles.tensors) == 1  # the table path, capped at the reach
+    fast = tiles.full()
+    bias.grid_fast_path = False
+    direct = bias.tiles(q_pos, k_pos).full()
+    assert torch.isfinite(fast).all()
+    assert (fast - direct).abs().max() <= 2e-6
+
+
 def test_the_reach_follows_its_parameters():
     bias = RBFNetworkBias(H, length_scale=4.0)
     first = bias.reach()

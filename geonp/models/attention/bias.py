@@ -107,7 +107,7 @@ def cached(cache: DistanceCache | None, key_parts: tuple, compute: Callable[[], 
 
 
 def _grid_sq(qi: torch.Tensor, ki: torch.Tensor, key_valid: torch.Tensor | None, qs: slice, ks: slice) -> torch.Tensor:
-    """Squared distances plus one, ``[B, Qc, Kc]`` (int32); invalid keys are 0.
+    """Squared distances plus one, ``[B, Qc, Kc]`` (the positions' integer type); invalid keys are 0.
 
     Index 0 of a bias table is -inf (the key mask folded into the lookup), index ``d² + 1`` the
     bias at squared distance ``d²``.
@@ -115,7 +115,7 @@ def _grid_sq(qi: torch.Tensor, ki: torch.Tensor, key_valid: torch.Tensor | None,
     # per coordinate, not a sum over a trailing axis of 2: several times faster on the CPU
     dr = qi[:, qs, None, 0] - ki[:, None, ks, 0]
     dc = qi[:, qs, None, 1] - ki[:, None, ks, 1]
-    sq = dr * dr + dc * dc + 1  # int32: half the memory traffic of int64
+    sq = dr * dr + dc * dc + 1
     if key_valid is not None:
         sq = sq.masked_fill(~key_valid[:, None, ks], 0)
     return sq
@@ -262,8 +262,10 @@ class RBFNetworkBias(nn.Module):
                 table = (self._table(params, last_sq, q_pos) if needs_grad or cache is None else
                          cached(cache, ("table", id(self), last_sq, q_pos.device, q_pos.dtype),
                                 lambda: self._table(params, last_sq, q_pos)))
-                qi = cached(cache, ("int", q_pos), lambda: q_pos.round().to(torch.int32))
-                ki = cached(cache, ("int", k_pos), lambda: k_pos.round().to(torch.int32))
+                # int32 halves the memory traffic; int64 where a squared distance could overflow it
+                idtype = torch.int32 if max_sq < 2**30 else torch.int64
+                qi = cached(cache, ("int", q_pos, idtype), lambda: q_pos.round().to(idtype))
+                ki = cached(cache, ("int", k_pos, idtype), lambda: k_pos.round().to(idtype))
                 clamp = max_sq > last_sq
 
                 def gather(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
