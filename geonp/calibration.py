@@ -2,8 +2,15 @@
 
 A model's raw std can be off in a way that depends on how far a gap pixel is from data (deep in
 a scene-scale cloud, for instance). ``geonp evaluate --calibrate`` fits one factor per band and
-one per distance bin on validation data (:func:`distance_bin_factors`); they are stored in the
-model file, and every fill applies them to its std raster (:func:`apply_std_calibration`).
+one per distance bin on validation data (:func:`std_factor`, :func:`distance_bin_factors`); they
+are stored in the model file, and every fill applies them to its std raster
+(:func:`apply_std_calibration`).
+
+A factor is fitted to the 95 % central interval, not to the mean squared standardised error:
+``quantile(|z|, 0.95) / 1.96``. Both agree on Gaussian errors, but real rasters have a tail of
+pixels a model gets badly wrong with a small std (a cloud edge, a saturated pixel), and on the
+full validation columns of the shared Landsat scene the mean-square fit came out 2.6-3.4x for
+every band (95 % coverage 0.96 before it, 0.99 after), driven by that tail alone.
 """
 
 from __future__ import annotations
@@ -15,7 +22,11 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
-__all__ = ["DISTANCE_BIN_EDGES", "apply_std_calibration", "distance_bin_factors", "distance_to_observed"]
+__all__ = ["DISTANCE_BIN_EDGES", "apply_std_calibration", "distance_bin_factors", "distance_to_observed",
+           "std_factor"]
+
+#: The two-sided 95 % quantile of a standard normal.
+_Z95 = 1.959963984540054
 
 #: Edges (pixels) of the distance bins used by ``geonp evaluate`` and the calibration; a pixel
 #: with distance ``d`` to its nearest observed pixel falls in bin ``i`` when
@@ -32,6 +43,18 @@ DISTANCE_BIN_EDGES: tuple[float, ...] = (
     192.0,
     math.inf,
 )
+
+
+def std_factor(z2: np.ndarray) -> float:
+    """The std factor that puts 95 % of standardised errors inside ±1.96 std: ``q95(|z|) / 1.96``.
+
+    Args:
+        z2: squared standardised errors ``((y - mu) / sigma)²`` (1 when none is given).
+    """
+    z2 = np.asarray(z2, float).ravel()
+    if z2.size == 0:
+        return 1.0
+    return float(np.quantile(np.sqrt(z2), 0.95)) / _Z95
 
 
 def distance_to_observed(observed: np.ndarray) -> np.ndarray:
@@ -62,7 +85,7 @@ def distance_bin_factors(
     edges: Sequence[float] = DISTANCE_BIN_EDGES,
     min_pixels: int = 200,
 ) -> dict[str, Any]:
-    """Fit std factors per distance bin: ``sqrt(mean(z²))`` of the pixels in each bin.
+    """Fit std factors per distance bin: :func:`std_factor` of the pixels in each bin.
 
     Args:
         z2: squared standardised errors ``((y - mu) / sigma)²`` of validation pixels.
@@ -78,10 +101,10 @@ def distance_bin_factors(
     e = np.asarray(edges, float)
     idx = np.clip(np.searchsorted(e, distance, side="right") - 1, 0, e.size - 2)
     counts = np.bincount(idx, minlength=e.size - 1)
-    sums = np.bincount(idx, weights=z2, minlength=e.size - 1)
     fitted = counts >= min_pixels
     factors = np.ones(e.size - 1)
-    factors[fitted] = np.sqrt(sums[fitted] / counts[fitted])
+    for i in np.flatnonzero(fitted):
+        factors[i] = std_factor(z2[idx == i])
     if fitted.any():
         good = np.flatnonzero(fitted)
         for i in np.flatnonzero(~fitted):

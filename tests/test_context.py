@@ -12,6 +12,7 @@ from geonp.calibration import (
     apply_std_calibration,
     distance_bin_factors,
     distance_to_observed,
+    std_factor,
 )
 from geonp.context import ContextSpec, HaloTooSmall, ring_edges, select_context
 from geonp.data.tasks import PRIOR_COUNT, context_points, standardize, window_task
@@ -216,10 +217,26 @@ def test_distance_bin_factors_recover_known_scales():
         expect = 0.5 if lo < 12 else 1.0 if lo < 96 else 2.0
         assert f == pytest.approx(expect, rel=0.05), (i, f)
     assert bins["edges"][-1] is None and sum(bins["pixels"]) == distance.size
-    sparse = distance_bin_factors(np.ones(300), np.full(300, 2.0))
+    sparse = distance_bin_factors(np.full(300, 1.959963984540054**2), np.full(300, 2.0))  # |z| = 1.96: factor 1
     assert sparse["factors"] == [1.0] * (
         len(edges) - 1
     )  # one fitted bin lends its factor to the rest
+
+
+def test_std_factors_ignore_a_tail_of_gross_errors():
+    """1 % of pixels wildly wrong with a small std must not inflate everyone's std (the 95 % fit)."""
+    rng = np.random.default_rng(1)
+    z = rng.normal(0, 1.3, 100_000)
+    z[:1000] = 200.0  # e.g. a cloud edge the model got wrong with a tiny std
+    from scipy.stats import norm
+
+    # 95 % of all errors inside: 95/99 of the Gaussian ones, so a little over 1.3
+    expect = 1.3 * norm.ppf(0.5 + 0.5 * 0.95 / 0.99) / norm.ppf(0.975)
+    assert 1.3 < expect < 1.4 and std_factor(z * z) == pytest.approx(expect, rel=0.02)
+    assert math.sqrt(np.mean(z * z)) > 15  # the mean-square fit would have multiplied std by >15
+    distance = rng.uniform(0, 24, z.size)
+    assert distance_bin_factors(z * z, distance)["factors"][:5] == pytest.approx([expect] * 5, rel=0.05)
+    assert std_factor(np.array([])) == 1.0
 
 
 def test_apply_std_calibration_contract():
