@@ -69,10 +69,7 @@ def fill_array(
     if not valid.any():
         raise NoValidPixelsError("the array has no valid pixel to fill from")
     refs = _array_references(references, values.shape, cfg.nodata)
-    loaded = engine.load_for_fill(cfg.model or ("multidate" if refs else "default"))
-    if refs and not loaded.config.temporal:
-        raise ConfigError(f"model {loaded.name} takes no references; use model='multidate' or a model "
-                          "trained with geonp train --series")
+    loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=bool(refs)), references=bool(refs))
     engine.check_per_band(loaded)
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     predictor = Predictor(loaded.module, opts, resolve_device(cfg.device), batch_rows=cfg.batch_rows)
@@ -132,7 +129,7 @@ def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
         nodata = arr3.attrs.get("_FillValue", arr3.attrs.get("nodata"))
         with contextlib.suppress(Exception):  # rioxarray not imported or no CRS: keep the attrs' value
             nodata = arr3.rio.nodata if arr3.rio.nodata is not None else nodata
-    loaded = engine.load_for_fill(cfg.model or "default")
+    loaded = engine.load_for_fill(engine.fill_model(cfg.model))
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     data = arr3.data
     footprint = None
@@ -155,11 +152,11 @@ def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
     return ds
 
 
-def _valid(values: np.ndarray, nodata: float | None) -> np.ndarray:
-    ok = np.isfinite(values)
-    if nodata is not None and not (isinstance(nodata, float) and math.isnan(nodata)):
-        ok &= values != nodata
-    return ok
+def _valid(values: Any, nodata: float | None) -> Any:
+    """:func:`geonp.io.masks.valid_mask` of numpy values, block by block (lazily) of Dask ones."""
+    if hasattr(values, "dask"):
+        return values.map_blocks(lambda block: valid_mask(block, nodata=nodata), dtype=bool)
+    return valid_mask(values, nodata=nodata)
 
 
 def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int,

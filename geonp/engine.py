@@ -93,13 +93,31 @@ def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndar
     return Normalizer.fit(values, valid)
 
 
-def load_for_fill(model: Any) -> Any:
-    """The model of a fill: a loaded model as given, a directory loaded, a built-in name loaded once."""
+def fill_model(model: Any, *, references: bool = False) -> Any:
+    """The model a fill uses: the one given, else the built-in ``default`` (``multidate`` with references)."""
+    if model is not None:
+        return model
+    return "multidate" if references else "default"
+
+
+def load_for_fill(model: Any, *, references: bool = False) -> Any:
+    """The model of a fill: a loaded model as given, a directory loaded, a built-in name loaded once.
+
+    Raises:
+        ConfigError: references are given and the model takes none.
+    """
     from geonp.model_files.registry import cached_model, load_model
 
     if not isinstance(model, str | os.PathLike):
-        return model
-    return load_model(model, device="cpu") if Path(str(model)).exists() else cached_model(str(model), "cpu")
+        loaded = model
+    elif Path(str(model)).exists():
+        loaded = load_model(model, device="cpu")
+    else:
+        loaded = cached_model(str(model), "cpu")
+    if references and not loaded.config.temporal:
+        raise ConfigError(f"model {loaded.name} takes no references; use --model multidate (model='multidate' "
+                          "in Python) or a model trained with geonp train --series")
+    return loaded
 
 
 def check_per_band(loaded: Any) -> None:

@@ -181,12 +181,8 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
                  qa_classes: str | Sequence[str] | None, footprint: str | os.PathLike[str] | None,
                  format: str | None, references: _References = _References()) -> FillReport:
     t0 = time.perf_counter()
-    if cfg.model is None:  # the built-in default, or the built-in model that takes references
-        cfg = dataclasses.replace(cfg, model="multidate" if references.paths else "default")
-    loaded = engine.load_for_fill(cfg.model)
-    if references.paths and not loaded.config.temporal:
-        raise ConfigError(f"model {loaded.name} takes no references; use --model multidate or a model trained "
-                          "with geonp train --series")
+    cfg = dataclasses.replace(cfg, model=engine.fill_model(cfg.model, references=bool(references.paths)))
+    loaded = engine.load_for_fill(cfg.model, references=bool(references.paths))
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     co = parse_creation_options(cfg.creation_options)
     std_co = co if cfg.std_creation_options is None else parse_creation_options(cfg.std_creation_options)

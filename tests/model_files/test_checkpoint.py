@@ -55,24 +55,26 @@ def test_pickle_payload_is_refused(tmp_path, saved):
         load_checkpoint(pt)
 
 
+def _edit_config(path, edit):
+    """Rewrite the model's config.json after ``edit(meta)``."""
+    meta = json.loads((path / "config.json").read_text())
+    edit(meta)
+    (path / "config.json").write_text(json.dumps(meta))
+
+
 def test_architecture_mismatch_is_refused(saved):
     _, path = saved
-    meta = json.loads((path / "config.json").read_text())
-    meta["model"]["attention"] = "dka"
-    (path / "config.json").write_text(json.dumps(meta))
+    _edit_config(path, lambda meta: meta["model"].update(attention="dka"))
     with pytest.raises(CheckpointError, match="does not match the tnpkr/dka architecture"):
         load_checkpoint(path)
 
 
 def test_unknown_config_key_and_format_version(saved):
     _, path = saved
-    meta = json.loads((path / "config.json").read_text())
-    meta["model"]["colour"] = "red"
-    (path / "config.json").write_text(json.dumps(meta))
+    _edit_config(path, lambda meta: meta["model"].update(colour="red"))
     with pytest.raises(CheckpointError, match=r"unknown model option\(s\) \['colour'\]"):
         load_checkpoint(path)
-    meta["format_version"] = 99
-    (path / "config.json").write_text(json.dumps(meta))
+    _edit_config(path, lambda meta: meta.update(format_version=99))
     with pytest.raises(CheckpointError, match="format_version=99"):
         load_checkpoint(path)
 
