@@ -44,7 +44,7 @@ def _fill_option_list() -> list[F]:
                      help="Tile core edge (pixels) [default: the model's training core size, 48 for the "
                           "default model]."),
         click.option("--overlap", type=click.IntRange(min=0), default=d.overlap,
-                     help="Tile blend margin (pixels) [default: the model's; 8 for single-date models, 2 for "
+                     help="Tile blend margin (pixels) [default: the model's; 16 for single-date models, 2 for "
                           "multidate]."),
         click.option("--max-context", type=click.IntRange(min=1), default=d.max_context,
                      help="Observed pixels per tile, nearest first [default: as the model was trained, 256 "
@@ -67,6 +67,14 @@ def _fill_option_list() -> list[F]:
         click.option("--fill-outside", is_flag=True,
                      help="Also fill gaps outside the data footprint (the convex hull of the pixels that "
                           "have data): the scene's nodata collar, which stays nodata by default."),
+        click.option("--reference-fit", type=click.Choice(["regression", "none"]), default=d.reference_fit,
+                     show_default=True,
+                     help="With --reference: regression = where a reference sees a gap pixel, average the "
+                          "model's fill with the reference's per-band regression line plus the residual filled "
+                          "by --residual-model; none = references are only context of the multi-date model."),
+        click.option("--residual-model", default=d.residual_model, show_default=True, metavar="NAME|PATH",
+                     help="The single-date model that fills the regression's residual (--reference-fit "
+                          "regression)."),
     ]
 
 

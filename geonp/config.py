@@ -191,7 +191,7 @@ class FillConfig:
         bands: 1-based bands to fill (None = all).
         device: ``auto``, ``cpu`` or ``cuda``.
         tile_size: tile core edge in pixels (None = the model's training core size).
-        overlap: tile blend margin in pixels (None = the model's, 8 for single-date models).
+        overlap: tile blend margin in pixels (None = the model's, 16 for single-date models).
         max_context: observed pixels per tile (None = the model's training context size).
         search_radius: farthest a tile looks for context, in pixels.
         max_distance: leave gaps farther than this (pixels) from observed pixels as nodata.
@@ -204,6 +204,11 @@ class FillConfig:
         cog: write Cloud Optimized GeoTIFFs.
         overwrite: replace existing outputs.
         fill_outside: also fill gaps outside the data footprint (a scene's nodata collar).
+        reference_fit: with references, ``regression``: where a reference observes a gap pixel,
+            the fill is the average of the model's and the reference's per-band regression line
+            plus the residual filled by ``residual_model`` (:mod:`geonp.reference_fit`); ``none``:
+            references are only context of the model.
+        residual_model: the single-date model filling the regression's residual (name or directory).
     """
 
     model: Any = None
@@ -223,11 +228,15 @@ class FillConfig:
     cog: bool = False
     overwrite: bool = False
     fill_outside: bool = False
+    reference_fit: Literal["regression", "none"] = "regression"
+    residual_model: Any = "default"
 
     def __post_init__(self) -> None:
         """Check the values; a bad one raises ConfigError naming it."""
         if self.device not in ("auto", "cpu", "cuda"):
             raise ConfigError(f"--device {self.device!r} must be auto, cpu or cuda")
+        if self.reference_fit not in ("regression", "none"):
+            raise ConfigError(f"--reference-fit {self.reference_fit!r} must be regression or none")
         for name, low in (("tile_size", 4), ("max_context", 1)):
             value = getattr(self, name)
             if value is not None:

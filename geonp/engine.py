@@ -36,6 +36,7 @@ from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.models.layers import resolve_device
 from geonp.normalize import Normalizer
 from geonp.predict import BlockReference, Predictor, TileOptions
+from geonp.reference_fit import LineStats, ReferenceLines
 from geonp.tiling import make_tiles
 
 logger = logging.getLogger(__name__)
@@ -62,6 +63,11 @@ _NARROW_SEARCH = 64
 # Below this many gap pixels a process pool costs more to start (torch import, model load) than
 # it saves.
 _POOL_MIN_GAP_PIXELS = 150_000
+# Tile blend margin of single-date models whose card names none. Deep in a scene-scale cloud the
+# predictions of neighbouring tiles differ (their context differs); 16 px spreads the step over 33
+# px, which takes the jump across tile borders from 1.9x to 1.3x the jump inside tiles for 19 %
+# more time (benchmarks/seams.py, session 5).
+DEFAULT_OVERLAP = 16
 
 
 def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, overlap: int | None,
@@ -72,7 +78,7 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
     """
     shape = loaded.card.task_shape or {}
     spec = ContextSpec.from_dict(shape)
-    overlap = int(shape.get("overlap", 8)) if overlap is None else overlap
+    overlap = int(shape.get("overlap", DEFAULT_OVERLAP)) if overlap is None else overlap
     return TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap,
                        max_context=int(max_context or spec.n_near), search_radius=search_radius,
                        n_far=spec.n_far, rings=spec.rings, sectors=spec.sectors, n_ref=spec.n_ref,
@@ -140,6 +146,21 @@ def within(observed: np.ndarray, max_distance: float | None) -> np.ndarray:
     return ndimage.distance_transform_edt(~observed) <= max_distance
 
 
+@dataclass
+class ResidualFill:
+    """The regression half of a multi-date fill (:mod:`geonp.reference_fit`), for :func:`predict_region`.
+
+    Attributes:
+        predictor: the single-date model that fills the residual (target minus prior).
+        lines: the reference lines giving the prior.
+        calibration: that model's std calibration.
+    """
+
+    predictor: Predictor
+    lines: ReferenceLines
+    calibration: dict[str, Any] | None
+
+
 def predict_region(
     predictor: Predictor,
     raw: np.ndarray,
@@ -154,6 +175,7 @@ def predict_region(
     limit: int | None = None,
     fillable: np.ndarray | None = None,
     references: list[tuple[np.ndarray, np.ndarray, float]] | None = None,
+    residual: ResidualFill | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of one block's region, in the bands' units.
 
@@ -173,6 +195,10 @@ def predict_region(
         references: other dates on the block's window (multi-date models): ``(values, observed,
             days)`` with ``values``/``observed`` ``[bands, h, w]`` in the bands' units and ``days``
             the date offset from the target's date.
+        residual: with references, a second estimate of the gap pixels a reference observes:
+            the reference regression's prior plus the residual filled by ``residual.predictor``;
+            there the fill is the average of it and ``predictor``'s (the target and references
+            as context), elsewhere ``predictor``'s alone.
 
     Returns:
         ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
@@ -180,15 +206,39 @@ def predict_region(
     Raises:
         HaloTooSmall: a tile needs context beyond ``limit``.
     """
-    normed = norm.apply(np.where(observed, raw, 0.0))
     # Gaps in the halo stay in to_fill: they shape the context choice and the tile splits of the
     # tiles near the region's edge exactly as in the neighbouring block, which keeps blocks seamless.
     to_fill = np.stack([~obs & within(obs, max_distance) for obs in observed])
     if fillable is not None:
         to_fill &= fillable
     refs = [BlockReference(norm.apply(np.where(ok, vals, 0.0)), ok, days) for vals, ok, days in references or ()]
-    mean, std = predictor.predict(normed, observed, to_fill, region, origin=origin, progress=progress, limit=limit,
-                                  references=refs)
+    mean, std = _predict_normed(predictor, raw, observed, to_fill, region, origin=origin, norm=norm,
+                                calibration=calibration, progress=progress, limit=limit, references=refs)
+    if residual is None or not references:
+        return mean, std
+    prior, has = residual.lines.predict([(vals, ok) for vals, ok, _ in references])
+    seen = observed & has
+    rnorm = Normalizer(mean=(0.0,) * raw.shape[0], std=residual.lines.residual_std)
+    r_mean, r_std = _predict_normed(residual.predictor, np.where(seen, raw - np.nan_to_num(prior), 0.0), seen,
+                                    to_fill & has, region, origin=origin, norm=rnorm,
+                                    calibration=residual.calibration, progress=None, limit=limit)
+    r0, r1, c0, c1 = region
+    r_mean = r_mean + prior[:, r0:r1, c0:c1]
+    # The average of the two estimates; the mean of their stds is the std of that average when
+    # their errors are fully correlated (an upper bound otherwise).
+    both, only = np.isfinite(r_mean) & np.isfinite(mean), np.isfinite(r_mean) & ~np.isfinite(mean)
+    mean = np.where(both, 0.5 * (mean + r_mean), np.where(only, r_mean, mean))
+    std = np.where(both, 0.5 * (std + r_std), np.where(only, r_std, std))
+    return mean, std
+
+
+def _predict_normed(predictor: Predictor, raw: np.ndarray, observed: np.ndarray, to_fill: np.ndarray, region: Block,
+                    *, origin: tuple[int, int], norm: Normalizer, calibration: dict[str, Any] | None,
+                    progress: Callable[[int], None] | None, limit: int | None,
+                    references: list[BlockReference] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Predict ``to_fill`` in normalised units and bring mean and (calibrated) std back to the bands' units."""
+    mean, std = predictor.predict(norm.apply(np.where(observed, raw, 0.0)), observed, to_fill, region,
+                                  origin=origin, progress=progress, limit=limit, references=references or [])
     n = raw.shape[0]
     ms, ss = np.asarray(norm.mean).reshape(n, 1, 1), np.asarray(norm.std).reshape(n, 1, 1)
     std = std * ss
@@ -250,6 +300,11 @@ class BlockJob:
     validity: OutputValidity | None = None  # how unfilled pixels are marked (nodata, alpha, mask)
     references: tuple[Any, ...] = ()  # other dates (geonp.io.references.Reference), multi-date models
     reference_days: tuple[float, ...] = ()  # their date offsets from the target's date
+    # the reference regression (geonp.reference_fit) and the single-date model filling its residual
+    reference_lines: ReferenceLines | None = None
+    residual_model: str | None = None
+    residual_opts: TileOptions | None = None
+    residual_calibration: dict[str, Any] | None = None
 
 
 class BlockRunner:
@@ -265,6 +320,12 @@ class BlockRunner:
         self.job = job
         loaded = loaded or LOCAL_MODELS.get(job.model) or cached_model(job.model, "cpu")
         self.predictor = Predictor(loaded.module, job.opts, resolve_device(job.device), batch_rows=job.batch_rows)
+        self.residual = None
+        if job.reference_lines is not None and job.residual_model is not None and job.residual_opts is not None:
+            other = LOCAL_MODELS.get(job.residual_model) or cached_model(job.residual_model, "cpu")
+            self.residual = ResidualFill(Predictor(other.module, job.residual_opts, resolve_device(job.device),
+                                                   batch_rows=job.batch_rows),
+                                         job.reference_lines, job.residual_calibration)
         self.norm = Normalizer.from_dict(job.norm)
         self.src = open_raster(job.input)
         self.info: RasterInfo = raster_info(self.src)
@@ -275,23 +336,18 @@ class BlockRunner:
 
     def _halos(self) -> list[tuple[int, int | None]]:
         """``(halo, search limit)`` to try in turn: narrow first where it can be enough, then full."""
-        opts = self.job.opts
-        margin = 2 * opts.overlap + opts.tile_size
+        every = [self.job.opts] + ([self.job.residual_opts] if self.residual is not None else [])
+        margin = max(2 * opts.overlap + opts.tile_size for opts in every)
+        halo = max(opts.halo for opts in every)
         narrow = _NARROW_SEARCH + margin
         needs_far = self.job.max_distance is not None and self.job.max_distance + margin > narrow
-        if narrow >= opts.halo or needs_far or opts.n_far:
-            return [(opts.halo, None)]
-        return [(narrow, _NARROW_SEARCH), (opts.halo, None)]
+        if narrow >= halo or needs_far or any(opts.n_far for opts in every):
+            return [(halo, None)]
+        return [(narrow, _NARROW_SEARCH), (halo, None)]
 
     def read(self, win: Window) -> tuple[np.ndarray, np.ndarray]:
         """Values and observed flags ``[bands, h, w]`` of a window (outside the raster: not observed)."""
-        job = self.job
-        raw, ok = read_observed(self.src, win, job.bands, info=self.info, nodata=job.nodata)
-        if job.sources is not None:
-            extra = job.sources.extra_gaps(win)
-            if extra is not None:
-                ok &= ~extra[None]
-        return raw, ok
+        return read_target(self.src, self.info, self.job, win)
 
     def __call__(self, block: Block, progress: Callable[[int], None] | None = None) -> BlockResult:
         """Fill one block; returns it with its output and std arrays, filled and done pixel counts."""
@@ -314,7 +370,9 @@ class BlockRunner:
             win = Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo)
             raw, ok = self.read(win)
             region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
-            fillable = None if job.sources is None else job.sources.fillable(win)
+            fillable = _inside(win, self.info)  # the halo hanging past the raster is never a gap
+            if job.sources is not None and (footprint := job.sources.fillable(win)) is not None:
+                fillable &= footprint
             refs = [(*ref.read(self.info, win), days) for ref, days in zip(job.references, job.reference_days,
                                                                           strict=True)]
             t_read += time.perf_counter() - t0
@@ -322,7 +380,7 @@ class BlockRunner:
                 mean, std = predict_region(self.predictor, raw, ok, region, origin=(r0 - halo, c0 - halo),
                                            norm=self.norm, max_distance=job.max_distance,
                                            calibration=job.calibration, progress=count, limit=limit,
-                                           fillable=fillable, references=refs)
+                                           fillable=fillable, references=refs, residual=self.residual)
                 break
             except HaloTooSmall:
                 continue
@@ -347,6 +405,34 @@ class BlockRunner:
         timings["read"] = t_read
         timings["cast"] = time.perf_counter() - t0
         return BlockResult(block, out, std_out, int(has_pred.sum()), done[0], timings, valid)
+
+
+def _inside(win: Window, info: RasterInfo) -> np.ndarray:
+    """Bool ``[h, w]`` of a window: True on the raster's pixels."""
+    rows = np.arange(win.row_off, win.row_off + win.height)
+    cols = np.arange(win.col_off, win.col_off + win.width)
+    return ((rows >= 0) & (rows < info.height))[:, None] & ((cols >= 0) & (cols < info.width))[None, :]
+
+
+def read_target(src: Any, info: RasterInfo, job: BlockJob, win: Window) -> tuple[np.ndarray, np.ndarray]:
+    """A job's values and observed flags ``[bands, h, w]`` in a window, its extra gaps (masks, QA) applied."""
+    raw, ok = read_observed(src, win, job.bands, info=info, nodata=job.nodata)
+    if job.sources is not None:
+        extra = job.sources.extra_gaps(win)
+        if extra is not None:
+            ok &= ~extra[None]
+    return raw, ok
+
+
+def fit_reference_lines(job: BlockJob, blocks: list[Block]) -> ReferenceLines | None:
+    """The reference regression of a multi-date job, over every pixel of the raster (block by block)."""
+    stats = LineStats.empty(len(job.references), len(job.bands))
+    with open_raster(job.input) as src:
+        info = raster_info(src)
+        for r0, r1, c0, c1 in blocks:
+            win = Window(c0, r0, c1 - c0, r1 - r0)
+            stats.add(*read_target(src, info, job, win), [ref.read(info, win) for ref in job.references])
+    return stats.lines()
 
 
 _RUNNER: list[BlockRunner] = []  # this process's runner (the last job's)
@@ -396,7 +482,8 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
     if scheduler is not None:
         yield from _run_dask(job, blocks, scheduler, progress)
         return
-    if workers <= 1 or len(blocks) < 2 or job.model.startswith("object:"):
+    in_memory = any(str(m).startswith("object:") for m in (job.model, job.residual_model))
+    if workers <= 1 or len(blocks) < 2 or in_memory:
         runner = BlockRunner(job, loaded)
         try:
             for block in blocks:
@@ -431,7 +518,7 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
 
 def _run_dask(job: BlockJob, blocks: list[Block], scheduler: str,
               progress: Callable[[int], None] | None) -> Iterator[BlockResult]:
-    if job.model.startswith("object:"):
+    if any(str(m).startswith("object:") for m in (job.model, job.residual_model)):
         raise ConfigError("--scheduler needs the model as a name or directory, not an in-memory object")
     from distributed import as_completed
 

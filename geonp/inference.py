@@ -163,6 +163,26 @@ def fill_raster(
                             references=_References(tuple(references), reference_dates, reference_qa, date))
 
 
+def _with_reference_fit(job: engine.BlockJob, cfg: FillConfig, lines: Any) -> engine.BlockJob:
+    """The job with its reference regression and the single-date model that fills its residual."""
+    if lines is None:
+        return job
+    residual = engine.load_for_fill(cfg.residual_model)
+    engine.check_per_band(residual)
+    return dataclasses.replace(
+        job, reference_lines=lines, residual_model=engine.model_key(cfg.residual_model, residual),
+        residual_opts=engine.tile_options(residual, None, None, None, cfg.search_radius),
+        residual_calibration=residual.calibration)
+
+
+def reference_fit_tag(job: engine.BlockJob) -> str:
+    """What a multi-date fill did with its references, for the output's tags."""
+    if job.reference_lines is None:
+        return "none: references are context of the model"
+    return (f"regression, residual filled by {Path(str(job.residual_model)).name}; "
+            f"{job.reference_lines.describe()}")
+
+
 @dataclasses.dataclass(frozen=True)
 class _References:
     """The multi-date options of a fill, as given."""
@@ -262,11 +282,14 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             out_nodata=profile.get("nodata"), sources=_absolute_sources(sources), validity=validity,
             references=refs, reference_days=ref_days,
         )
+        if refs and cfg.reference_fit == "regression":
+            job = _with_reference_fit(job, cfg, engine.fit_reference_lines(job, blocks))
         # The model's name only: an absolute local path would publish the user's directories.
         tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__,
                 RUN_ID_TAG: uuid.uuid4().hex[:12]}  # one id for the pair: io.paths.unpaired_output
         if refs:
             tags["GEONP_REFERENCES"] = ", ".join(f"{Path(r.path).name} ({r.date})" for r in refs)
+            tags["GEONP_REFERENCE_FIT"] = reference_fit_tag(job)
         done = [0]
         total = max(gap_pixels, 1)
 

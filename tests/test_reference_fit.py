@@ -1,0 +1,87 @@
+"""The reference regression of multi-date fills (geonp.reference_fit): lines, their order, the prior."""
+
+import numpy as np
+import pytest
+
+from geonp.reference_fit import MIN_SHARED_PIXELS, LineStats, ReferenceLines
+
+
+def _field(rng, shape=(2, 40, 50)):
+    return rng.normal(1000.0, 200.0, shape)
+
+
+def test_lines_recover_each_bands_slope_intercept_and_residual_scale():
+    rng = np.random.default_rng(0)
+    x = _field(rng)
+    noise = rng.normal(0, 5.0, x.shape)
+    y = np.stack([0.8 * x[0] + 300.0, 1.5 * x[1] - 200.0]) + noise
+    ok = np.ones(x.shape, dtype=bool)
+    stats = LineStats.empty(1, 2)
+    stats.add(y, ok, [(x, ok)])
+    lines = stats.lines()
+    assert lines is not None and lines.order == (0,)
+    assert lines.slope[0] == pytest.approx((0.8, 1.5), abs=0.005)
+    assert lines.intercept[0] == pytest.approx((300.0, -200.0), abs=6.0)
+    assert lines.residual_std == pytest.approx((5.0, 5.0), rel=0.05)
+    assert lines.shared == ((2000, 2000),)
+
+
+def test_lines_summed_block_by_block_equal_lines_fitted_at_once():
+    rng = np.random.default_rng(1)
+    x, y = _field(rng), _field(rng)
+    y_ok = rng.random(y.shape[1:]) > 0.3
+    x_ok = rng.random(y.shape[1:]) > 0.2
+    obs, ref_ok = np.broadcast_to(y_ok, y.shape), np.broadcast_to(x_ok, y.shape)
+    whole = LineStats.empty(1, 2)
+    whole.add(y, obs, [(x, ref_ok)])
+    blocks = LineStats.empty(1, 2)
+    for rows in (slice(0, 13), slice(13, 40)):
+        for cols in (slice(0, 31), slice(31, 50)):
+            blocks.add(y[:, rows, cols], obs[:, rows, cols], [(x[:, rows, cols], ref_ok[:, rows, cols])])
+    np.testing.assert_allclose(blocks.sums, whole.sums, rtol=1e-12)
+    assert blocks.sums[0, 0, 0] == (y_ok & x_ok).sum()
+
+
+def test_the_best_fitting_reference_comes_first_and_others_fill_where_it_is_missing():
+    rng = np.random.default_rng(2)
+    truth = _field(rng)
+    ok = np.ones(truth.shape, dtype=bool)
+    good, poor = truth * 0.5 + 10.0, truth + rng.normal(0, 80.0, truth.shape)
+    good_ok = ok.copy()
+    good_ok[:, :10] = False  # the good reference is cloudy in the first 10 rows
+    stats = LineStats.empty(2, 2)
+    stats.add(truth, ok, [(poor, ok), (good, good_ok)])
+    lines = stats.lines()
+    assert lines.order == (1, 0)  # best fit first, whatever the order given
+    prior, has = lines.predict([(poor, ok), (good, good_ok)])
+    assert has.all()
+    np.testing.assert_allclose(prior[:, 10:], truth[:, 10:], atol=1e-6)  # the good line, exactly
+    first = (lines.intercept[0][0] + lines.slope[0][0] * poor[0, :10])
+    np.testing.assert_allclose(prior[0, :10], first)  # the poor one's line where the good one is missing
+    assert "reference 2: " in lines.describe().split(";")[0]
+
+
+def test_pixels_no_reference_sees_have_no_prior_and_too_few_shared_pixels_give_no_line():
+    rng = np.random.default_rng(3)
+    truth = _field(rng, (1, 20, 20))
+    ok = np.ones(truth.shape, dtype=bool)
+    seen = np.zeros(truth.shape, dtype=bool)
+    seen[:, :5] = True  # 100 shared pixels
+    stats = LineStats.empty(2, 1)
+    few = np.zeros(truth.shape, dtype=bool)
+    few.flat[: MIN_SHARED_PIXELS - 1] = True
+    stats.add(truth, ok, [(truth, seen), (truth, few)])
+    lines = stats.lines()
+    assert lines.order == (0,)  # the second shares too few pixels to be used
+    prior, has = lines.predict([(truth, seen), (truth, few)])
+    assert has.sum() == 100 and np.isnan(prior[~has]).all()
+    only_few = LineStats.empty(1, 1)
+    only_few.add(truth, ok, [(truth, few)])
+    assert only_few.lines() is None
+
+
+def test_reference_lines_survive_pickling_for_the_workers():
+    import pickle
+
+    lines = ReferenceLines(slope=((1.0,),), intercept=((0.0,),), order=(0,), residual_std=(2.0,), shared=((50,),))
+    assert pickle.loads(pickle.dumps(lines)) == lines
