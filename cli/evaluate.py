@@ -30,7 +30,8 @@ MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed", "scene_cloud")
 @click.option("--no-fillnodata", "no_fillnodata", is_flag=True, help="Do not score GDAL FillNodata.")
 @click.option("--calibrate", is_flag=True,
               help="Fit a std scale on half of the hidden pixels, store it in the model directory "
-                   "(used by geonp fill), and score on the other half.")
+                   "(used by geonp fill), and score on the other half (--series: fit on every scored date; "
+                   "keep test dates out with --targets-until).")
 @click.option("--json", "json_path", type=click.Path(dir_okay=False), help="Write every score as JSON here.")
 @click.option("--plot", type=click.Path(dir_okay=False),
               help="Write a PNG: calibration curve, error vs std, coverage and std by distance to data, "
@@ -40,6 +41,7 @@ MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed", "scene_cloud")
                    "from --targets-from gets clear pixels hidden under another date's clouds and is filled with its "
                    "previous dates as references, beside GDAL FillNodata and per-band reference regression.")
 @click.option("--targets-from", metavar="YYYY-MM-DD", help="--series: first date scored [every date].")
+@click.option("--targets-until", metavar="YYYY-MM-DD", help="--series: last date scored [every date].")
 @click.option("--references", "n_refs", type=click.IntRange(min=1), default=2, show_default=True,
               help="--series: previous dates used as references.")
 @click.option("--qa-kind", type=click.Choice(["fmask", "landsat-c2", "sentinel2-scl"]), default="fmask",
@@ -61,13 +63,15 @@ def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mas
       geonp evaluate clean.tif --model default --model my_model --mask-kind cloud --coverage 0.5
       geonp evaluate clean.tif --model my_model --calibrate --window 0 0 512 512
       geonp evaluate dates/ --series --targets-from 2012-01-01 --json series.json --plot series.png
+      geonp evaluate dates/ --series --targets-until 2011-12-31 --model my_multidate --calibrate
     """
     from geonp import evaluate as run_evaluation
 
-    series, targets_from, n_refs, qa_kind = (opts.pop(k) for k in ("series", "targets_from", "n_refs", "qa_kind"))
+    series, targets_from, targets_until, n_refs, qa_kind = (
+        opts.pop(k) for k in ("series", "targets_from", "targets_until", "n_refs", "qa_kind"))
     if series:
-        _evaluate_series(clean_raster, models, targets_from, n_refs, qa_kind, opts.get("json_path"), opts.get("seed", 0),
-                         opts.get("plot"))
+        _evaluate_series(clean_raster, models, (targets_from, targets_until), n_refs, qa_kind, opts.get("json_path"),
+                         opts.get("seed", 0), opts.get("plot"), opts.get("calibrate", False))
         return
     if Path(clean_raster).is_dir():
         raise click.BadParameter(f"{clean_raster} is a folder; give a raster, or --series for a folder of dates",
@@ -96,17 +100,19 @@ def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mas
         click.echo(f"Plot: {opts['plot']}")
 
 
-def _evaluate_series(folder: str, models: tuple[str, ...], targets_from: str | None, n_refs: int, qa_kind: str,
-                     json_path: str | None, seed: int, plot: str | None) -> None:
+def _evaluate_series(folder: str, models: tuple[str, ...], targets: tuple[str | None, str | None], n_refs: int,
+                     qa_kind: str, json_path: str | None, seed: int, plot: str | None, calibrate: bool) -> None:
     """``geonp evaluate --series``: multi-date scores per target date, and their means."""
     import datetime as dt
     import json
 
     from geonp import evaluate_series, parse_date, scan_series, series_report, series_summary
 
-    start = parse_date(targets_from, option="--targets-from") if targets_from else dt.date.min
-    scores = evaluate_series(scan_series(folder), targets_from=start, model=models[0] if models else "multidate",
-                             n_refs=n_refs, qa_kind=qa_kind, seed=seed, plot=plot)
+    start = parse_date(targets[0], option="--targets-from") if targets[0] else dt.date.min
+    until = parse_date(targets[1], option="--targets-until") if targets[1] else None
+    model = models[0] if models else "multidate"
+    scores = evaluate_series(scan_series(folder), targets_from=start, targets_until=until, model=model,
+                             n_refs=n_refs, qa_kind=qa_kind, seed=seed, plot=plot, calibrate=calibrate)
     for line in series_report(scores):
         click.echo(line)
     if json_path:
@@ -114,3 +120,8 @@ def _evaluate_series(folder: str, models: tuple[str, ...], targets_from: str | N
         click.echo(f"Scores: {json_path}")
     if plot:
         click.echo(f"Plot: {plot}")
+    if calibrate:
+        from geonp.model_files.registry import load_model
+
+        written = load_model(model)
+        click.echo(f"Calibration written to {written.path}: {written.calibration['fitted_on']}")

@@ -213,9 +213,19 @@ def predict_region(
         to_fill &= fillable
     refs = [BlockReference(norm.apply(np.where(ok, vals, 0.0)), ok, days) for vals, ok, days in references or ()]
     mean, std = _predict_normed(predictor, raw, observed, to_fill, region, origin=origin, norm=norm,
-                                calibration=calibration, progress=progress, limit=limit, references=refs)
-    if residual is None or not references:
-        return mean, std
+                                calibration=None, progress=progress, limit=limit, references=refs)
+    if residual is not None and references:
+        mean, std = _average_with_regression(mean, std, raw, observed, to_fill, region, origin=origin,
+                                             references=references, residual=residual, limit=limit)
+    # the model's calibration is of the fill it makes: with a reference regression, of the average
+    return mean, _calibrated(std, observed, region, calibration)
+
+
+def _average_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observed: np.ndarray,
+                             to_fill: np.ndarray, region: Block, *, origin: tuple[int, int],
+                             references: list[tuple[np.ndarray, np.ndarray, float]], residual: ResidualFill,
+                             limit: int | None) -> tuple[np.ndarray, np.ndarray]:
+    """The model's fill averaged with the reference regression's where a reference observes a gap pixel."""
     prior, has = residual.lines.predict([(vals, ok) for vals, ok, _ in references])
     seen = observed & has
     rnorm = Normalizer(mean=(0.0,) * raw.shape[0], std=residual.lines.residual_std)
@@ -232,6 +242,22 @@ def predict_region(
     return mean, std
 
 
+def _calibrated(std: np.ndarray, observed: np.ndarray, region: Block, calibration: dict[str, Any] | None
+                ) -> np.ndarray:
+    """``std`` ``[bands, ...region]`` with a model's post-hoc calibration applied (a copy)."""
+    if not calibration:
+        return std
+    std = std.copy()
+    n = std.shape[0]
+    r0, r1, c0, c1 = region
+    needs_distance = bool(calibration.get("distance_bins"))
+    for b in range(n):
+        # distance to the nearest observed pixel of the band, from the whole block (halo too)
+        dist = distance_to_observed(observed[b])[r0:r1, c0:c1] if needs_distance else np.zeros(std[b].shape)
+        std[b] = apply_std_calibration(std[b], dist, calibration, band=b, band_count=n)
+    return std
+
+
 def _predict_normed(predictor: Predictor, raw: np.ndarray, observed: np.ndarray, to_fill: np.ndarray, region: Block,
                     *, origin: tuple[int, int], norm: Normalizer, calibration: dict[str, Any] | None,
                     progress: Callable[[int], None] | None, limit: int | None,
@@ -241,15 +267,7 @@ def _predict_normed(predictor: Predictor, raw: np.ndarray, observed: np.ndarray,
                                   origin=origin, progress=progress, limit=limit, references=references or [])
     n = raw.shape[0]
     ms, ss = np.asarray(norm.mean).reshape(n, 1, 1), np.asarray(norm.std).reshape(n, 1, 1)
-    std = std * ss
-    if calibration:
-        r0, r1, c0, c1 = region
-        needs_distance = bool(calibration.get("distance_bins"))
-        for b in range(n):
-            # distance to the nearest observed pixel of the band, from the whole block (halo too)
-            dist = distance_to_observed(observed[b])[r0:r1, c0:c1] if needs_distance else np.zeros(std[b].shape)
-            std[b] = apply_std_calibration(std[b], dist, calibration, band=b, band_count=n)
-    return mean * ss + ms, std
+    return mean * ss + ms, _calibrated(std * ss, observed, region, calibration)
 
 
 def cast(values: np.ndarray, dtype: str) -> np.ndarray:

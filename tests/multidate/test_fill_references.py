@@ -347,3 +347,27 @@ def test_fill_array_refuses_a_reference_of_another_shape_or_without_a_date():
         geonp.fill_array(values, values > 0, references=[(values, None, None)])
     with pytest.raises(ConfigError, match="takes no references"):
         geonp.fill_array(values, values > 0, references=[(values, None, -8)], model="default")
+
+
+def test_evaluate_series_calibrate_fits_the_multi_date_std_on_the_dates_scored(tmp_path):
+    import json
+    import shutil
+
+    model = tmp_path / "md"
+    shutil.copytree(Path(geonp.__file__).parent / "pretrained" / "multidate", model)
+    args = ("-q", "evaluate", LSTS, "--series", "--targets-from", "2013-05-20", "--model", model)
+    res = _cli(*args, "--json", tmp_path / "before.json", "--calibrate")
+    assert res.exit_code == 0, res.output
+    cal = json.loads((model / "config.json").read_text())["calibration"]
+    assert len(cal["std_scale"]) == 3 and all(0.2 < f < 5 for f in cal["std_scale"])
+    assert "1 dates from 2013-05-27 to 2013-05-27" in cal["fitted_on"] and f"Calibration written to {model}" in res.output
+    before = json.loads((tmp_path / "before.json").read_text())
+    res = _cli(*args, "--json", tmp_path / "after.json")
+    assert res.exit_code == 0, res.output
+    after = json.loads((tmp_path / "after.json").read_text())
+    # the same fills, their std rescaled so that 95 % of the hidden pixels fall in the interval
+    assert after["rmse_geonp"] == pytest.approx(before["rmse_geonp"], rel=1e-9)
+    # fitted per band on every hidden pixel: 95 % of them now fall in the interval, in each band
+    assert abs(after["coverage95_all_hidden"] - 0.95) < 0.005 < abs(before["coverage95_all_hidden"] - 0.95)
+    nothing = _cli(*args, "--targets-until", "2013-01-01", "--calibrate")
+    assert nothing.exit_code != 0 and "found no target date to fit on" in nothing.output
