@@ -385,17 +385,20 @@ class BlockRunner:
         # (the context of every tile is the same either way).
         for halo, limit in self._halos():
             t0 = time.perf_counter()
-            win = Window(c0 - halo, r0 - halo, (c1 - c0) + 2 * halo, (r1 - r0) + 2 * halo)
+            # The halo stops at the raster's edge, as fill_array's array does: tiles clip their query
+            # window to the block array, and one hanging past the edge would give the edge tiles a
+            # larger query window (another far context, other coordinates) than an in-memory fill.
+            hr0, hr1 = max(0, r0 - halo), min(self.info.height, r1 + halo)
+            hc0, hc1 = max(0, c0 - halo), min(self.info.width, c1 + halo)
+            win = Window(hc0, hr0, hc1 - hc0, hr1 - hr0)
             raw, ok = self.read(win)
-            region = (halo, halo + r1 - r0, halo, halo + c1 - c0)
-            fillable = _inside(win, self.info)  # the halo hanging past the raster is never a gap
-            if job.sources is not None and (footprint := job.sources.fillable(win)) is not None:
-                fillable &= footprint
+            region = (r0 - hr0, r1 - hr0, c0 - hc0, c1 - hc0)
+            fillable = None if job.sources is None else job.sources.fillable(win)
             refs = [(*ref.read(self.info, win), days) for ref, days in zip(job.references, job.reference_days,
                                                                           strict=True)]
             t_read += time.perf_counter() - t0
             try:
-                mean, std = predict_region(self.predictor, raw, ok, region, origin=(r0 - halo, c0 - halo),
+                mean, std = predict_region(self.predictor, raw, ok, region, origin=(hr0, hc0),
                                            norm=self.norm, max_distance=job.max_distance,
                                            calibration=job.calibration, progress=count, limit=limit,
                                            fillable=fillable, references=refs, residual=self.residual)
@@ -423,13 +426,6 @@ class BlockRunner:
         timings["read"] = t_read
         timings["cast"] = time.perf_counter() - t0
         return BlockResult(block, out, std_out, int(has_pred.sum()), done[0], timings, valid)
-
-
-def _inside(win: Window, info: RasterInfo) -> np.ndarray:
-    """Bool ``[h, w]`` of a window: True on the raster's pixels."""
-    rows = np.arange(win.row_off, win.row_off + win.height)
-    cols = np.arange(win.col_off, win.col_off + win.width)
-    return ((rows >= 0) & (rows < info.height))[:, None] & ((cols >= 0) & (cols < info.width))[None, :]
 
 
 def read_target(src: Any, info: RasterInfo, job: BlockJob, win: Window) -> tuple[np.ndarray, np.ndarray]:

@@ -168,7 +168,8 @@ def band_tasks(
     """The tasks of one band of a block.
 
     Args:
-        values: ``[h, w]`` normalised values of the block (anything where not observed).
+        values: ``[h, w]`` normalised values of the block (anything where not observed); the block
+            stops at the raster's edge, since tiles clip their query windows to it.
         observed: bool ``[h, w]``, True where a pixel may serve as context.
         to_fill: bool ``[h, w]``, True where a prediction is wanted (halo included: it shapes the
             context choice and the splits of tiles near the region's edge as in the neighbouring

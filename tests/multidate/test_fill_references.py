@@ -135,7 +135,9 @@ def test_a_multi_date_fill_does_not_depend_on_the_block_size(tmp_path):
         out = tmp_path / f"filled_{block}.tif"
         geonp.fill_raster(inp, out, references=[ref_path], fill_outside=True, block_size=block, workers=1)
         outs.append((_read(out)[0], _read(tmp_path / f"filled_{block}_std.tif")[0]))
-    np.testing.assert_array_equal(outs[0][0], outs[1][0])
+    # the model's float32 batches differ by < 1e-3 DN with a block's tiles, which may flip the
+    # int16 rounding of a value at .5 (2 of 11163 pixels here)
+    np.testing.assert_allclose(outs[0][0], outs[1][0], atol=1)
     np.testing.assert_allclose(outs[0][1], outs[1][1], rtol=1e-5)
 
 
@@ -319,16 +321,14 @@ def test_fill_array_with_references_equals_fill_raster_with_the_same_reference(t
     ref_values, profile, _ = _read(REF)  # 2012-06-09: 32 days after the target
     ref_path = _write(tmp_path / "ref.tif", ref_values, profile, "2012-06-09")
     out = tmp_path / "filled.tif"
-    # references as context only: the residual of the reference regression is filled by the
-    # default model, whose fill_array and fill_raster differ by up to 35 DN on this 61 x 61
-    # raster (a known discrepancy near raster edges with far context, also without references)
-    geonp.fill_raster(inp, out, references=[ref_path], fill_outside=True, reference_fit="none")
+    # the reference regression too: its residual is filled by the default model (far context)
+    geonp.fill_raster(inp, out, references=[ref_path], fill_outside=True)
     from_file, _, _ = _read(out)
     std_file, _, _ = _read(tmp_path / "filled_std.tif")
 
     values, _, _ = _read(inp)
     filled, std = geonp.fill_array(values, values != -9999, references=[(ref_values, ref_values != -9999, 32)],
-                                   fill_outside=True, reference_fit="none")
+                                   fill_outside=True)
     gaps = values == -9999  # the hidden clouds and the date's own SLC-off stripes
     assert gaps[:, hidden].all()
     assert np.isfinite(filled[gaps]).all() and (std[gaps] > 0).all()
