@@ -208,7 +208,8 @@ def evaluate_series(
             geonp.fill_raster(inp, out1, model=single_model, fill_outside=True, overwrite=True)
             mean, std = _read(out), _read(Path(tmp) / "filled_std.tif")
             every = hidden[None].repeat(truth.shape[0], 0)
-            z2.append([((truth[b] - mean[b]) / std[b])[every[b] & (std[b] > 0) & np.isfinite(mean[b])] ** 2
+            fitted = every & (std > 0) & np.isfinite(mean)
+            z2.append([((truth[b][fitted[b]] - mean[b][fitted[b]]) / std[b][fitted[b]]) ** 2
                        for b in range(truth.shape[0])])
             single, single_std = _read(out1), _read(Path(tmp) / "single_std.tif")
             gdal = fillnodata_baseline(truth, np.broadcast_to(shown, truth.shape)).mean
