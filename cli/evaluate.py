@@ -121,7 +121,7 @@ def _evaluate_series(folder: str, models: tuple[str, ...], targets: tuple[str | 
     if plot:
         click.echo(f"Plot: {plot}")
     if calibrate:
-        from geonp.model_files.registry import load_model
+        from geonp import load_model
 
         written = load_model(model)
         click.echo(f"Calibration written to {written.path}: {written.calibration['fitted_on']}")

@@ -99,9 +99,7 @@ def _residual_fill(cfg: FillConfig, values: np.ndarray, valid: np.ndarray,
     lines = stats.lines()
     if lines is None:
         return None
-    other = engine.load_for_fill(cfg.residual_model)
-    engine.check_per_band(other)
-    opts = engine.tile_options(other, None, None, None, cfg.search_radius)
+    other, opts = engine.load_residual_model(cfg)
     return engine.ResidualFill(Predictor(other.module, opts, predictor.device, batch_rows=cfg.batch_rows), lines,
                                other.calibration)
 

@@ -65,8 +65,8 @@ _NARROW_SEARCH = 64
 _POOL_MIN_GAP_PIXELS = 150_000
 # Tile blend margin of single-date models whose card names none. Deep in a scene-scale cloud the
 # predictions of neighbouring tiles differ (their context differs); 16 px spreads the step over 33
-# px, which takes the jump across tile borders from 1.9x to 1.3x the jump inside tiles for 19 %
-# more time (benchmarks/seams.py, session 5).
+# px, which takes the jump across tile borders from 1.9x to 1.3x the jump inside tiles
+# (benchmarks/seams.py, session 5) for 19-27 % more time (seams.py; benchmarks/fill.py).
 DEFAULT_OVERLAP = 16
 
 
@@ -124,6 +124,13 @@ def load_for_fill(model: Any, *, references: bool = False) -> Any:
         raise ConfigError(f"model {loaded.name} takes no references; use --model multidate (model='multidate' "
                           "in Python) or a model trained with geonp train --series")
     return loaded
+
+
+def load_residual_model(cfg: Any) -> tuple[Any, TileOptions]:
+    """The single-date model that fills a reference regression's residual, and its tiling options."""
+    loaded = load_for_fill(cfg.residual_model)
+    check_per_band(loaded)
+    return loaded, tile_options(loaded, None, None, None, cfg.search_radius)
 
 
 def check_per_band(loaded: Any) -> None:

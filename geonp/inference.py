@@ -167,12 +167,9 @@ def _with_reference_fit(job: engine.BlockJob, cfg: FillConfig, lines: Any) -> en
     """The job with its reference regression and the single-date model that fills its residual."""
     if lines is None:
         return job
-    residual = engine.load_for_fill(cfg.residual_model)
-    engine.check_per_band(residual)
-    return dataclasses.replace(
-        job, reference_lines=lines, residual_model=engine.model_key(cfg.residual_model, residual),
-        residual_opts=engine.tile_options(residual, None, None, None, cfg.search_radius),
-        residual_calibration=residual.calibration)
+    residual, opts = engine.load_residual_model(cfg)
+    return dataclasses.replace(job, reference_lines=lines, residual_model=engine.model_key(cfg.residual_model, residual),
+                               residual_opts=opts, residual_calibration=residual.calibration)
 
 
 def reference_fit_tag(job: engine.BlockJob) -> str:
