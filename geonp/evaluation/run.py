@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
-from geonp.calibration import distance_bin_factors, distance_to_observed, std_factor
+from geonp.calibration import distance_bin_factors, distance_to_observed
 from geonp.data.gaps import MASK_KINDS, make_mask
 from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.evaluation.methods import load_models, run_method
@@ -35,7 +35,7 @@ from geonp.evaluation.scoring import (
     combine_bins,
     curves_and_scatter,
     fallback,
-    previous_scale,
+    refitted_scale,
     scaled,
     score_rows,
 )
@@ -417,9 +417,7 @@ def _calibrate(
     n_bands = len(clean.bands)
     z2 = [np.concatenate([scored[(name, label)].fit_z2[b] for name, _ in mask_list])  # type: ignore[index]
           for b in range(n_bands)]
-    factor = [std_factor(z) for z in z2]  # robust: the 95 % interval, not the mean square
-    prev = previous_scale(lm, n_bands)
-    new_scale = [round(p * f, 6) for p, f in zip(prev, factor, strict=True)]
+    factor, prev, new_scale = refitted_scale(lm, z2)
     n_fit = int(sum(z.size for z in z2))
     # distance factors on top of the band factors, pooled over bands
     fd = [np.concatenate([scored[(name, label)].fit_dist[b] for name, _ in mask_list])  # type: ignore[index]

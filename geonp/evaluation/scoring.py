@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from geonp.calibration import DISTANCE_BIN_EDGES, apply_std_calibration
+from geonp.calibration import DISTANCE_BIN_EDGES, apply_std_calibration, std_factor
 from geonp.metrics import DEFAULT_LEVELS, binned_scores, calibration_curve, score
 
 __all__ = [
@@ -25,6 +25,7 @@ __all__ = [
     "curves_and_scatter",
     "fallback",
     "previous_scale",
+    "refitted_scale",
     "scaled",
     "score_rows",
 ]
@@ -148,6 +149,19 @@ def combine_bins(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, A
     if not old or old.get("edges") != new["edges"] or isinstance(old["factors"][0], list):
         return new
     return {**new, "factors": [round(a * b, 6) for a, b in zip(old["factors"], new["factors"], strict=True)]}
+
+
+def refitted_scale(lm: Any, z2: Sequence[np.ndarray]) -> tuple[list[float], list[float], list[float]]:
+    """A model's std scale refitted to squared standardised errors ``z2`` (one array per band).
+
+    Returns:
+        ``(factor, previous, new)`` per band: the 95 % factor of the errors
+        (:func:`geonp.calibration.std_factor`; robust, not the mean square), the scale ``fill``
+        applies now, and their product (rounded) to store.
+    """
+    factor = [std_factor(z) for z in z2]
+    prev = previous_scale(lm, len(z2))
+    return factor, prev, [round(p * f, 6) for p, f in zip(prev, factor, strict=True)]
 
 
 def previous_scale(lm: Any, n_bands: int) -> list[float]:

@@ -22,6 +22,7 @@ would. ``plot=`` draws the RMSE of every date and the binned scores
 from __future__ import annotations
 
 import datetime as dt
+import logging
 import math
 import os
 import tempfile
@@ -35,6 +36,8 @@ import numpy as np
 from geonp.baselines import fillnodata_baseline
 from geonp.calibration import DISTANCE_BIN_EDGES, distance_to_observed
 from geonp.metrics import binned_scores, gaussian_nll, interval_coverage, pool_binned
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["SERIES_METHODS", "DateScore", "evaluate_series", "reference_regression", "report_lines", "summary"]
 
@@ -87,14 +90,16 @@ def reference_regression(target: np.ndarray, target_ok: np.ndarray, ref: np.ndar
         ``[bands, h, w]`` predictions where the reference is observed, NaN elsewhere (and
         everywhere when fewer than 3 pixels are shared).
     """
-    out = np.full(target.shape, np.nan)
-    both = target_ok & ref_ok
-    if both.sum() < 3:
-        return out
-    for b in range(target.shape[0]):
-        slope, intercept = np.polyfit(ref[b][both], target[b][both], 1)
-        out[b] = np.where(ref_ok, intercept + slope * ref[b], np.nan)
-    return out
+    from geonp.reference_fit import LineStats
+
+    n = target.shape[0]
+    ok, seen = np.broadcast_to(target_ok, target.shape), np.broadcast_to(ref_ok, target.shape)
+    stats = LineStats.empty(1, n)
+    stats.add(target, ok, [(ref, seen)])
+    lines = stats.lines(min_pixels=3)
+    if lines is None:
+        return np.full(target.shape, np.nan)
+    return lines.predict([(ref, seen)])[0]  # the fill's lines (geonp.reference_fit), one reference
 
 
 def cloud_shapes(items: Sequence[Any], qa_kind: str) -> list[np.ndarray | None]:
@@ -245,27 +250,23 @@ def evaluate_series(
 
 def _write_calibration(model: str, z2: list[list[np.ndarray]], dates: list[str]) -> list[float]:
     """Fit the multi-date fill's std scale per band (95 % rule) and write it into the model's directory."""
-    import logging
-
-    from geonp.calibration import std_factor
     from geonp.errors import ConfigError
-    from geonp.evaluation.scoring import previous_scale
+    from geonp.evaluation.scoring import refitted_scale
     from geonp.model_files.checkpoint import write_calibration
     from geonp.model_files.registry import load_model
 
     if not z2:
         raise ConfigError("--calibrate found no target date to fit on; widen --targets-from/--targets-until")
     lm = load_model(model)
-    n_bands = len(z2[0])
-    factor = [std_factor(np.concatenate([date[b] for date in z2])) for b in range(n_bands)]
-    new_scale = [round(p * f, 6) for p, f in zip(previous_scale(lm, n_bands), factor, strict=True)]
+    factor, prev, new_scale = refitted_scale(lm, [np.concatenate([date[b] for date in z2])
+                                                  for b in range(len(z2[0]))])
     n_fit = int(sum(z.size for date in z2 for z in date))
     fitted_on = (f"geonp evaluate --series --calibrate, {dt.date.today().isoformat()}: {n_fit} hidden pixels of "
                  f"{len(z2)} dates from {dates[0]} to {dates[-1]}, filled with their previous dates as references "
                  f"(reference fit: regression); std scale {', '.join(f'{v:.4g}' for v in factor)} on top of the "
-                 f"previous {(lm.calibration or {}).get('std_scale')}")
+                 f"previous {prev}")
     path = write_calibration(lm.path, {"std_scale": new_scale, "fitted_on": fitted_on})
-    logging.getLogger(__name__).info("calibrated %s: std x %s -> %s", model, factor, path)
+    logger.info("calibrated %s: std x %s -> %s", model, factor, path)
     return new_scale
 
 
