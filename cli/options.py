@@ -69,9 +69,10 @@ def _fill_option_list() -> list[F]:
                           "have data): the scene's nodata collar, which stays nodata by default."),
         click.option("--reference-fit", type=click.Choice(["regression", "none"]), default=d.reference_fit,
                      show_default=True,
-                     help="With --reference: regression = where a reference sees a gap pixel, average the "
-                          "model's fill with the reference's per-band regression line plus the residual filled "
-                          "by --residual-model; none = references are only context of the multi-date model."),
+                     help="With --reference: regression = where a reference sees a gap pixel, weigh the "
+                          "model's fill with the reference's per-band regression line, corrected by its error on "
+                          "similar pixels nearby, plus the residual filled by --residual-model; none = references "
+                          "are only context of the multi-date model."),
         click.option("--residual-model", default=d.residual_model, show_default=True, metavar="NAME|PATH",
                      help="The single-date model that fills the regression's residual (--reference-fit "
                           "regression)."),

@@ -205,9 +205,10 @@ class FillConfig:
         overwrite: replace existing outputs.
         fill_outside: also fill gaps outside the data footprint (a scene's nodata collar).
         reference_fit: with references, ``regression``: where a reference observes a gap pixel,
-            the fill is the average of the model's and the reference's per-band regression line
-            plus the residual filled by ``residual_model`` (:mod:`geonp.reference_fit`); ``none``:
-            references are only context of the model.
+            the fill weighs the model's with the reference's per-band regression line, corrected
+            by the line's error on similar pixels nearby, plus the residual filled by
+            ``residual_model`` (:mod:`geonp.reference_fit`); ``none``: references are only
+            context of the model.
         residual_model: the single-date model filling the regression's residual (name or directory).
     """
 

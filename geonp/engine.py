@@ -36,7 +36,7 @@ from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.models.layers import resolve_device
 from geonp.normalize import Normalizer
 from geonp.predict import BlockReference, Predictor, TileOptions
-from geonp.reference_fit import LineStats, ReferenceLines
+from geonp.reference_fit import REGRESSION_WEIGHT, SIMILAR_WINDOW, LineStats, ReferenceLines
 from geonp.tiling import make_tiles
 
 logger = logging.getLogger(__name__)
@@ -183,6 +183,7 @@ def predict_region(
     fillable: np.ndarray | None = None,
     references: list[tuple[np.ndarray, np.ndarray, float]] | None = None,
     residual: ResidualFill | None = None,
+    prior: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of one block's region, in the bands' units.
 
@@ -204,8 +205,12 @@ def predict_region(
             the date offset from the target's date.
         residual: with references, a second estimate of the gap pixels a reference observes:
             the reference regression's prior plus the residual filled by ``residual.predictor``;
-            there the fill is the average of it and ``predictor``'s (the target and references
-            as context), elsewhere ``predictor``'s alone.
+            there the fill weighs it :data:`~geonp.reference_fit.REGRESSION_WEIGHT` against
+            ``predictor``'s (the target and references as context), elsewhere ``predictor``'s alone.
+        prior: the regression's ``(prior, has)`` on the block's arrays
+            (:meth:`~geonp.reference_fit.ReferenceLines.local_prior`), computed by the caller
+            from arrays reaching :data:`~geonp.reference_fit.SIMILAR_WINDOW` pixels farther, so
+            that it does not depend on the block; None computes it from these arrays.
 
     Returns:
         ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
@@ -223,7 +228,7 @@ def predict_region(
                                 calibration=None, progress=progress, limit=limit, references=refs)
     if residual is not None and references:
         mean, std = _average_with_regression(mean, std, raw, observed, to_fill, region, origin=origin,
-                                             references=references, residual=residual, limit=limit)
+                                             references=references, residual=residual, limit=limit, prior=prior)
     # the model's calibration is of the fill it makes: with a reference regression, of the average
     return mean, _calibrated(std, observed, region, calibration)
 
@@ -231,9 +236,12 @@ def predict_region(
 def _average_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observed: np.ndarray,
                              to_fill: np.ndarray, region: Block, *, origin: tuple[int, int],
                              references: list[tuple[np.ndarray, np.ndarray, float]], residual: ResidualFill,
-                             limit: int | None) -> tuple[np.ndarray, np.ndarray]:
-    """The model's fill averaged with the reference regression's where a reference observes a gap pixel."""
-    prior, has = residual.lines.predict([(vals, ok) for vals, ok, _ in references])
+                             limit: int | None, prior: tuple[np.ndarray, np.ndarray] | None
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """The model's fill weighed with the reference regression's where a reference observes a gap pixel."""
+    if prior is None:
+        prior = residual.lines.local_prior(raw, observed, [(vals, ok) for vals, ok, _ in references])
+    prior, has = prior
     seen = observed & has
     rnorm = Normalizer(mean=(0.0,) * raw.shape[0], std=residual.lines.residual_std)
     r_mean, r_std = _predict_normed(residual.predictor, np.where(seen, raw - np.nan_to_num(prior), 0.0), seen,
@@ -241,11 +249,12 @@ def _average_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray,
                                     calibration=residual.calibration, progress=None, limit=limit)
     r0, r1, c0, c1 = region
     r_mean = r_mean + prior[:, r0:r1, c0:c1]
-    # The average of the two estimates; the mean of their stds is the std of that average when
-    # their errors are fully correlated (an upper bound otherwise).
+    # The weighted mean of the two estimates; the same weighted mean of their stds is the std of
+    # that mean when their errors are fully correlated (an upper bound otherwise).
     both, only = np.isfinite(r_mean) & np.isfinite(mean), np.isfinite(r_mean) & ~np.isfinite(mean)
-    mean = np.where(both, 0.5 * (mean + r_mean), np.where(only, r_mean, mean))
-    std = np.where(both, 0.5 * (std + r_std), np.where(only, r_std, std))
+    w = REGRESSION_WEIGHT
+    mean = np.where(both, (1 - w) * mean + w * r_mean, np.where(only, r_mean, mean))
+    std = np.where(both, (1 - w) * std + w * r_std, np.where(only, r_std, std))
     return mean, std
 
 
@@ -370,6 +379,23 @@ class BlockRunner:
             return [(halo, None)]
         return [(narrow, _NARROW_SEARCH), (halo, None)]
 
+    def _prior(self, win: Window) -> tuple[np.ndarray, np.ndarray]:
+        """The reference regression's prior on ``win``, from a read :data:`SIMILAR_WINDOW` pixels wider.
+
+        A pixel's prior depends on the pixels within that distance, so reading them makes it
+        the same whatever the block (and the same as :func:`geonp.array_fill.fill_array`'s).
+        """
+        r0, c0 = int(win.row_off), int(win.col_off)
+        r1, c1 = r0 + int(win.height), c0 + int(win.width)
+        g0, g1 = max(0, r0 - SIMILAR_WINDOW), min(self.info.height, r1 + SIMILAR_WINDOW)
+        h0, h1 = max(0, c0 - SIMILAR_WINDOW), min(self.info.width, c1 + SIMILAR_WINDOW)
+        wide = Window(h0, g0, h1 - h0, g1 - g0)
+        raw, ok = self.read(wide)
+        refs = [ref.read(self.info, wide) for ref in self.job.references]
+        prior, has = self.residual.lines.local_prior(raw, ok, refs)
+        crop = (slice(None), slice(r0 - g0, r1 - g0), slice(c0 - h0, c1 - h0))
+        return prior[crop], has[crop]
+
     def read(self, win: Window) -> tuple[np.ndarray, np.ndarray]:
         """Values and observed flags ``[bands, h, w]`` of a window (outside the raster: not observed)."""
         return read_target(self.src, self.info, self.job, win)
@@ -403,12 +429,14 @@ class BlockRunner:
             fillable = None if job.sources is None else job.sources.fillable(win)
             refs = [(*ref.read(self.info, win), days) for ref, days in zip(job.references, job.reference_days,
                                                                           strict=True)]
+            prior = self._prior(win) if self.residual is not None and refs else None
             t_read += time.perf_counter() - t0
             try:
                 mean, std = predict_region(self.predictor, raw, ok, region, origin=(hr0, hc0),
                                            norm=self.norm, max_distance=job.max_distance,
                                            calibration=job.calibration, progress=count, limit=limit,
-                                           fillable=fillable, references=refs, residual=self.residual)
+                                           fillable=fillable, references=refs, residual=self.residual,
+                                           prior=prior)
                 break
             except HaloTooSmall:
                 continue

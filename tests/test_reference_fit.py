@@ -3,7 +3,13 @@
 import numpy as np
 import pytest
 
-from geonp.reference_fit import MIN_SHARED_PIXELS, LineStats, ReferenceLines
+from geonp.reference_fit import (
+    MIN_SHARED_PIXELS,
+    SIMILAR_WINDOW,
+    LineStats,
+    ReferenceLines,
+    similar_pixel_correction,
+)
 
 
 def _field(rng, shape=(2, 40, 50)):
@@ -85,3 +91,77 @@ def test_reference_lines_survive_pickling_for_the_workers():
 
     lines = ReferenceLines(slope=((1.0,),), intercept=((0.0,),), order=(0,), residual_std=(2.0,), shared=((50,),))
     assert pickle.loads(pickle.dumps(lines)) == lines
+
+
+def _classes(rng, shape=(40, 50)):
+    """Three land covers in patches of 5x5 pixels, each with its own reference value and change."""
+    cover = rng.integers(0, 3, (shape[0] // 5 + 1, shape[1] // 5 + 1)).repeat(5, 0).repeat(5, 1)[:shape[0], :shape[1]]
+    reference = np.array([1000.0, 1500.0, 2000.0])[cover]
+    target = np.array([1500.0, 900.0, 1800.0])[cover]  # not a line of the reference
+    return np.stack([reference, 0.5 * reference]), np.stack([target, target + 100.0])
+
+
+def _lines_of(target, ok, references):
+    stats = LineStats.empty(len(references), target.shape[0])
+    stats.add(target, ok, references)
+    return stats.lines()
+
+
+def test_similar_pixels_recover_a_change_that_differs_by_land_cover_where_a_line_cannot():
+    rng = np.random.default_rng(4)
+    reference, target = _classes(rng)
+    ok = np.ones(target.shape, dtype=bool)
+    ok[:, 10:25, 10:30] = False  # a cloud on the target date
+    ref_ok = np.ones(target.shape, dtype=bool)
+    lines = _lines_of(target, ok, [(reference, ref_ok)])
+    line, _ = lines.predict([(reference, ref_ok)])
+    prior, has = lines.local_prior(target, ok, [(reference, ref_ok)])
+    gap = ~ok
+    assert has.all()
+    assert np.sqrt(np.mean((line[gap] - target[gap]) ** 2)) > 200  # one line per band cannot follow three covers
+    np.testing.assert_allclose(prior[gap], target[gap], atol=1e-6)  # each cover's own change, from its look-alikes
+    np.testing.assert_allclose(prior[ok], target[ok], atol=1e-6)  # observed pixels too, without themselves
+
+
+def test_a_pixel_is_never_its_own_similar_pixel():
+    rng = np.random.default_rng(5)
+    reference = rng.normal(1000.0, 100.0, (1, 30, 30))
+    target = 2.0 * reference
+    target[0, 15, 15] += 500.0  # this pixel alone departs from the line
+    ok = np.ones(target.shape, dtype=bool)
+    lines = _lines_of(target, ok, [(reference, ok)])
+    prior, _ = lines.local_prior(target, ok, [(reference, ok)])
+    line, _ = lines.predict([(reference, ok)])
+    # its prior is the line plus its look-alikes' small errors, not its own value
+    assert abs(prior[0, 15, 15] - target[0, 15, 15]) > 400
+    assert abs(prior[0, 15, 15] - line[0, 15, 15]) < 50
+
+
+def test_the_prior_of_a_pixel_depends_only_on_pixels_within_the_window():
+    rng = np.random.default_rng(6)
+    reference, target = _classes(rng, (100, 110))
+    target = target + rng.normal(0.0, 20.0, target.shape)
+    ok = rng.random(target.shape[1:]) > 0.3
+    ok = np.broadcast_to(ok, target.shape)
+    ref_ok = np.broadcast_to(rng.random(target.shape[1:]) > 0.1, target.shape)
+    lines = _lines_of(target, ok, [(reference, ref_ok)])
+    whole, has = lines.local_prior(target, ok, [(reference, ref_ok)])
+    r0, c0 = 20, 15  # a crop; its pixels farther than the window from its cut edges see all they need
+    crop = (slice(None), slice(r0, 100), slice(c0, 110))
+    part, part_has = lines.local_prior(target[crop], ok[crop], [(reference[crop], ref_ok[crop])])
+    inner = (slice(None), slice(SIMILAR_WINDOW, None), slice(SIMILAR_WINDOW, None))
+    np.testing.assert_array_equal(part_has, has[crop])
+    np.testing.assert_allclose(part[inner], whole[crop][inner], rtol=1e-12)
+    assert np.abs(part - whole[crop])[has[crop]].max() > 1.0  # near the cut the window was truncated
+
+
+def test_a_pixel_without_similar_pixels_nearby_keeps_its_line():
+    spectra = np.zeros((1, 5, 80))
+    error = np.full((1, 5, 80), np.nan)
+    error[0, :, :3] = 7.0  # known errors only in the first three columns
+    at = np.zeros((5, 80), dtype=bool)
+    at[2, 2] = at[2, 79] = True
+    correction = similar_pixel_correction(spectra, error, at)
+    assert correction[0, 2, 2] == pytest.approx(7.0)
+    assert np.isnan(correction[0, 2, 79])  # no known error within the window
+    assert np.isnan(correction[0, ~at]).all()

@@ -15,6 +15,7 @@ from geonp.data.tasks import ReferenceBand, context_points, window_task
 from geonp.errors import ConfigError, InputRasterError
 from geonp.evaluation.series import reference_regression
 from geonp.predict import BlockReference, TileOptions, block_tasks
+from geonp.reference_fit import REGRESSION_WEIGHT
 
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
 TARGET = LSTS / "LE70350322012129EDC00.tif"  # 2012-05-08, clear
@@ -51,9 +52,10 @@ def _rmse(a, b):
     return float(np.sqrt(np.mean((a - b) ** 2)))
 
 
-def test_with_an_identical_reference_the_fill_averages_the_model_and_an_exact_copy(tmp_path):
-    """The reference regression fits slope 1 and intercept 0, so its estimate is the truth with a
-    near-zero std; the fill is the mean of it and the model's own (``reference_fit="none"``)."""
+def test_with_an_identical_reference_the_fill_weighs_the_model_and_an_exact_copy(tmp_path):
+    """The reference regression fits slope 1 and intercept 0 and its similar pixels have no error,
+    so its estimate is the truth with a near-zero std; the fill weighs it REGRESSION_WEIGHT against
+    the model's own (``reference_fit="none"``)."""
     inp, truth, hidden = _hide(tmp_path)
     _, profile, _ = _read(TARGET)
     same = _write(tmp_path / "same_scene_day_before.tif", truth, profile, "2012-05-07")
@@ -64,11 +66,13 @@ def test_with_an_identical_reference_the_fill_averages_the_model_and_an_exact_co
         assert report.model == "multidate" and report.filled_pixels == report.gap_pixels >= hidden.sum()
         fills[fit] = (_read(out)[0].astype(np.float64), _read(tmp_path / f"{fit}_std.tif")[0], _read(out)[2])
     tags = fills["regression"][2]
-    assert tags["GEONP_REFERENCE_FIT"].startswith("regression, residual filled by default; reference 1: ")
+    assert tags["GEONP_REFERENCE_FIT"].startswith(
+        "regression, corrected by 20 similar pixels within 30 px, weight 0.8, residual filled by default; reference 1: ")
     h = np.broadcast_to(hidden, fills["none"][0].shape)
-    expected = 0.5 * (fills["none"][0][h] + truth[:1][h])
+    w = REGRESSION_WEIGHT
+    expected = (1 - w) * fills["none"][0][h] + w * truth[:1][h]
     assert np.abs(fills["regression"][0][h] - expected).max() <= 1.0  # two int16 roundings
-    np.testing.assert_allclose(fills["regression"][1][h], 0.5 * fills["none"][1][h], rtol=1e-3, atol=0.5)
+    np.testing.assert_allclose(fills["regression"][1][h], (1 - w) * fills["none"][1][h], rtol=1e-3, atol=0.5)
 
 
 def test_without_the_regression_an_identical_reference_pulls_the_fill_to_it_and_shrinks_the_std(tmp_path):
@@ -106,7 +110,7 @@ def test_without_the_regression_an_identical_reference_pulls_the_fill_to_it_and_
 
 def test_the_regression_undoes_a_reference_in_other_units_and_keeps_the_model_where_it_is_cloudy(tmp_path):
     """A reference that is the truth in other units (gain and offset) is mapped back through its line
-    and averaged with the model's fill; where the reference is cloudy too, the model's fill is kept."""
+    and weighed with the model's fill; where the reference is cloudy too, the model's fill is kept."""
     inp, truth, _ = _hide(tmp_path)
     values, _, _ = _read(inp)
     ok = values != -9999
@@ -122,7 +126,9 @@ def test_the_regression_undoes_a_reference_in_other_units_and_keeps_the_model_wh
                                        reference_fit="none")
     fallback = gaps & ~ref_ok
     np.testing.assert_array_equal(filled[fallback], context_only[fallback])
-    np.testing.assert_allclose(filled[seen_by_ref], 0.5 * (context_only[seen_by_ref] + truth[seen_by_ref]), atol=0.05)
+    w = REGRESSION_WEIGHT
+    np.testing.assert_allclose(filled[seen_by_ref], (1 - w) * context_only[seen_by_ref] + w * truth[seen_by_ref],
+                               atol=0.05)
     assert _rmse(context_only[seen_by_ref], truth[seen_by_ref]) > 20  # the model alone does not undo the units
 
 
