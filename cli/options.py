@@ -71,11 +71,7 @@ def _fill_option_list() -> list[F]:
                      show_default=True,
                      help="With --reference: regression = where a reference sees a gap pixel, weigh the "
                           "model's fill with the reference's per-band regression line, corrected by its error on "
-                          "similar pixels nearby, plus the residual filled by --residual-model; none = references "
-                          "are only context of the multi-date model."),
-        click.option("--residual-model", default=d.residual_model, show_default=True, metavar="NAME|PATH",
-                     help="The single-date model that fills the regression's residual (--reference-fit "
-                          "regression)."),
+                          "similar pixels nearby; none = references are only context of the multi-date model."),
     ]
 
 

@@ -22,7 +22,7 @@ from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.masks import valid_mask
 from geonp.models.layers import resolve_device
 from geonp.predict import Predictor
-from geonp.reference_fit import LineStats
+from geonp.reference_fit import LineStats, ReferenceLines
 
 __all__ = ["fill", "fill_array"]
 
@@ -78,30 +78,25 @@ def fill_array(
     norm = engine.normalizer_for(loaded, n, lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
     h, w = values.shape[1:]
     r0, r1, c0, c1 = region or (0, h, 0, w)
-    residual = _residual_fill(cfg, values, valid, refs, predictor)
+    lines = _reference_lines(cfg, values, valid, refs)
     mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
                                       origin=origin, norm=norm, max_distance=cfg.max_distance,
                                       calibration=loaded.calibration, fillable=fillable,
-                                      references=refs or None, residual=residual)
+                                      references=refs or None, lines=lines)
     core = (slice(None), slice(r0, r1), slice(c0, c1))
     filled = np.where(valid[core], values[core], mean)
     std_out = np.where(valid[core], 0.0, std).astype(np.float32)
     return filled, std_out
 
 
-def _residual_fill(cfg: FillConfig, values: np.ndarray, valid: np.ndarray,
-                   refs: list[tuple[np.ndarray, np.ndarray, float]], predictor: Predictor) -> engine.ResidualFill | None:
+def _reference_lines(cfg: FillConfig, values: np.ndarray, valid: np.ndarray,
+                     refs: list[tuple[np.ndarray, np.ndarray, float]]) -> ReferenceLines | None:
     """The reference regression of a multi-date array fill, fitted on the whole array (None: not used)."""
     if not refs or cfg.reference_fit != "regression":
         return None
     stats = LineStats.empty(len(refs), values.shape[0])
     stats.add(values, valid, [(vals, ok) for vals, ok, _ in refs])
-    lines = stats.lines()
-    if lines is None:
-        return None
-    other, opts = engine.load_residual_model(cfg)
-    return engine.ResidualFill(Predictor(other.module, opts, predictor.device, batch_rows=cfg.batch_rows), lines,
-                               other.calibration)
+    return stats.lines()
 
 
 def _array_references(references: Sequence[tuple[np.ndarray, np.ndarray | None, float]],

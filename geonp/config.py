@@ -206,10 +206,8 @@ class FillConfig:
         fill_outside: also fill gaps outside the data footprint (a scene's nodata collar).
         reference_fit: with references, ``regression``: where a reference observes a gap pixel,
             the fill weighs the model's with the reference's per-band regression line, corrected
-            by the line's error on similar pixels nearby, plus the residual filled by
-            ``residual_model`` (:mod:`geonp.reference_fit`); ``none``: references are only
-            context of the model.
-        residual_model: the single-date model filling the regression's residual (name or directory).
+            by the line's error on similar pixels nearby (:mod:`geonp.reference_fit`); ``none``:
+            references are only context of the model.
     """
 
     model: Any = None
@@ -230,7 +228,6 @@ class FillConfig:
     overwrite: bool = False
     fill_outside: bool = False
     reference_fit: Literal["regression", "none"] = "regression"
-    residual_model: Any = "default"
 
     def __post_init__(self) -> None:
         """Check the values; a bad one raises ConfigError naming it."""

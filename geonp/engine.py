@@ -126,13 +126,6 @@ def load_for_fill(model: Any, *, references: bool = False) -> Any:
     return loaded
 
 
-def load_residual_model(cfg: Any) -> tuple[Any, TileOptions]:
-    """The single-date model that fills a reference regression's residual, and its tiling options."""
-    loaded = load_for_fill(cfg.residual_model)
-    check_per_band(loaded)
-    return loaded, tile_options(loaded, None, None, None, cfg.search_radius)
-
-
 def check_per_band(loaded: Any) -> None:
     """Refuse a model that predicts bands jointly: a fill models each band on its own.
 
@@ -153,21 +146,6 @@ def within(observed: np.ndarray, max_distance: float | None) -> np.ndarray:
     return ndimage.distance_transform_edt(~observed) <= max_distance
 
 
-@dataclass
-class ResidualFill:
-    """The regression half of a multi-date fill (:mod:`geonp.reference_fit`), for :func:`predict_region`.
-
-    Attributes:
-        predictor: the single-date model that fills the residual (target minus prior).
-        lines: the reference lines giving the prior.
-        calibration: that model's std calibration.
-    """
-
-    predictor: Predictor
-    lines: ReferenceLines
-    calibration: dict[str, Any] | None
-
-
 def predict_region(
     predictor: Predictor,
     raw: np.ndarray,
@@ -182,8 +160,7 @@ def predict_region(
     limit: int | None = None,
     fillable: np.ndarray | None = None,
     references: list[tuple[np.ndarray, np.ndarray, float]] | None = None,
-    residual: ResidualFill | None = None,
-    prior: tuple[np.ndarray, np.ndarray] | None = None,
+    lines: ReferenceLines | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of one block's region, in the bands' units.
 
@@ -203,14 +180,11 @@ def predict_region(
         references: other dates on the block's window (multi-date models): ``(values, observed,
             days)`` with ``values``/``observed`` ``[bands, h, w]`` in the bands' units and ``days``
             the date offset from the target's date.
-        residual: with references, a second estimate of the gap pixels a reference observes:
-            the reference regression's prior plus the residual filled by ``residual.predictor``;
-            there the fill weighs it :data:`~geonp.reference_fit.REGRESSION_WEIGHT` against
-            ``predictor``'s (the target and references as context), elsewhere ``predictor``'s alone.
-        prior: the regression's ``(prior, has)`` on the block's arrays
-            (:meth:`~geonp.reference_fit.ReferenceLines.local_prior`), computed by the caller
-            from arrays reaching :data:`~geonp.reference_fit.SIMILAR_WINDOW` pixels farther, so
-            that it does not depend on the block; None computes it from these arrays.
+        lines: with references, the reference regression: a second estimate of the gap pixels a
+            reference observes, its line corrected by similar pixels nearby
+            (:meth:`~geonp.reference_fit.ReferenceLines.local_prior`); there the fill weighs it
+            :data:`~geonp.reference_fit.REGRESSION_WEIGHT` against ``predictor``'s (the target
+            and references as context), elsewhere ``predictor``'s alone.
 
     Returns:
         ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
@@ -226,36 +200,30 @@ def predict_region(
     refs = [BlockReference(norm.apply(np.where(ok, vals, 0.0)), ok, days) for vals, ok, days in references or ()]
     mean, std = _predict_normed(predictor, raw, observed, to_fill, region, origin=origin, norm=norm,
                                 calibration=None, progress=progress, limit=limit, references=refs)
-    if residual is not None and references:
-        mean, std = _average_with_regression(mean, std, raw, observed, to_fill, region, origin=origin,
-                                             references=references, residual=residual, limit=limit, prior=prior)
-    # the model's calibration is of the fill it makes: with a reference regression, of the average
+    if lines is not None and references:
+        mean, std = _weigh_with_regression(mean, std, raw, observed, to_fill, region, references, lines)
+    # the model's calibration is of the fill it makes: with a reference regression, of the weighted mean
     return mean, _calibrated(std, observed, region, calibration)
 
 
-def _average_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observed: np.ndarray,
-                             to_fill: np.ndarray, region: Block, *, origin: tuple[int, int],
-                             references: list[tuple[np.ndarray, np.ndarray, float]], residual: ResidualFill,
-                             limit: int | None, prior: tuple[np.ndarray, np.ndarray] | None
-                             ) -> tuple[np.ndarray, np.ndarray]:
-    """The model's fill weighed with the reference regression's where a reference observes a gap pixel."""
-    if prior is None:
-        prior = residual.lines.local_prior(raw, observed, [(vals, ok) for vals, ok, _ in references])
-    prior, has = prior
-    seen = observed & has
-    rnorm = Normalizer(mean=(0.0,) * raw.shape[0], std=residual.lines.residual_std)
-    r_mean, r_std = _predict_normed(residual.predictor, np.where(seen, raw - np.nan_to_num(prior), 0.0), seen,
-                                    to_fill & has, region, origin=origin, norm=rnorm,
-                                    calibration=residual.calibration, progress=None, limit=limit)
+def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observed: np.ndarray,
+                           to_fill: np.ndarray, region: Block, references: list[tuple[np.ndarray, np.ndarray, float]],
+                           lines: ReferenceLines) -> tuple[np.ndarray, np.ndarray]:
+    """The model's fill weighed with the reference regression's where a reference observes a gap pixel.
+
+    The regression's estimate of a pixel uses the pixels within
+    :data:`~geonp.reference_fit.SIMILAR_WINDOW` of it, which the block's halo holds.
+    """
     r0, r1, c0, c1 = region
-    r_mean = r_mean + prior[:, r0:r1, c0:c1]
+    at = np.zeros(raw.shape[1:], dtype=bool)
+    at[r0:r1, c0:c1] = to_fill[:, r0:r1, c0:c1].any(axis=0)
+    r_mean, r_std, _ = lines.local_prior(raw, observed, [(vals, ok) for vals, ok, _ in references], at)
+    r_mean, r_std = r_mean[:, r0:r1, c0:c1], r_std[:, r0:r1, c0:c1]
     # The weighted mean of the two estimates; the same weighted mean of their stds is the std of
     # that mean when their errors are fully correlated (an upper bound otherwise).
-    both, only = np.isfinite(r_mean) & np.isfinite(mean), np.isfinite(r_mean) & ~np.isfinite(mean)
+    both = np.isfinite(r_mean) & np.isfinite(mean)
     w = REGRESSION_WEIGHT
-    mean = np.where(both, (1 - w) * mean + w * r_mean, np.where(only, r_mean, mean))
-    std = np.where(both, (1 - w) * std + w * r_std, np.where(only, r_std, std))
-    return mean, std
+    return np.where(both, (1 - w) * mean + w * r_mean, mean), np.where(both, (1 - w) * std + w * r_std, std)
 
 
 def _calibrated(std: np.ndarray, observed: np.ndarray, region: Block, calibration: dict[str, Any] | None
@@ -334,11 +302,7 @@ class BlockJob:
     validity: OutputValidity | None = None  # how unfilled pixels are marked (nodata, alpha, mask)
     references: tuple[Any, ...] = ()  # other dates (geonp.io.references.Reference), multi-date models
     reference_days: tuple[float, ...] = ()  # their date offsets from the target's date
-    # the reference regression (geonp.reference_fit) and the single-date model filling its residual
-    reference_lines: ReferenceLines | None = None
-    residual_model: str | None = None
-    residual_opts: TileOptions | None = None
-    residual_calibration: dict[str, Any] | None = None
+    reference_lines: ReferenceLines | None = None  # the reference regression (geonp.reference_fit)
 
 
 class BlockRunner:
@@ -354,12 +318,6 @@ class BlockRunner:
         self.job = job
         loaded = loaded or LOCAL_MODELS.get(job.model) or cached_model(job.model, "cpu")
         self.predictor = Predictor(loaded.module, job.opts, resolve_device(job.device), batch_rows=job.batch_rows)
-        self.residual = None
-        if job.reference_lines is not None and job.residual_model is not None and job.residual_opts is not None:
-            other = LOCAL_MODELS.get(job.residual_model) or cached_model(job.residual_model, "cpu")
-            self.residual = ResidualFill(Predictor(other.module, job.residual_opts, resolve_device(job.device),
-                                                   batch_rows=job.batch_rows),
-                                         job.reference_lines, job.residual_calibration)
         self.norm = Normalizer.from_dict(job.norm)
         self.src = open_raster(job.input)
         self.info: RasterInfo = raster_info(self.src)
@@ -370,31 +328,15 @@ class BlockRunner:
 
     def _halos(self) -> list[tuple[int, int | None]]:
         """``(halo, search limit)`` to try in turn: narrow first where it can be enough, then full."""
-        every = [self.job.opts] + ([self.job.residual_opts] if self.residual is not None else [])
-        margin = max(2 * opts.overlap + opts.tile_size for opts in every)
-        halo = max(opts.halo for opts in every)
+        opts = self.job.opts
+        margin = 2 * opts.overlap + opts.tile_size
+        # the reference regression's estimate of a pixel looks SIMILAR_WINDOW pixels around it
+        halo = max(opts.halo, SIMILAR_WINDOW if self.job.reference_lines is not None else 0)
         narrow = _NARROW_SEARCH + margin
         needs_far = self.job.max_distance is not None and self.job.max_distance + margin > narrow
-        if narrow >= halo or needs_far or any(opts.n_far for opts in every):
+        if narrow >= halo or needs_far or opts.n_far:
             return [(halo, None)]
         return [(narrow, _NARROW_SEARCH), (halo, None)]
-
-    def _prior(self, win: Window) -> tuple[np.ndarray, np.ndarray]:
-        """The reference regression's prior on ``win``, from a read :data:`SIMILAR_WINDOW` pixels wider.
-
-        A pixel's prior depends on the pixels within that distance, so reading them makes it
-        the same whatever the block (and the same as :func:`geonp.array_fill.fill_array`'s).
-        """
-        r0, c0 = int(win.row_off), int(win.col_off)
-        r1, c1 = r0 + int(win.height), c0 + int(win.width)
-        g0, g1 = max(0, r0 - SIMILAR_WINDOW), min(self.info.height, r1 + SIMILAR_WINDOW)
-        h0, h1 = max(0, c0 - SIMILAR_WINDOW), min(self.info.width, c1 + SIMILAR_WINDOW)
-        wide = Window(h0, g0, h1 - h0, g1 - g0)
-        raw, ok = self.read(wide)
-        refs = [ref.read(self.info, wide) for ref in self.job.references]
-        prior, has = self.residual.lines.local_prior(raw, ok, refs)
-        crop = (slice(None), slice(r0 - g0, r1 - g0), slice(c0 - h0, c1 - h0))
-        return prior[crop], has[crop]
 
     def read(self, win: Window) -> tuple[np.ndarray, np.ndarray]:
         """Values and observed flags ``[bands, h, w]`` of a window (outside the raster: not observed)."""
@@ -429,14 +371,12 @@ class BlockRunner:
             fillable = None if job.sources is None else job.sources.fillable(win)
             refs = [(*ref.read(self.info, win), days) for ref, days in zip(job.references, job.reference_days,
                                                                           strict=True)]
-            prior = self._prior(win) if self.residual is not None and refs else None
             t_read += time.perf_counter() - t0
             try:
                 mean, std = predict_region(self.predictor, raw, ok, region, origin=(hr0, hc0),
                                            norm=self.norm, max_distance=job.max_distance,
                                            calibration=job.calibration, progress=count, limit=limit,
-                                           fillable=fillable, references=refs, residual=self.residual,
-                                           prior=prior)
+                                           fillable=fillable, references=refs, lines=job.reference_lines)
                 break
             except HaloTooSmall:
                 continue
@@ -531,7 +471,7 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
     if scheduler is not None:
         yield from _run_dask(job, blocks, scheduler, progress)
         return
-    in_memory = any(str(m).startswith("object:") for m in (job.model, job.residual_model))
+    in_memory = str(job.model).startswith("object:")
     if workers <= 1 or len(blocks) < 2 or in_memory:
         runner = BlockRunner(job, loaded)
         try:
@@ -567,7 +507,7 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
 
 def _run_dask(job: BlockJob, blocks: list[Block], scheduler: str,
               progress: Callable[[int], None] | None) -> Iterator[BlockResult]:
-    if any(str(m).startswith("object:") for m in (job.model, job.residual_model)):
+    if str(job.model).startswith("object:"):
         raise ConfigError("--scheduler needs the model as a name or directory, not an in-memory object")
     from distributed import as_completed
 

@@ -164,22 +164,12 @@ def fill_raster(
                             references=_References(tuple(references), reference_dates, reference_qa, date))
 
 
-def _with_reference_fit(job: engine.BlockJob, cfg: FillConfig, lines: Any) -> engine.BlockJob:
-    """The job with its reference regression and the single-date model that fills its residual."""
-    if lines is None:
-        return job
-    residual, opts = engine.load_residual_model(cfg)
-    return dataclasses.replace(job, reference_lines=lines, residual_model=engine.model_key(cfg.residual_model, residual),
-                               residual_opts=opts, residual_calibration=residual.calibration)
-
-
 def reference_fit_tag(job: engine.BlockJob) -> str:
     """What a multi-date fill did with its references, for the output's tags."""
     if job.reference_lines is None:
         return "none: references are context of the model"
     return (f"regression, corrected by {SIMILAR_PIXELS} similar pixels within {SIMILAR_WINDOW} px, weight "
-            f"{REGRESSION_WEIGHT:g}, residual filled by {Path(str(job.residual_model)).name}; "
-            f"{job.reference_lines.describe()}")
+            f"{REGRESSION_WEIGHT:g}; {job.reference_lines.describe()}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -282,7 +272,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             references=refs, reference_days=ref_days,
         )
         if refs and cfg.reference_fit == "regression":
-            job = _with_reference_fit(job, cfg, engine.fit_reference_lines(job, blocks))
+            job = dataclasses.replace(job, reference_lines=engine.fit_reference_lines(job, blocks))
         # The model's name only: an absolute local path would publish the user's directories.
         tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__,
                 RUN_ID_TAG: uuid.uuid4().hex[:12]}  # one id for the pair: io.paths.unpaired_output

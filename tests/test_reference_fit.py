@@ -28,7 +28,7 @@ def test_lines_recover_each_bands_slope_intercept_and_residual_scale():
     assert lines is not None and lines.order == (0,)
     assert lines.slope[0] == pytest.approx((0.8, 1.5), abs=0.005)
     assert lines.intercept[0] == pytest.approx((300.0, -200.0), abs=6.0)
-    assert lines.residual_std == pytest.approx((5.0, 5.0), rel=0.05)
+    assert lines.residual_std[0] == pytest.approx((5.0, 5.0), rel=0.05)
     assert lines.shared == ((2000, 2000),)
 
 
@@ -89,7 +89,8 @@ def test_pixels_no_reference_sees_have_no_prior_and_too_few_shared_pixels_give_n
 def test_reference_lines_survive_pickling_for_the_workers():
     import pickle
 
-    lines = ReferenceLines(slope=((1.0,),), intercept=((0.0,),), order=(0,), residual_std=(2.0,), shared=((50,),))
+    lines = ReferenceLines(slope=((1.0,),), intercept=((0.0,),), order=(0,), residual_std=((2.0,),), shared=((50,),),
+                           reference_std=((1.0,),))
     assert pickle.loads(pickle.dumps(lines)) == lines
 
 
@@ -115,12 +116,28 @@ def test_similar_pixels_recover_a_change_that_differs_by_land_cover_where_a_line
     ref_ok = np.ones(target.shape, dtype=bool)
     lines = _lines_of(target, ok, [(reference, ref_ok)])
     line, _ = lines.predict([(reference, ref_ok)])
-    prior, has = lines.local_prior(target, ok, [(reference, ref_ok)])
+    estimate, std, has = lines.local_prior(target, ok, [(reference, ref_ok)], ~ok.all(axis=0))
     gap = ~ok
-    assert has.all()
+    np.testing.assert_array_equal(has, gap)
     assert np.sqrt(np.mean((line[gap] - target[gap]) ** 2)) > 200  # one line per band cannot follow three covers
-    np.testing.assert_allclose(prior[gap], target[gap], atol=1e-6)  # each cover's own change, from its look-alikes
-    np.testing.assert_allclose(prior[ok], target[ok], atol=1e-6)  # observed pixels too, without themselves
+    np.testing.assert_allclose(estimate[gap], target[gap], atol=1e-6)  # each cover's own change, from its look-alikes
+    assert std[gap].max() < 1e-6  # its look-alikes agree
+    assert np.isnan(estimate[ok]).all() and np.isnan(std[ok]).all()
+
+
+def test_the_std_is_the_spread_of_the_similar_pixels_errors():
+    rng = np.random.default_rng(7)
+    reference = np.full((1, 60, 60), 1000.0)  # every pixel looks alike: the nearest ones are chosen
+    target = 2.0 * reference + rng.normal(0.0, 50.0, reference.shape)
+    ok = np.ones(target.shape, dtype=bool)
+    ok[:, 20:40, 20:40] = False
+    lines = _lines_of(target, ok, [(reference, ok | True)])
+    estimate, std, _ = lines.local_prior(target, ok, [(reference, ok | True)], ~ok[0])
+    gap = ~ok
+    assert np.median(std[gap]) == pytest.approx(50.0, rel=0.25)
+    assert np.abs(estimate[gap] - 2000.0).max() < 3 * 50.0  # the mean of 20 errors of std 50
+    z = (target[gap] - estimate[gap]) / std[gap]
+    assert 0.9 < np.mean(np.abs(z) < 1.96) <= 1.0
 
 
 def test_a_pixel_is_never_its_own_similar_pixel():
@@ -130,38 +147,42 @@ def test_a_pixel_is_never_its_own_similar_pixel():
     target[0, 15, 15] += 500.0  # this pixel alone departs from the line
     ok = np.ones(target.shape, dtype=bool)
     lines = _lines_of(target, ok, [(reference, ok)])
-    prior, _ = lines.local_prior(target, ok, [(reference, ok)])
+    estimate, _, _ = lines.local_prior(target, ok, [(reference, ok)], np.ones((30, 30), dtype=bool))
     line, _ = lines.predict([(reference, ok)])
-    # its prior is the line plus its look-alikes' small errors, not its own value
-    assert abs(prior[0, 15, 15] - target[0, 15, 15]) > 400
-    assert abs(prior[0, 15, 15] - line[0, 15, 15]) < 50
+    # its estimate is the line plus its look-alikes' small errors, not its own value
+    assert abs(estimate[0, 15, 15] - target[0, 15, 15]) > 400
+    assert abs(estimate[0, 15, 15] - line[0, 15, 15]) < 50
 
 
-def test_the_prior_of_a_pixel_depends_only_on_pixels_within_the_window():
+def test_an_estimate_depends_only_on_pixels_within_the_window():
     rng = np.random.default_rng(6)
     reference, target = _classes(rng, (100, 110))
     target = target + rng.normal(0.0, 20.0, target.shape)
-    ok = rng.random(target.shape[1:]) > 0.3
-    ok = np.broadcast_to(ok, target.shape)
+    ok = np.broadcast_to(rng.random(target.shape[1:]) > 0.3, target.shape)
     ref_ok = np.broadcast_to(rng.random(target.shape[1:]) > 0.1, target.shape)
     lines = _lines_of(target, ok, [(reference, ref_ok)])
-    whole, has = lines.local_prior(target, ok, [(reference, ref_ok)])
+    every = np.ones(target.shape[1:], dtype=bool)
+    whole, whole_std, has = lines.local_prior(target, ok, [(reference, ref_ok)], every)
     r0, c0 = 20, 15  # a crop; its pixels farther than the window from its cut edges see all they need
     crop = (slice(None), slice(r0, 100), slice(c0, 110))
-    part, part_has = lines.local_prior(target[crop], ok[crop], [(reference[crop], ref_ok[crop])])
+    part, part_std, part_has = lines.local_prior(target[crop], ok[crop], [(reference[crop], ref_ok[crop])],
+                                                 every[crop[1:]])
     inner = (slice(None), slice(SIMILAR_WINDOW, None), slice(SIMILAR_WINDOW, None))
     np.testing.assert_array_equal(part_has, has[crop])
     np.testing.assert_allclose(part[inner], whole[crop][inner], rtol=1e-12)
+    np.testing.assert_allclose(part_std[inner], whole_std[crop][inner], rtol=1e-9)
     assert np.abs(part - whole[crop])[has[crop]].max() > 1.0  # near the cut the window was truncated
 
 
-def test_a_pixel_without_similar_pixels_nearby_keeps_its_line():
+def test_a_pixel_without_three_similar_pixels_nearby_keeps_its_line():
     spectra = np.zeros((1, 5, 80))
     error = np.full((1, 5, 80), np.nan)
     error[0, :, :3] = 7.0  # known errors only in the first three columns
+    error[0, 0, 40:42] = 1.0  # and two pixels in the middle
     at = np.zeros((5, 80), dtype=bool)
-    at[2, 2] = at[2, 79] = True
-    correction = similar_pixel_correction(spectra, error, at)
-    assert correction[0, 2, 2] == pytest.approx(7.0)
+    at[2, 2] = at[2, 79] = at[2, 41] = True
+    correction, spread = similar_pixel_correction(spectra, error, at)
+    assert correction[0, 2, 2] == pytest.approx(7.0) and spread[0, 2, 2] == pytest.approx(0.0)
     assert np.isnan(correction[0, 2, 79])  # no known error within the window
+    assert np.isnan(correction[0, 2, 41]) and np.isnan(spread[0, 2, 41])  # only two
     assert np.isnan(correction[0, ~at]).all()

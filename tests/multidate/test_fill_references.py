@@ -67,7 +67,7 @@ def test_with_an_identical_reference_the_fill_weighs_the_model_and_an_exact_copy
         fills[fit] = (_read(out)[0].astype(np.float64), _read(tmp_path / f"{fit}_std.tif")[0], _read(out)[2])
     tags = fills["regression"][2]
     assert tags["GEONP_REFERENCE_FIT"].startswith(
-        "regression, corrected by 20 similar pixels within 30 px, weight 0.8, residual filled by default; reference 1: ")
+        "regression, corrected by 20 similar pixels within 30 px, weight 0.8; reference 1: ")
     h = np.broadcast_to(hidden, fills["none"][0].shape)
     w = REGRESSION_WEIGHT
     expected = (1 - w) * fills["none"][0][h] + w * truth[:1][h]
@@ -327,7 +327,7 @@ def test_fill_array_with_references_equals_fill_raster_with_the_same_reference(t
     ref_values, profile, _ = _read(REF)  # 2012-06-09: 32 days after the target
     ref_path = _write(tmp_path / "ref.tif", ref_values, profile, "2012-06-09")
     out = tmp_path / "filled.tif"
-    # the reference regression too: its residual is filled by the default model (far context)
+    # the reference regression too: its similar pixels lie within the block halo and the array alike
     geonp.fill_raster(inp, out, references=[ref_path], fill_outside=True)
     from_file, _, _ = _read(out)
     std_file, _, _ = _read(tmp_path / "filled_std.tif")
