@@ -22,7 +22,7 @@ from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.masks import valid_mask
 from geonp.models.layers import resolve_device
 from geonp.predict import Predictor
-from geonp.reference_fit import LineStats, ReferenceLines
+from geonp.reference_fit import SIMILAR_WINDOW, LineStats, ReferenceLines
 
 __all__ = ["fill", "fill_array"]
 
@@ -36,6 +36,7 @@ def fill_array(
     region: tuple[int, int, int, int] | None = None,
     fillable: np.ndarray | None = None,
     references: Sequence[tuple[np.ndarray, np.ndarray | None, float]] = (),
+    reference_lines: ReferenceLines | None = None,
     **options: Any,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of an in-memory ``[bands, h, w]`` array.
@@ -52,6 +53,9 @@ def fill_array(
             ``multidate`` when no model is given): ``(values, valid, days)`` with ``values`` of
             the array's shape, ``valid`` its mask (or None: NaN/Inf and ``nodata`` are missing)
             and ``days`` the date offset from the array's date (negative = before it).
+        reference_lines: the reference regression's lines when the array is a window of a larger
+            raster (fitted on all of it: :class:`~geonp.reference_fit.LineStats`); None fits them
+            on this array.
         **options: :class:`~geonp.config.FillConfig` fields.
 
     Returns:
@@ -78,7 +82,9 @@ def fill_array(
     norm = engine.normalizer_for(loaded, n, lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
     h, w = values.shape[1:]
     r0, r1, c0, c1 = region or (0, h, 0, w)
-    lines = _reference_lines(cfg, values, valid, refs)
+    lines = reference_lines if reference_lines is not None else _reference_lines(cfg, values, valid, refs)
+    if cfg.reference_fit != "regression":
+        lines = None
     mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
                                       origin=origin, norm=norm, max_distance=cfg.max_distance,
                                       calibration=loaded.calibration, fillable=fillable,
@@ -109,21 +115,27 @@ def _array_references(references: Sequence[tuple[np.ndarray, np.ndarray | None, 
         if ref.shape != shape:
             raise InputRasterError(f"reference {i} has shape {ref.shape}, the array {shape}; give each "
                                    "reference on the array's grid with the same bands")
-        if not (isinstance(days, int | float | np.number) and math.isfinite(float(days))):
-            raise ConfigError(f"reference {i} has days={days!r}; give its date offset from the array's "
-                              "date as a number of days (negative = before it)")
+        _check_days(i, days)
         internal = None if ok is None else np.broadcast_to(ok, shape)
         out.append((ref, valid_mask(ref, nodata=nodata, internal_valid=internal), float(days)))
     return out
 
 
-def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
+def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tuple[Any, float]] = (),
+         **options: Any) -> Any:
     """Fill the gaps of an ``xarray.DataArray`` (``[band,] y, x``); lazy when it is Dask-backed.
 
     Missing pixels are NaN/Inf, ``nodata`` (default ``da.rio.nodata`` or ``da.attrs["_FillValue"]``).
     A Dask-backed array is filled chunk by chunk: each output chunk reads its input chunk with a
     halo of ``search_radius + tile_size + 2 * overlap`` pixels, so tiles align across chunks and the
     result equals an in-memory fill.
+
+    ``references`` are other dates of the same grid, ``(DataArray, days)`` with ``days`` the date
+    offset from ``da``'s date (negative = before it); their gaps follow the same rule (their own
+    nodata). They are filled with the ``multidate`` model by default and the reference
+    regression (``reference_fit``), whose lines are fitted on the whole array first (one pass
+    over a Dask-backed input), as ``geonp fill --reference`` does. Reproject references onto
+    ``da``'s grid first (``rioxarray``'s ``reproject_match``).
 
     Returns:
         An ``xarray.Dataset`` with ``filled`` (in the input's dtype, nodata and CRS set the
@@ -141,7 +153,8 @@ def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
         nodata = arr3.attrs.get("_FillValue", arr3.attrs.get("nodata"))
         with contextlib.suppress(Exception):  # rioxarray not imported or no CRS: keep the attrs' value
             nodata = arr3.rio.nodata if arr3.rio.nodata is not None else nodata
-    loaded = engine.load_for_fill(engine.fill_model(cfg.model))
+    refs = _xarray_references(references, arr3)
+    loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=bool(refs)), references=bool(refs))
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     data = arr3.data
     footprint = None
@@ -150,12 +163,14 @@ def fill(da: Any, config: FillConfig | None = None, **options: Any) -> Any:
 
         footprint = footprint_of_array(_valid(data, nodata).any(axis=0))
     if hasattr(data, "dask"):
-        filled, std = _fill_dask(data, nodata, cfg, halo=opts.halo, footprint=footprint)
+        filled, std = _fill_dask(data, nodata, cfg, halo=max(opts.halo, SIMILAR_WINDOW if refs else 0),
+                                 footprint=footprint, references=refs)
     else:
         values = np.asarray(data, dtype=np.float64)
         h, w = values.shape[1:]
         inside = None if footprint is None else footprint.fillable(Window(0, 0, w, h))
-        filled, std = fill_array(values, _valid(values, nodata), cfg, fillable=inside)
+        filled, std = fill_array(values, _valid(values, nodata), cfg, fillable=inside,
+                                 references=[(np.asarray(r, dtype=np.float64), None, days) for r, days in refs])
     from geonp.xarray_result import build_result
 
     ds = build_result(filled, std, arr3, nodata=nodata)
@@ -171,24 +186,84 @@ def _valid(values: Any, nodata: float | None) -> Any:
     return valid_mask(values, nodata=nodata)
 
 
-def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int,
-               footprint: Any = None) -> tuple[Any, Any]:
+def _check_days(i: int, days: Any) -> None:
+    """Refuse a reference's date offset that is not a finite number of days."""
+    if not (isinstance(days, int | float | np.number) and math.isfinite(float(days))):
+        raise ConfigError(f"reference {i} has days={days!r}; give its date offset from the array's "
+                          "date as a number of days (negative = before it)")
+
+
+def _xarray_references(references: Sequence[tuple[Any, float]], like: Any) -> list[tuple[Any, float]]:
+    """``geonp.fill``'s references as ``([band, y, x] data, days)``, checked against ``like``'s grid."""
+    out = []
+    for i, item in enumerate(references, 1):
+        if not (isinstance(item, tuple | list) and len(item) == 2):
+            raise ConfigError(f"reference {i} must be a (DataArray, days) pair; days is its date offset "
+                              "from the array's date (negative = before it)")
+        ref, days = item
+        ref3 = ref.expand_dims("band") if ref.ndim == 2 else ref
+        if ref3.shape != like.shape:
+            raise InputRasterError(f"reference {i} has shape {tuple(ref3.shape)}, the array {tuple(like.shape)}; "
+                                   "reproject it onto the array's grid first (rioxarray's reproject_match)")
+        data = ref3.data
+        ref_nodata = ref3.attrs.get("_FillValue", ref3.attrs.get("nodata"))
+        with contextlib.suppress(Exception):
+            ref_nodata = ref3.rio.nodata if ref3.rio.nodata is not None else ref_nodata
+        if ref_nodata is not None:  # its own nodata becomes NaN, the missing value every fill knows
+            data = data.astype(np.float64)
+            data = (data.map_blocks(lambda b, v=ref_nodata: np.where(b == v, np.nan, b), dtype=np.float64)
+                    if hasattr(data, "dask") else np.where(data == ref_nodata, np.nan, data))
+        out.append((data, days))
+    for i, (_, days) in enumerate(out, 1):
+        _check_days(i, days)
+    return out
+
+
+def _lines_of_dask(data: Any, nodata: float | None, cfg: FillConfig, references: list[tuple[Any, float]]
+                   ) -> ReferenceLines | None:
+    """The reference regression's lines over the whole Dask array (summed chunk by chunk)."""
+    import dask
+
+    if cfg.reference_fit != "regression":
+        return None
+
+    @dask.delayed(pure=True)
+    def sums(block: np.ndarray, *refs: np.ndarray) -> np.ndarray:
+        values = np.asarray(block, dtype=np.float64)
+        stats = LineStats.empty(len(refs), values.shape[0])
+        stats.add(values, _valid(values, nodata), [(r, valid_mask(r, nodata=cfg.nodata)) for r in map(np.asarray, refs)])
+        return stats.sums
+
+    aligned = [r.rechunk(data.chunks) for r, _ in references]
+    parts = [sums(*blocks) for blocks in zip(data.to_delayed().ravel(), *(r.to_delayed().ravel() for r in aligned),
+                                             strict=True)]
+    return LineStats(np.sum(dask.compute(*parts), axis=0)).lines()
+
+
+def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int, footprint: Any = None,
+               references: list[tuple[Any, float]] = ()) -> tuple[Any, Any]:
     """Build lazy filled/std arrays, one delayed task per output chunk (input read with a halo)."""
     import dask
     import dask.array as dsa
 
     data = data.rechunk({0: -1})
+    references = [(r.rechunk(data.chunks) if hasattr(r, "dask") else dsa.from_array(r, chunks=data.chunks), days)
+                  for r, days in references]
+    lines = _lines_of_dask(data, nodata, cfg, references) if references else None
+    days = [d for _, d in references]
     _, h, w = data.shape
     row_edges = np.cumsum((0,) + data.chunks[1])
     col_edges = np.cumsum((0,) + data.chunks[2])
 
     @dask.delayed(pure=True)
-    def one(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int]) -> np.ndarray:
+    def one(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int], *refs: np.ndarray) -> np.ndarray:
         values = np.asarray(block, dtype=np.float64)
         inside = None if footprint is None else footprint.fillable(
             Window(c0, r0, values.shape[2], values.shape[1]))
         filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region,
-                                 fillable=inside)
+                                 fillable=inside, reference_lines=lines,
+                                 references=[(np.asarray(r, dtype=np.float64), None, d)
+                                             for r, d in zip(refs, days, strict=True)])
         return np.stack([filled, std.astype(np.float64)])
 
     rows = []
@@ -200,7 +275,9 @@ def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int,
             block = data[:, hr0:hr1, hc0:hc1]
             region = (r0 - hr0, r1 - hr0, c0 - hc0, c1 - hc0)
             shape = (2, data.shape[0], r1 - r0, c1 - c0)
-            cols.append(dsa.from_delayed(one(block, int(hr0), int(hc0), region), shape=shape, dtype=np.float64))
+            refs = [r[:, hr0:hr1, hc0:hc1] for r, _ in references]
+            cols.append(dsa.from_delayed(one(block, int(hr0), int(hc0), region, *refs), shape=shape,
+                                         dtype=np.float64))
         rows.append(cols)
     both = dsa.block([[c for c in row] for row in rows]) if rows else None
     return both[0], both[1].astype(np.float32)
