@@ -61,7 +61,7 @@ _SPATIAL_WEIGHT = 3.0
 #: Fewest similar pixels that correct a line (fewer: the line alone, with its residual std).
 _MIN_SIMILAR = 3
 #: Gap pixels corrected per chunk (bounds the memory of the search to about 100 MB).
-_CHUNK = 2048
+_CHUNK = 1024
 
 
 @dataclass
