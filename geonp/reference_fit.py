@@ -25,8 +25,9 @@ halo holds, so it does not depend on the block. Chosen on the pre-2012 dates of 
 (tuning data; 35 target dates of 2009-2011, two previous dates as references, the benchmark's
 hidden cloud shapes; an offline replica of the fill): mean RMSE 589 for the per-band regression
 on the clearest reference, 456 for session 5's fill (global lines plus their residual filled by
-the ``default`` model, averaged 0.5 : 0.5 with the multi-date model) and 394 for this one (weights
-0.7 and 0.9: 395 and 396). Filling the residual of the corrected lines with the ``default`` model
+the ``default`` model, averaged 0.5 : 0.5 with the multi-date model) and 389 for this one (with
+the far candidates at every other offset instead of on even rows and columns: 394; weights 0.7 and
+0.9 then: 395 and 396). Filling the residual of the corrected lines with the ``default`` model
 as well scored 383, but it needs the similar pixels of every observed pixel in a block's halo
 (hundreds of pixels wide), which would cost far more than the fill itself.
 
