@@ -109,7 +109,7 @@ def _array_references(references: Sequence[tuple[np.ndarray, np.ndarray | None, 
                       shape: tuple[int, ...], nodata: float | None) -> list[tuple[np.ndarray, np.ndarray, float]]:
     """Check ``fill_array``'s references; each as ``(values, observed, days)`` of ``shape``."""
     out = []
-    for i, (ref, ok, days) in enumerate(references):
+    for i, (ref, ok, days) in enumerate(references, 1):
         ref = np.asarray(ref, dtype=np.float64)
         ref = ref[None] if ref.ndim == 2 else ref
         if ref.shape != shape:

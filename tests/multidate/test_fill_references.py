@@ -347,9 +347,9 @@ def test_fill_array_with_references_equals_fill_raster_with_the_same_reference(t
 
 def test_fill_array_refuses_a_reference_of_another_shape_or_without_a_date():
     values = np.ones((2, 20, 20))
-    with pytest.raises(InputRasterError, match=r"reference 0 has shape \(2, 20, 19\).*on the array's grid"):
+    with pytest.raises(InputRasterError, match=r"reference 1 has shape \(2, 20, 19\).*on the array's grid"):
         geonp.fill_array(values, values > 0, references=[(np.ones((2, 20, 19)), None, -8)])
-    with pytest.raises(ConfigError, match=r"reference 0 has days=None.*number of days"):
+    with pytest.raises(ConfigError, match=r"reference 1 has days=None.*number of days"):
         geonp.fill_array(values, values > 0, references=[(values, None, None)])
     with pytest.raises(ConfigError, match="takes no references"):
         geonp.fill_array(values, values > 0, references=[(values, None, -8)], model="default")
