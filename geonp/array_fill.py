@@ -22,7 +22,7 @@ from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.masks import valid_mask
 from geonp.models.layers import resolve_device
 from geonp.predict import Predictor
-from geonp.reference_fit import SIMILAR_WINDOW, LineStats, ReferenceLines
+from geonp.reference_fit import SIMILAR_REACH, LineStats, ReferenceLines
 
 __all__ = ["fill", "fill_array"]
 
@@ -163,7 +163,7 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
 
         footprint = footprint_of_array(_valid(data, nodata).any(axis=0))
     if hasattr(data, "dask"):
-        filled, std = _fill_dask(data, nodata, cfg, halo=max(opts.halo, SIMILAR_WINDOW if refs else 0),
+        filled, std = _fill_dask(data, nodata, cfg, halo=max(opts.halo, SIMILAR_REACH if refs else 0),
                                  footprint=footprint, references=refs)
     else:
         values = np.asarray(data, dtype=np.float64)

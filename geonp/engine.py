@@ -36,7 +36,7 @@ from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.models.layers import resolve_device
 from geonp.normalize import Normalizer
 from geonp.predict import BlockReference, Predictor, TileOptions
-from geonp.reference_fit import REGRESSION_WEIGHT, SIMILAR_WINDOW, LineStats, ReferenceLines
+from geonp.reference_fit import REGRESSION_WEIGHT, SIMILAR_REACH, LineStats, ReferenceLines
 from geonp.tiling import make_tiles
 
 logger = logging.getLogger(__name__)
@@ -213,7 +213,7 @@ def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, o
     """The model's fill weighed with the reference regression's where a reference observes a gap pixel.
 
     The regression's estimate of a pixel uses the pixels within
-    :data:`~geonp.reference_fit.SIMILAR_WINDOW` of it, which the block's halo holds.
+    :data:`~geonp.reference_fit.SIMILAR_REACH` of it, which the block's halo holds.
     """
     r0, r1, c0, c1 = region
     at = np.zeros(raw.shape[1:], dtype=bool)
@@ -331,8 +331,8 @@ class BlockRunner:
         """``(halo, search limit)`` to try in turn: narrow first where it can be enough, then full."""
         opts = self.job.opts
         margin = 2 * opts.overlap + opts.tile_size
-        # the reference regression's estimate of a pixel looks SIMILAR_WINDOW pixels around it
-        halo = max(opts.halo, SIMILAR_WINDOW if self.job.reference_lines is not None else 0)
+        # the reference regression's estimate of a pixel looks up to SIMILAR_REACH pixels around it
+        halo = max(opts.halo, SIMILAR_REACH if self.job.reference_lines is not None else 0)
         narrow = _NARROW_SEARCH + margin
         needs_far = self.job.max_distance is not None and self.job.max_distance + margin > narrow
         if narrow >= halo or needs_far or opts.n_far:

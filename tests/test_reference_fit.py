@@ -5,7 +5,7 @@ import pytest
 
 from geonp.reference_fit import (
     MIN_SHARED_PIXELS,
-    SIMILAR_WINDOW,
+    SIMILAR_REACH,
     LineStats,
     ReferenceLines,
     similar_pixel_correction,
@@ -154,35 +154,49 @@ def test_a_pixel_is_never_its_own_similar_pixel():
     assert abs(estimate[0, 15, 15] - line[0, 15, 15]) < 50
 
 
-def test_an_estimate_depends_only_on_pixels_within_the_window():
+def test_an_estimate_depends_only_on_pixels_within_its_reach():
     rng = np.random.default_rng(6)
-    reference, target = _classes(rng, (100, 110))
+    reference, target = _classes(rng, (290, 300))
     target = target + rng.normal(0.0, 20.0, target.shape)
-    ok = np.broadcast_to(rng.random(target.shape[1:]) > 0.3, target.shape)
+    ok = rng.random(target.shape[1:]) > 0.3
+    ok[100:220, 100:230] = False  # a wide cloud: its middle has no similar pixel within 30 px
+    ok = np.broadcast_to(ok, target.shape)
     ref_ok = np.broadcast_to(rng.random(target.shape[1:]) > 0.1, target.shape)
     lines = _lines_of(target, ok, [(reference, ref_ok)])
-    every = np.ones(target.shape[1:], dtype=bool)
-    whole, whole_std, has = lines.estimate(target, ok, [(reference, ref_ok)], every)
-    r0, c0 = 20, 15  # a crop; its pixels farther than the window from its cut edges see all they need
-    crop = (slice(None), slice(r0, 100), slice(c0, 110))
+    at = np.zeros(target.shape[1:], dtype=bool)
+    at[::3, ::3] = True
+    at[150:170, 155:175] = True  # the cloud's middle, every pixel
+    whole, whole_std, has = lines.estimate(target, ok, [(reference, ref_ok)], at)
+    r0, c0 = 20, 15  # a crop; its pixels farther than the reach from its cut edges see all they need
+    crop = (slice(None), slice(r0, None), slice(c0, None))
     part, part_std, part_has = lines.estimate(target[crop], ok[crop], [(reference[crop], ref_ok[crop])],
-                                                 every[crop[1:]], origin=(r0, c0))
-    inner = (slice(None), slice(SIMILAR_WINDOW, None), slice(SIMILAR_WINDOW, None))
+                                              at[crop[1:]], origin=(r0, c0))
+    inner = (slice(None), slice(SIMILAR_REACH, None), slice(SIMILAR_REACH, None))
     np.testing.assert_array_equal(part_has, has[crop])
     np.testing.assert_allclose(part[inner], whole[crop][inner], rtol=1e-12)
     np.testing.assert_allclose(part_std[inner], whole_std[crop][inner], rtol=1e-9)
-    assert np.abs(part - whole[crop])[has[crop]].max() > 1.0  # near the cut the window was truncated
+    assert np.abs(part - whole[crop])[has[crop]].max() > 1.0  # near the cut the search was truncated
+    middle = np.zeros(target.shape, dtype=bool)
+    middle[:, 150:170, 155:175] = True
+    middle &= ref_ok
+    assert np.isfinite(whole[middle]).all() and np.isfinite(whole_std[middle]).all()
+    # the middle of the cloud found its land cover's change farther away: the line alone is far off
+    line, _ = lines.predict([(reference, ref_ok)])
+    err, line_err = np.abs(whole[middle] - target[middle]), np.abs(line[middle] - target[middle])
+    assert np.sqrt(np.mean(err ** 2)) < 0.2 * np.sqrt(np.mean(line_err ** 2))
 
 
-def test_a_pixel_without_three_similar_pixels_nearby_keeps_its_line():
-    spectra = np.zeros((1, 5, 80))
-    error = np.full((1, 5, 80), np.nan)
-    error[0, :, :3] = 7.0  # known errors only in the first three columns
-    error[0, 0, 40:42] = 1.0  # and two pixels in the middle
-    at = np.zeros((5, 80), dtype=bool)
-    at[2, 2] = at[2, 79] = at[2, 41] = True
+def test_the_search_grows_where_few_pixels_are_near_and_gives_up_beyond_its_reach():
+    spectra = np.zeros((1, 5, 300))
+    error = np.full((1, 5, 300), np.nan)
+    error[0, :, :21] = 7.0  # known errors in the first 21 columns
+    error[0, 0, 200:202] = 1.0  # and two pixels far from them
+    at = np.zeros((5, 300), dtype=bool)
+    for col in (2, 60, 201, 299):
+        at[2, col] = True
     correction, spread = similar_pixel_correction(spectra, error, at)
     assert correction[0, 2, 2] == pytest.approx(7.0) and spread[0, 2, 2] == pytest.approx(0.0)
-    assert np.isnan(correction[0, 2, 79])  # no known error within the window
-    assert np.isnan(correction[0, 2, 41]) and np.isnan(spread[0, 2, 41])  # only two
+    assert correction[0, 2, 60] == pytest.approx(7.0)  # none within 30 px: found within 120
+    assert np.isnan(correction[0, 2, 201]) and np.isnan(spread[0, 2, 201])  # only two within reach
+    assert np.isnan(correction[0, 2, 299])  # none within reach: the line alone
     assert np.isnan(correction[0, ~at]).all()
