@@ -42,8 +42,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 __all__ = ["MIN_SHARED_PIXELS", "REFERENCE_FITS", "REGRESSION_WEIGHT", "SIMILAR_PIXELS", "SIMILAR_REACH",
-           "SIMILAR_WINDOW",
-           "LineStats", "ReferenceLines", "similar_pixel_correction"]
+           "SIMILAR_WINDOW", "LineStats", "ReferenceLines", "similar_pixel_correction"]
 
 #: Reference fits a multi-date fill knows: a regression estimate, or references as context only.
 REFERENCE_FITS = ("regression", "none")
