@@ -82,9 +82,9 @@ def fill_array(
     norm = engine.normalizer_for(loaded, n, lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
     h, w = values.shape[1:]
     r0, r1, c0, c1 = region or (0, h, 0, w)
-    lines = reference_lines if reference_lines is not None else _reference_lines(cfg, values, valid, refs)
-    if cfg.reference_fit != "regression":
-        lines = None
+    lines = None
+    if refs and cfg.reference_fit == "regression":
+        lines = reference_lines if reference_lines is not None else _reference_lines(values, valid, refs)
     mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
                                       origin=origin, norm=norm, max_distance=cfg.max_distance,
                                       calibration=loaded.calibration, fillable=fillable,
@@ -95,11 +95,9 @@ def fill_array(
     return filled, std_out
 
 
-def _reference_lines(cfg: FillConfig, values: np.ndarray, valid: np.ndarray,
+def _reference_lines(values: np.ndarray, valid: np.ndarray,
                      refs: list[tuple[np.ndarray, np.ndarray, float]]) -> ReferenceLines | None:
-    """The reference regression of a multi-date array fill, fitted on the whole array (None: not used)."""
-    if not refs or cfg.reference_fit != "regression":
-        return None
+    """The reference regression of a multi-date array fill, fitted on the whole array (None: no usable line)."""
     stats = LineStats.empty(len(refs), values.shape[0])
     stats.add(values, valid, [(vals, ok) for vals, ok, _ in refs])
     return stats.lines()
@@ -201,6 +199,7 @@ def _xarray_references(references: Sequence[tuple[Any, float]], like: Any) -> li
             raise ConfigError(f"reference {i} must be a (DataArray, days) pair; days is its date offset "
                               "from the array's date (negative = before it)")
         ref, days = item
+        _check_days(i, days)
         ref3 = ref.expand_dims("band") if ref.ndim == 2 else ref
         if ref3.shape != like.shape:
             raise InputRasterError(f"reference {i} has shape {tuple(ref3.shape)}, the array {tuple(like.shape)}; "
@@ -214,18 +213,13 @@ def _xarray_references(references: Sequence[tuple[Any, float]], like: Any) -> li
             data = (data.map_blocks(lambda b, v=ref_nodata: np.where(b == v, np.nan, b), dtype=np.float64)
                     if hasattr(data, "dask") else np.where(data == ref_nodata, np.nan, data))
         out.append((data, days))
-    for i, (_, days) in enumerate(out, 1):
-        _check_days(i, days)
     return out
 
 
 def _lines_of_dask(data: Any, nodata: float | None, cfg: FillConfig, references: list[tuple[Any, float]]
                    ) -> ReferenceLines | None:
-    """The reference regression's lines over the whole Dask array (summed chunk by chunk)."""
+    """The reference regression's lines over the whole Dask array (summed chunk by chunk; one pass)."""
     import dask
-
-    if cfg.reference_fit != "regression":
-        return None
 
     @dask.delayed(pure=True)
     def sums(block: np.ndarray, *refs: np.ndarray) -> np.ndarray:
@@ -249,7 +243,7 @@ def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int, f
     data = data.rechunk({0: -1})
     references = [(r.rechunk(data.chunks) if hasattr(r, "dask") else dsa.from_array(r, chunks=data.chunks), days)
                   for r, days in references]
-    lines = _lines_of_dask(data, nodata, cfg, references) if references else None
+    lines = _lines_of_dask(data, nodata, cfg, references) if references and cfg.reference_fit == "regression" else None
     days = [d for _, d in references]
     _, h, w = data.shape
     row_edges = np.cumsum((0,) + data.chunks[1])

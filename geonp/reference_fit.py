@@ -257,6 +257,8 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
     known = np.isfinite(error).all(axis=0)
     for window, stride in ((SIMILAR_WINDOW, 2), (SIMILAR_REACH, _FAR_STRIDE)):
         rows, cols = np.nonzero(at & ~np.isfinite(spread).all(axis=0))
+        if not rows.size:  # every pixel found its similar pixels nearby: no wider search
+            break
         dr, dc = (a.ravel() for a in np.mgrid[-window:window + 1, -window:window + 1])
         inner = (np.maximum(abs(dr), abs(dc)) <= _DENSE_RADIUS) & ((dr != 0) | (dc != 0))
         phase_r, phase_c = (rows + origin[0]) % stride, (cols + origin[1]) % stride
