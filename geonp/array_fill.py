@@ -22,7 +22,13 @@ from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.masks import valid_mask
 from geonp.models.layers import resolve_device
 from geonp.predict import Predictor
-from geonp.reference_fit import SIMILAR_REACH, LineStats, ReferenceLines
+from geonp.reference_fit import (
+    ESTIMATE_REACH,
+    LineStats,
+    ReferenceLines,
+    SurfaceStats,
+    fit_regression,
+)
 
 __all__ = ["fill", "fill_array"]
 
@@ -98,9 +104,7 @@ def fill_array(
 def _reference_lines(values: np.ndarray, valid: np.ndarray,
                      refs: list[tuple[np.ndarray, np.ndarray, float]]) -> ReferenceLines | None:
     """The reference regression of a multi-date array fill, fitted on the whole array (None: no usable line)."""
-    stats = LineStats.empty(len(refs), values.shape[0])
-    stats.add(values, valid, [(vals, ok) for vals, ok, _ in refs])
-    return stats.lines()
+    return fit_regression(values, valid, [(vals, ok) for vals, ok, _ in refs])
 
 
 def _array_references(references: Sequence[tuple[np.ndarray, np.ndarray | None, float]],
@@ -161,7 +165,7 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
 
         footprint = footprint_of_array(_valid(data, nodata).any(axis=0))
     if hasattr(data, "dask"):
-        filled, std = _fill_dask(data, nodata, cfg, halo=max(opts.halo, SIMILAR_REACH if refs else 0),
+        filled, std = _fill_dask(data, nodata, cfg, halo=max(opts.halo, ESTIMATE_REACH if refs else 0),
                                  footprint=footprint, references=refs)
     else:
         values = np.asarray(data, dtype=np.float64)
@@ -218,20 +222,35 @@ def _xarray_references(references: Sequence[tuple[Any, float]], like: Any) -> li
 
 def _lines_of_dask(data: Any, nodata: float | None, cfg: FillConfig, references: list[tuple[Any, float]]
                    ) -> ReferenceLines | None:
-    """The reference regression's lines over the whole Dask array (summed chunk by chunk; one pass)."""
+    """The reference regression over the whole Dask array, summed chunk by chunk (lines, then surfaces)."""
     import dask
 
-    @dask.delayed(pure=True)
-    def sums(block: np.ndarray, *refs: np.ndarray) -> np.ndarray:
+    def pixels(block: np.ndarray, refs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, list]:
         values = np.asarray(block, dtype=np.float64)
-        stats = LineStats.empty(len(refs), values.shape[0])
-        stats.add(values, _valid(values, nodata), [(r, valid_mask(r, nodata=cfg.nodata)) for r in map(np.asarray, refs)])
+        return values, _valid(values, nodata), [(r, valid_mask(r, nodata=cfg.nodata)) for r in map(np.asarray, refs)]
+
+    @dask.delayed(pure=True)
+    def line_sums(block: np.ndarray, *refs: np.ndarray) -> np.ndarray:
+        stats = LineStats.empty(len(refs), block.shape[0])
+        stats.add(*pixels(block, refs))
         return stats.sums
 
+    @dask.delayed(pure=True)
+    def surface_sums(lines: ReferenceLines, block: np.ndarray, *refs: np.ndarray) -> SurfaceStats:
+        stats = SurfaceStats.empty(lines)
+        stats.add(*pixels(block, refs))
+        return stats
+
     aligned = [r.rechunk(data.chunks) for r, _ in references]
-    parts = [sums(*blocks) for blocks in zip(data.to_delayed().ravel(), *(r.to_delayed().ravel() for r in aligned),
-                                             strict=True)]
-    return LineStats(np.sum(dask.compute(*parts), axis=0)).lines()
+    chunks = list(zip(data.to_delayed().ravel(), *(r.to_delayed().ravel() for r in aligned), strict=True))
+    lines = LineStats(np.sum(dask.compute(*[line_sums(*c) for c in chunks]), axis=0)).lines()
+    if lines is None:
+        return None
+    parts = dask.compute(*[surface_sums(lines, *c) for c in chunks])
+    total = SurfaceStats.empty(lines)
+    for part in parts:
+        total.merge(part)
+    return total.fit()
 
 
 def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int, footprint: Any = None,

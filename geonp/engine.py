@@ -36,7 +36,13 @@ from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.models.layers import resolve_device
 from geonp.normalize import Normalizer
 from geonp.predict import BlockReference, Predictor, TileOptions
-from geonp.reference_fit import REGRESSION_WEIGHT, SIMILAR_REACH, LineStats, ReferenceLines
+from geonp.reference_fit import (
+    ESTIMATE_REACH,
+    REGRESSION_WEIGHT,
+    LineStats,
+    ReferenceLines,
+    SurfaceStats,
+)
 from geonp.tiling import make_tiles
 
 logger = logging.getLogger(__name__)
@@ -213,7 +219,7 @@ def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, o
     """The model's fill weighed with the reference regression's where a reference observes a gap pixel.
 
     The regression's estimate of a pixel uses the pixels within
-    :data:`~geonp.reference_fit.SIMILAR_REACH` of it, which the block's halo holds.
+    :data:`~geonp.reference_fit.ESTIMATE_REACH` of it, which the block's halo holds.
     """
     r0, r1, c0, c1 = region
     at = np.zeros(raw.shape[1:], dtype=bool)
@@ -331,8 +337,8 @@ class BlockRunner:
         """``(halo, search limit)`` to try in turn: narrow first where it can be enough, then full."""
         opts = self.job.opts
         margin = 2 * opts.overlap + opts.tile_size
-        # the reference regression's estimate of a pixel looks up to SIMILAR_REACH pixels around it
-        halo = max(opts.halo, SIMILAR_REACH if self.job.reference_lines is not None else 0)
+        # the reference regression's estimate of a pixel looks up to ESTIMATE_REACH pixels around it
+        halo = max(opts.halo, ESTIMATE_REACH if self.job.reference_lines is not None else 0)
         narrow = _NARROW_SEARCH + margin
         needs_far = self.job.max_distance is not None and self.job.max_distance + margin > narrow
         if narrow >= halo or needs_far or opts.n_far:
@@ -415,14 +421,23 @@ def read_target(src: Any, info: RasterInfo, job: BlockJob, win: Window) -> tuple
 
 
 def fit_reference_lines(job: BlockJob, blocks: list[Block]) -> ReferenceLines | None:
-    """The reference regression of a multi-date job, over every pixel of the raster (block by block)."""
+    """The reference regression of a multi-date job, over every pixel of the raster (block by block).
+
+    Two passes: the lines (which also standardise the references), then the surfaces.
+    """
     stats = LineStats.empty(len(job.references), len(job.bands))
     with open_raster(job.input) as src:
         info = raster_info(src)
-        for r0, r1, c0, c1 in blocks:
-            win = Window(c0, r0, c1 - c0, r1 - r0)
+        windows = [Window(c0, r0, c1 - c0, r1 - r0) for r0, r1, c0, c1 in blocks]
+        for win in windows:
             stats.add(*read_target(src, info, job, win), [ref.read(info, win) for ref in job.references])
-    return stats.lines()
+        lines = stats.lines()
+        if lines is None:
+            return None
+        surfaces = SurfaceStats.empty(lines)
+        for win in windows:
+            surfaces.add(*read_target(src, info, job, win), [ref.read(info, win) for ref in job.references])
+    return surfaces.fit()
 
 
 _RUNNER: list[BlockRunner] = []  # this process's runner (the last job's)

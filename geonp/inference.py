@@ -38,7 +38,13 @@ from geonp.io.raster import open_raster, raster_info, select_bands
 from geonp.io.remote import is_virtual
 from geonp.io.validity import plan_output_validity
 from geonp.models.layers import resolve_device
-from geonp.reference_fit import REGRESSION_WEIGHT, SIMILAR_PIXELS, SIMILAR_REACH, SIMILAR_WINDOW
+from geonp.reference_fit import (
+    REGRESSION_WEIGHT,
+    RESIDUAL_RADIUS,
+    SIMILAR_PIXELS,
+    SIMILAR_REACH,
+    SIMILAR_WINDOW,
+)
 
 __all__ = ["FillReport", "default_uncertainty_path", "fill", "fill_array", "fill_raster"]
 
@@ -169,7 +175,7 @@ def reference_fit_tag(job: engine.BlockJob) -> str:
     if job.reference_lines is None:
         return "none: references are context of the model"
     return (f"regression, corrected by {SIMILAR_PIXELS} similar pixels within {SIMILAR_WINDOW} px (else "
-            f"{SIMILAR_REACH} px), weight "
+            f"{SIMILAR_REACH} px) and by its errors within {RESIDUAL_RADIUS} px, weight "
             f"{REGRESSION_WEIGHT:g}; {job.reference_lines.describe()}")
 
 

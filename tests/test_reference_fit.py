@@ -4,10 +4,15 @@ import numpy as np
 import pytest
 
 from geonp.reference_fit import (
+    ESTIMATE_REACH,
     MIN_SHARED_PIXELS,
-    SIMILAR_REACH,
+    RESIDUAL_RADIUS,
     LineStats,
     ReferenceLines,
+    Surface,
+    SurfaceStats,
+    fit_regression,
+    residual_correction,
     similar_pixel_correction,
 )
 
@@ -103,9 +108,7 @@ def _classes(rng, shape=(40, 50)):
 
 
 def _lines_of(target, ok, references):
-    stats = LineStats.empty(len(references), target.shape[0])
-    stats.add(target, ok, references)
-    return stats.lines()
+    return fit_regression(target, ok, references)
 
 
 def test_similar_pixels_recover_a_change_that_differs_by_land_cover_where_a_line_cannot():
@@ -171,7 +174,7 @@ def test_an_estimate_depends_only_on_pixels_within_its_reach():
     crop = (slice(None), slice(r0, None), slice(c0, None))
     part, part_std, part_has = lines.estimate(target[crop], ok[crop], [(reference[crop], ref_ok[crop])],
                                               at[crop[1:]], origin=(r0, c0))
-    inner = (slice(None), slice(SIMILAR_REACH, None), slice(SIMILAR_REACH, None))
+    inner = (slice(None), slice(ESTIMATE_REACH, None), slice(ESTIMATE_REACH, None))
     np.testing.assert_array_equal(part_has, has[crop])
     np.testing.assert_allclose(part[inner], whole[crop][inner], rtol=1e-12)
     np.testing.assert_allclose(part_std[inner], whole_std[crop][inner], rtol=1e-9)
@@ -200,3 +203,86 @@ def test_the_search_grows_where_few_pixels_are_near_and_gives_up_beyond_its_reac
     assert np.isnan(correction[0, 2, 201]) and np.isnan(spread[0, 2, 201])  # only two within reach
     assert np.isnan(correction[0, 2, 299])  # none within reach: the line alone
     assert np.isnan(correction[0, ~at]).all()
+
+
+def _bands_product(rng, shape=(3, 40, 50)):
+    """A reference and a target that is a quadratic of all the reference's bands, not a line of each."""
+    x = rng.uniform(500.0, 1500.0, shape)
+    y = np.stack([200.0 + 0.001 * x[0] * x[1], 0.0005 * x[2] ** 2 - 0.3 * x[0], x[1] + x[2]])
+    return x, y
+
+
+def test_a_surface_follows_a_change_that_mixes_bands_where_each_bands_line_cannot():
+    rng = np.random.default_rng(8)
+    x, y = _bands_product(rng)
+    ok = np.ones(y.shape, dtype=bool)
+    lines = fit_regression(y, ok, [(x, ok)])
+    fit, fit_std = lines.fitted(0, x)
+    line, _ = lines.predict([(x, ok)])
+    np.testing.assert_allclose(fit, y, atol=1e-3)
+    assert max(lines.surface[0].residual_std) < 1e-3 and fit_std.max() < 1e-3
+    assert min(lines.residual_std[0][:2]) > 20  # the first two bands are no line of their own band
+    assert np.sqrt(np.mean((line - y)[:2] ** 2)) > 20
+
+
+def test_surfaces_summed_block_by_block_or_merged_equal_one_fitted_at_once():
+    rng = np.random.default_rng(9)
+    x, y = _bands_product(rng)
+    y = y + rng.normal(0.0, 10.0, y.shape)
+    ok = np.broadcast_to(rng.random(y.shape[1:]) > 0.2, y.shape)
+    whole = fit_regression(y, ok, [(x, ok)])
+    top, bottom = SurfaceStats.empty(whole), SurfaceStats.empty(whole)
+    top.add(y[:, :17], ok[:, :17], [(x[:, :17], ok[:, :17])])
+    bottom.add(y[:, 17:], ok[:, 17:], [(x[:, 17:], ok[:, 17:])])
+    top.merge(bottom)
+    merged = top.fit().surface[0]
+    np.testing.assert_allclose(merged.coef, whole.surface[0].coef, rtol=1e-9, atol=1e-9)
+    assert merged.low == whole.surface[0].low and merged.high == whole.surface[0].high
+    np.testing.assert_allclose(merged.residual_std, whole.surface[0].residual_std, rtol=1e-9)
+    assert merged.residual_std == pytest.approx((10.0, 10.0, 10.0), rel=0.1)
+
+
+def test_beyond_the_range_it_was_fitted_on_a_surface_goes_on_along_its_tangent():
+    square = Surface(coef=((0.0,), (0.0,), (1.0,)), low=(-1.0,), high=(1.0,), residual_std=(1.0,))  # z^2
+    z = np.array([-3.0, -1.0, 0.5, 1.0, 3.0]).reshape(1, 1, 5)
+    # inside: z^2; beyond +-1 the tangent 1 + 2 (|z| - 1): 5 at +-3 where z^2 would be 9
+    np.testing.assert_allclose(square.apply(z)[0, 0], [5.0, 1.0, 0.25, 1.0, 5.0])
+
+
+def test_too_few_shared_pixels_for_a_surface_leave_the_lines():
+    rng = np.random.default_rng(10)
+    x, y = _bands_product(rng, (3, 10, 10))  # 100 pixels: fewer than 20 per each of 10 features
+    ok = np.ones(y.shape, dtype=bool)
+    lines = fit_regression(y, ok, [(x, ok)])
+    assert lines.surface == (None,)
+    fit, fit_std = lines.fitted(0, x)
+    np.testing.assert_allclose(fit, lines.predict([(x, ok)])[0])
+    np.testing.assert_allclose(fit_std[:, 0, 0], lines.residual_std[0])
+
+
+def test_the_residual_correction_is_whole_at_a_gaps_edge_and_fades_to_nothing_inside():
+    residual = np.full((1, 5, 40), np.nan)
+    residual[0, :, :10] = 10.0  # the estimates on observed pixels are 10 too low
+    correction = residual_correction(residual)[0, 2]
+    inside = correction[10:]  # the gap, from its edge inwards
+    assert inside[0] > 9.0  # beside the observed pixels: nearly all of it
+    assert 4.0 < inside[3] < 8.0  # 2 sigma in: a part
+    assert np.all(np.diff(inside[:RESIDUAL_RADIUS]) < 0)
+    np.testing.assert_array_equal(inside[RESIDUAL_RADIUS:], 0.0)  # beyond its radius: nothing
+
+
+def test_an_anomaly_beside_a_gap_carries_into_its_edge_where_similar_pixels_alone_miss_it():
+    rng = np.random.default_rng(11)
+    reference = rng.uniform(900.0, 1100.0, (1, 40, 60))
+    target = 2.0 * reference
+    target[:, :, 20:40] += 300.0  # a field that changed more, straddling the gap's edge
+    ok = np.ones(target.shape, dtype=bool)
+    ok[:, :, 30:50] = False
+    lines = fit_regression(target, ok, [(reference, ok | True)])
+    estimate, _, _ = lines.estimate(target, ok, [(reference, ok | True)], ~ok[0])
+    fit, _ = lines.fitted(0, reference)
+    error = np.where(ok, target - fit, np.nan)
+    similar, _ = similar_pixel_correction(lines.standardised(0, reference), error, ~ok[0])
+    edge = (slice(None), slice(None), 30)
+    assert np.abs(estimate[edge] - target[edge]).mean() < 0.15 * 300  # 29 when written
+    assert np.abs(fit[edge] + similar[edge] - target[edge]).mean() > 0.4 * 300  # 152
