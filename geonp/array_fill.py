@@ -22,13 +22,7 @@ from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.masks import valid_mask
 from geonp.models.layers import resolve_device
 from geonp.predict import Predictor
-from geonp.reference_fit import (
-    ESTIMATE_REACH,
-    LineStats,
-    ReferenceLines,
-    SurfaceStats,
-    fit_regression,
-)
+from geonp.reference_fit import ESTIMATE_REACH, LineStats, ReferenceLines, fit_regression
 
 __all__ = ["fill", "fill_array"]
 
@@ -222,35 +216,20 @@ def _xarray_references(references: Sequence[tuple[Any, float]], like: Any) -> li
 
 def _lines_of_dask(data: Any, nodata: float | None, cfg: FillConfig, references: list[tuple[Any, float]]
                    ) -> ReferenceLines | None:
-    """The reference regression over the whole Dask array, summed chunk by chunk (lines, then surfaces)."""
+    """The reference regression's lines over the whole Dask array (summed chunk by chunk; one pass)."""
     import dask
 
-    def pixels(block: np.ndarray, refs: tuple[np.ndarray, ...]) -> tuple[np.ndarray, np.ndarray, list]:
-        values = np.asarray(block, dtype=np.float64)
-        return values, _valid(values, nodata), [(r, valid_mask(r, nodata=cfg.nodata)) for r in map(np.asarray, refs)]
-
     @dask.delayed(pure=True)
-    def line_sums(block: np.ndarray, *refs: np.ndarray) -> np.ndarray:
-        stats = LineStats.empty(len(refs), block.shape[0])
-        stats.add(*pixels(block, refs))
+    def sums(block: np.ndarray, *refs: np.ndarray) -> np.ndarray:
+        values = np.asarray(block, dtype=np.float64)
+        stats = LineStats.empty(len(refs), values.shape[0])
+        stats.add(values, _valid(values, nodata), [(r, valid_mask(r, nodata=cfg.nodata)) for r in map(np.asarray, refs)])
         return stats.sums
 
-    @dask.delayed(pure=True)
-    def surface_sums(lines: ReferenceLines, block: np.ndarray, *refs: np.ndarray) -> SurfaceStats:
-        stats = SurfaceStats.empty(lines)
-        stats.add(*pixels(block, refs))
-        return stats
-
     aligned = [r.rechunk(data.chunks) for r, _ in references]
-    chunks = list(zip(data.to_delayed().ravel(), *(r.to_delayed().ravel() for r in aligned), strict=True))
-    lines = LineStats(np.sum(dask.compute(*[line_sums(*c) for c in chunks]), axis=0)).lines()
-    if lines is None:
-        return None
-    parts = dask.compute(*[surface_sums(lines, *c) for c in chunks])
-    total = SurfaceStats.empty(lines)
-    for part in parts:
-        total.merge(part)
-    return total.fit()
+    parts = [sums(*blocks) for blocks in zip(data.to_delayed().ravel(), *(r.to_delayed().ravel() for r in aligned),
+                                             strict=True)]
+    return LineStats(np.sum(dask.compute(*parts), axis=0)).lines()
 
 
 def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int, footprint: Any = None,

@@ -36,13 +36,7 @@ from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.models.layers import resolve_device
 from geonp.normalize import Normalizer
 from geonp.predict import BlockReference, Predictor, TileOptions
-from geonp.reference_fit import (
-    ESTIMATE_REACH,
-    REGRESSION_WEIGHT,
-    LineStats,
-    ReferenceLines,
-    SurfaceStats,
-)
+from geonp.reference_fit import ESTIMATE_REACH, REGRESSION_WEIGHT, LineStats, ReferenceLines
 from geonp.tiling import make_tiles
 
 logger = logging.getLogger(__name__)
@@ -421,23 +415,14 @@ def read_target(src: Any, info: RasterInfo, job: BlockJob, win: Window) -> tuple
 
 
 def fit_reference_lines(job: BlockJob, blocks: list[Block]) -> ReferenceLines | None:
-    """The reference regression of a multi-date job, over every pixel of the raster (block by block).
-
-    Two passes: the lines (which also standardise the references), then the surfaces.
-    """
+    """The reference regression of a multi-date job, over every pixel of the raster (block by block)."""
     stats = LineStats.empty(len(job.references), len(job.bands))
     with open_raster(job.input) as src:
         info = raster_info(src)
-        windows = [Window(c0, r0, c1 - c0, r1 - r0) for r0, r1, c0, c1 in blocks]
-        for win in windows:
+        for r0, r1, c0, c1 in blocks:
+            win = Window(c0, r0, c1 - c0, r1 - r0)
             stats.add(*read_target(src, info, job, win), [ref.read(info, win) for ref in job.references])
-        lines = stats.lines()
-        if lines is None:
-            return None
-        surfaces = SurfaceStats.empty(lines)
-        for win in windows:
-            surfaces.add(*read_target(src, info, job, win), [ref.read(info, win) for ref in job.references])
-    return surfaces.fit()
+    return stats.lines()
 
 
 _RUNNER: list[BlockRunner] = []  # this process's runner (the last job's)

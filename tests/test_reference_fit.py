@@ -9,8 +9,6 @@ from geonp.reference_fit import (
     RESIDUAL_RADIUS,
     LineStats,
     ReferenceLines,
-    Surface,
-    SurfaceStats,
     fit_regression,
     residual_correction,
     similar_pixel_correction,
@@ -205,61 +203,6 @@ def test_the_search_grows_where_few_pixels_are_near_and_gives_up_beyond_its_reac
     assert np.isnan(correction[0, ~at]).all()
 
 
-def _bands_product(rng, shape=(3, 40, 50)):
-    """A reference and a target that is a quadratic of all the reference's bands, not a line of each."""
-    x = rng.uniform(500.0, 1500.0, shape)
-    y = np.stack([200.0 + 0.001 * x[0] * x[1], 0.0005 * x[2] ** 2 - 0.3 * x[0], x[1] + x[2]])
-    return x, y
-
-
-def test_a_surface_follows_a_change_that_mixes_bands_where_each_bands_line_cannot():
-    rng = np.random.default_rng(8)
-    x, y = _bands_product(rng)
-    ok = np.ones(y.shape, dtype=bool)
-    lines = fit_regression(y, ok, [(x, ok)])
-    fit, fit_std = lines.fitted(0, x)
-    line, _ = lines.predict([(x, ok)])
-    np.testing.assert_allclose(fit, y, atol=1e-3)
-    assert max(lines.surface[0].residual_std) < 1e-3 and fit_std.max() < 1e-3
-    assert min(lines.residual_std[0][:2]) > 20  # the first two bands are no line of their own band
-    assert np.sqrt(np.mean((line - y)[:2] ** 2)) > 20
-
-
-def test_surfaces_summed_block_by_block_or_merged_equal_one_fitted_at_once():
-    rng = np.random.default_rng(9)
-    x, y = _bands_product(rng)
-    y = y + rng.normal(0.0, 10.0, y.shape)
-    ok = np.broadcast_to(rng.random(y.shape[1:]) > 0.2, y.shape)
-    whole = fit_regression(y, ok, [(x, ok)])
-    top, bottom = SurfaceStats.empty(whole), SurfaceStats.empty(whole)
-    top.add(y[:, :17], ok[:, :17], [(x[:, :17], ok[:, :17])])
-    bottom.add(y[:, 17:], ok[:, 17:], [(x[:, 17:], ok[:, 17:])])
-    top.merge(bottom)
-    merged = top.fit().surface[0]
-    np.testing.assert_allclose(merged.coef, whole.surface[0].coef, rtol=1e-9, atol=1e-9)
-    assert merged.low == whole.surface[0].low and merged.high == whole.surface[0].high
-    np.testing.assert_allclose(merged.residual_std, whole.surface[0].residual_std, rtol=1e-9)
-    assert merged.residual_std == pytest.approx((10.0, 10.0, 10.0), rel=0.1)
-
-
-def test_beyond_the_range_it_was_fitted_on_a_surface_goes_on_along_its_tangent():
-    square = Surface(coef=((0.0,), (0.0,), (1.0,)), low=(-1.0,), high=(1.0,), residual_std=(1.0,))  # z^2
-    z = np.array([-3.0, -1.0, 0.5, 1.0, 3.0]).reshape(1, 1, 5)
-    # inside: z^2; beyond +-1 the tangent 1 + 2 (|z| - 1): 5 at +-3 where z^2 would be 9
-    np.testing.assert_allclose(square.apply(z)[0, 0], [5.0, 1.0, 0.25, 1.0, 5.0])
-
-
-def test_too_few_shared_pixels_for_a_surface_leave_the_lines():
-    rng = np.random.default_rng(10)
-    x, y = _bands_product(rng, (3, 10, 10))  # 100 pixels: fewer than 20 per each of 10 features
-    ok = np.ones(y.shape, dtype=bool)
-    lines = fit_regression(y, ok, [(x, ok)])
-    assert lines.surface == (None,)
-    fit, fit_std = lines.fitted(0, x)
-    np.testing.assert_allclose(fit, lines.predict([(x, ok)])[0])
-    np.testing.assert_allclose(fit_std[:, 0, 0], lines.residual_std[0])
-
-
 def test_the_residual_correction_is_whole_at_a_gaps_edge_and_fades_to_nothing_inside():
     residual = np.full((1, 5, 40), np.nan)
     residual[0, :, :10] = 10.0  # the estimates on observed pixels are 10 too low
@@ -280,9 +223,9 @@ def test_an_anomaly_beside_a_gap_carries_into_its_edge_where_similar_pixels_alon
     ok[:, :, 30:50] = False
     lines = fit_regression(target, ok, [(reference, ok | True)])
     estimate, _, _ = lines.estimate(target, ok, [(reference, ok | True)], ~ok[0])
-    fit, _ = lines.fitted(0, reference)
+    fit, _ = lines.predict([(reference, ok | True)])
     error = np.where(ok, target - fit, np.nan)
-    similar, _ = similar_pixel_correction(lines.standardised(0, reference), error, ~ok[0])
+    similar, _ = similar_pixel_correction(reference / lines.reference_std[0][0], error, ~ok[0])
     edge = (slice(None), slice(None), 30)
     assert np.abs(estimate[edge] - target[edge]).mean() < 0.15 * 300  # 29 when written
     assert np.abs(fit[edge] + similar[edge] - target[edge]).mean() > 0.4 * 300  # 152
