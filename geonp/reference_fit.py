@@ -193,11 +193,12 @@ class ReferenceLines:
 
         A pixel's correction is the weighted mean of the line's error (target minus line) on
         the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW` (else :data:`SIMILAR_REACH`)
-        that look most like it
-        on the reference date and that both dates observe in every band
+        that look most like it on the reference date and that both dates observe in every band
         (:func:`similar_pixel_correction`), never the pixel itself; the std is the weighted
         spread of those errors. A pixel with fewer than :data:`_MIN_SIMILAR` similar pixels
-        keeps its line, with the line's residual std.
+        keeps its line, with the line's residual std. The same estimates are made on the observed
+        pixels within :data:`RESIDUAL_RADIUS` of ``at``, and their errors then correct the
+        estimates beside them (:func:`residual_correction`; the std is left as it is).
 
         Args:
             target: ``[bands, h, w]`` values of the target date.
