@@ -188,7 +188,8 @@ class ReferenceLines:
 
     def estimate(self, target: np.ndarray, observed: np.ndarray,
                  references: Sequence[tuple[np.ndarray, np.ndarray]], at: np.ndarray,
-                 origin: tuple[int, int] = (0, 0)) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+                 origin: tuple[int, int] = (0, 0), residual: bool = True
+                 ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """Estimates at ``at``: :meth:`predict`'s line corrected by the line's error on similar pixels.
 
         A pixel's correction is the weighted mean of the line's error (target minus line) on
@@ -207,6 +208,8 @@ class ReferenceLines:
             at: bool ``[h, w]``: the pixels to estimate.
             origin: the arrays' ``(row, col)`` offset in the raster (the search's candidates
                 lie on the raster's even rows and columns: :func:`similar_pixel_correction`).
+            residual: apply the residual correction (False: the similar pixels alone, as in
+                session 6; for comparisons).
 
         Returns:
             ``(estimate, std, has)``: float64 ``[bands, h, w]`` (NaN where not estimated) and
@@ -215,8 +218,10 @@ class ReferenceLines:
         shape = references[0][0].shape
         # the observed pixels the residual correction looks at (the estimates there are leave-one-out:
         # a pixel is never its own similar pixel)
-        near = ndimage.binary_dilation(at, np.ones((2 * RESIDUAL_RADIUS + 1,) * 2, dtype=bool))
-        ring = near & ~at & observed.any(axis=0)
+        ring = np.zeros_like(at)
+        if residual:
+            near = ndimage.binary_dilation(at, np.ones((2 * RESIDUAL_RADIUS + 1,) * 2, dtype=bool))
+            ring = near & ~at & observed.any(axis=0)
         estimate, std = np.full(shape, np.nan), np.full(shape, np.nan)
         has = np.zeros(shape, dtype=bool)
         target_all = observed.all(axis=0)
@@ -237,7 +242,8 @@ class ReferenceLines:
             estimate[take] = (line + np.where(found, correction, 0.0))[take]
             std[take] = np.where(found, spread, line_std)[take]
             has |= take
-        estimate += residual_correction(np.where(observed & has, target - estimate, np.nan))
+        if residual:
+            estimate += residual_correction(np.where(observed & has, target - estimate, np.nan))
         outside = ~at[None] | ~has
         estimate[outside], std[outside] = np.nan, np.nan
         return estimate, std, has & at[None]

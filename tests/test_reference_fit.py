@@ -221,11 +221,13 @@ def test_an_anomaly_beside_a_gap_carries_into_its_edge_where_similar_pixels_alon
     target[:, :, 20:40] += 300.0  # a field that changed more, straddling the gap's edge
     ok = np.ones(target.shape, dtype=bool)
     ok[:, :, 30:50] = False
-    lines = fit_regression(target, ok, [(reference, ok | True)])
-    estimate, _, _ = lines.estimate(target, ok, [(reference, ok | True)], ~ok[0])
-    fit, _ = lines.predict([(reference, ok | True)])
-    error = np.where(ok, target - fit, np.nan)
-    similar, _ = similar_pixel_correction(reference / lines.reference_std[0][0], error, ~ok[0])
-    edge = (slice(None), slice(None), 30)
-    assert np.abs(estimate[edge] - target[edge]).mean() < 0.15 * 300  # 29 when written
-    assert np.abs(fit[edge] + similar[edge] - target[edge]).mean() > 0.4 * 300  # 152
+    refs = [(reference, ok | True)]
+    lines = fit_regression(target, ok, refs)
+    corrected, corrected_std, has = lines.estimate(target, ok, refs, ~ok[0])
+    alone, alone_std, alone_has = lines.estimate(target, ok, refs, ~ok[0], residual=False)
+    np.testing.assert_array_equal(has, alone_has)
+    np.testing.assert_array_equal(corrected_std, alone_std)  # the correction leaves the std alone
+    edge, deep = (slice(None), slice(None), 30), (slice(None), slice(None), slice(38, 42))
+    assert np.abs(corrected[edge] - target[edge]).mean() < 0.15 * 300  # 29 when written
+    assert np.abs(alone[edge] - target[edge]).mean() > 0.4 * 300  # 152
+    np.testing.assert_array_equal(corrected[deep], alone[deep])  # 9 px or more from both edges: nothing

@@ -1,0 +1,86 @@
+"""Time the reference regression's estimate with and without its residual correction, by gap pattern.
+
+The residual correction (``geonp/reference_fit.py``) also estimates the observed pixels within
+8 px of a gap, so its cost depends on how the gaps lie: one wide cloud has a thin ring of such
+pixels around many gap pixels; scattered dropped pixels put nearly every pixel of the raster in
+the ring. This script takes a crop of the shared Landsat 8 scene and a synthetic reference date
+(``multidate_speed.write_reference``'s recipe: gain, offset and a smooth change), hides the crop's
+pixels under three patterns (simulated clouds, stripes, random pixels), and times
+:meth:`~geonp.reference_fit.ReferenceLines.estimate` on them with the correction and without it
+(session 6's similar pixels alone), in the same run, on one thread. It prints seconds, µs per
+gap pixel and the ratio; compare the µs with the multi-date model's cost per gap pixel
+(``benchmarks/multidate_speed.py``: s per Mpx of band-gaps x 3 bands).
+
+    python benchmarks/reference_fit_cost.py [--size 512]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import rasterio
+from rasterio.windows import Window
+from scipy import ndimage
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fill import SCENE
+
+from geonp.data.gap_shapes import cloud_mask, random_mask, stripe_mask
+from geonp.reference_fit import fit_regression
+
+
+def crop(size: int) -> np.ndarray:
+    """The scene's rightmost ``size`` columns from row 640 (as ``benchmarks/fill.py``), float64."""
+    with rasterio.open(SCENE) as src:
+        return src.read(window=Window(src.width - size, min(640, src.height - size), size, size)).astype(np.float64)
+
+
+def reference_of(truth: np.ndarray, seed: int) -> np.ndarray:
+    """Another date: per-band gain and offset plus a smooth change of std 300."""
+    rng = np.random.default_rng(seed)
+    bands, h, w = truth.shape
+    change = ndimage.gaussian_filter(rng.normal(0.0, 1.0, (h, w)), 20)
+    change *= 300.0 / max(change.std(), 1e-9)
+    gain, offset = rng.uniform(0.8, 1.2, bands), rng.uniform(-300.0, 300.0, bands)
+    return truth * gain[:, None, None] + offset[:, None, None] + change
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=512)
+    ap.add_argument("--seed", type=int, default=0)
+    args = ap.parse_args()
+    truth = crop(args.size)
+    footprint = (truth > 0).all(0)
+    reference = reference_of(truth, args.seed + 1)
+    shape = (args.size, args.size)
+    patterns = {
+        "clouds, 30 %": cloud_mask(shape, coverage=0.3, rng=args.seed),
+        "stripes, 20 %": stripe_mask(shape, coverage=0.2, rng=args.seed),
+        "random pixels, 5 %": random_mask(shape, coverage=0.05, rng=args.seed),
+    }
+    print(f"{args.size}x{args.size} crop, 3 bands, one synthetic reference; ReferenceLines.estimate on one thread")
+    print("| gaps | gap px | similar pixels alone, s | with the residual correction, s | ratio | µs per gap px, with |")
+    print("|---|---|---|---|---|---|")
+    for name, gap in patterns.items():
+        gap = gap & footprint
+        observed = np.broadcast_to(footprint & ~gap, truth.shape)
+        refs = [(reference, np.broadcast_to(footprint, truth.shape))]
+        lines = fit_regression(truth, observed, refs)
+        seconds = {}
+        for residual in (False, True):
+            t0 = time.perf_counter()
+            lines.estimate(truth, observed, refs, gap, residual=residual)
+            seconds[residual] = time.perf_counter() - t0
+        n = int(gap.sum())
+        print(f"| {name} | {n} | {seconds[False]:.1f} | {seconds[True]:.1f} | {seconds[True] / seconds[False]:.2f}x "
+              f"| {1e6 * seconds[True] / n:.0f} |")
+
+
+if __name__ == "__main__":
+    main()
