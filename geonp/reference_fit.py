@@ -16,8 +16,9 @@ shows close by. A multi-date fill with ``reference_fit="regression"`` (the defau
    (:data:`SIMILAR_REACH` where fewer than 3 are found, deep inside a wide cloud) that look
    most like it on the reference date (its bands standardised) and that both dates observe;
    the weighted spread of those errors gives the estimate's std (:meth:`ReferenceLines.estimate`);
-3. adds what the same estimates miss on the observed pixels within :data:`RESIDUAL_RADIUS` of
-   the gap pixel (:func:`residual_correction`: nearly all of it at a gap's edge, nothing deep inside);
+3. adds what like estimates miss on the observed pixels within :data:`RESIDUAL_RADIUS` of the
+   gap pixel (:func:`residual_correction`: nearly all of it at a gap's edge, nothing deep inside;
+   their similar pixels are searched more sparsely, ``_RING_SEARCHES``);
 4. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
    references as context), and their stds alike; where no reference observes a gap pixel, the
    multi-date model's alone (:func:`geonp.engine.predict_region`).
@@ -30,8 +31,9 @@ shapes): mean RMSE 589 for the per-band regression on the clearest reference, 45
 5's fill (global lines plus their residual filled by the ``default`` model, averaged 0.5 : 0.5
 with the multi-date model), 389 for the similar pixels (weights 0.7 and 0.9: 395 and 396).
 Session 7 (47-49 dates, four draws of cloud shapes, seeds 0-3): similar pixels 409 / 410 / 442 /
-402, with the residual correction 400 / 395 / 434 / 393 (better on every draw; its sigma of 1-3 px
-and prior weight of 0.02-0.1 moved the first draw by less than 2). A quadratic surface of each
+402, with the residual correction 400 / 393 / 433 / 392 (better on every draw; its sigma of 1-3 px
+and prior weight of 0.02-0.1 moved the first draw by less than 2; with the observed pixels'
+similar pixels searched as the gap pixels' are, 401 / 395 / 434 / 393 at up to 2.6x the cost). A quadratic surface of each
 band on all the reference's bands instead of the lines won the first draw (376) but lost two
 others (396 / 435 / 417): where a gap pixel's reference values lie where few fitted pixels do,
 the surface strays far (an NIR error of 3,855 against the line's 639 on such pixels of one
