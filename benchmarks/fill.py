@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import rasterio
@@ -41,15 +42,20 @@ def peak_children_mb() -> float:
     return resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
 
 
+def crop_window(src: Any, size: int) -> Window:
+    """The scene's ``size``-px crop used by the benchmarks: its rightmost columns, from row 640.
+
+    The last 20 % of the columns (408) are the default model's held-out test region; the rest of
+    a 1024-wide crop overlaps its training and validation columns.
+    """
+    return Window(src.width - size, min(640, src.height - size), size, size)
+
+
 def make_crop(path: Path, size: int, coverage: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
     from geonp.data.gap_shapes import cloud_mask
 
     with rasterio.open(SCENE) as src:
-        # the rightmost columns; the last 20 % (408) are the default model's held-out test region,
-        # the rest of a 1024-wide crop overlaps its training and validation columns
-        col = src.width - size
-        row = min(640, src.height - size)
-        win = Window(col, row, size, size)
+        win = crop_window(src, size)
         arr = src.read(window=win)
         profile = src.profile | {"width": size, "height": size, "transform": src.window_transform(win), "nodata": 0}
     footprint = (arr > 0).all(0)

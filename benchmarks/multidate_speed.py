@@ -39,14 +39,20 @@ from geonp.baselines import fillnodata_baseline
 from geonp.data.gap_shapes import cloud_mask
 
 
-def write_reference(path: Path, like: Path, truth: np.ndarray, coverage: float, seed: int) -> None:
-    """Another date of the crop: gain, offset and a smooth change field, with its own clouds."""
+def reference_of(truth: np.ndarray, seed: int) -> np.ndarray:
+    """Another date of the crop: per-band gain and offset plus a smooth change field of std 300."""
     rng = np.random.default_rng(seed)
     bands, h, w = truth.shape
     change = ndimage.gaussian_filter(rng.normal(0.0, 1.0, (h, w)), 20)
     change *= 300.0 / max(change.std(), 1e-9)
     gain, offset = rng.uniform(0.8, 1.2, bands), rng.uniform(-300.0, 300.0, bands)
-    ref = truth * gain[:, None, None] + offset[:, None, None] + change
+    return truth * gain[:, None, None] + offset[:, None, None] + change
+
+
+def write_reference(path: Path, like: Path, truth: np.ndarray, coverage: float, seed: int) -> None:
+    """:func:`reference_of` the crop, with its own clouds, written on ``like``'s grid."""
+    _, h, w = truth.shape
+    ref = reference_of(truth, seed)
     footprint = (truth > 0).all(0)
     ok = footprint & ~cloud_mask((h, w), coverage=coverage, rng=seed)
     with rasterio.open(like) as src:

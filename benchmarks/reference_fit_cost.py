@@ -4,7 +4,7 @@ The residual correction (``geonp/reference_fit.py``) also estimates the observed
 8 px of a gap, so its cost depends on how the gaps lie: one wide cloud has a thin ring of such
 pixels around many gap pixels; scattered dropped pixels put nearly every pixel of the raster in
 the ring. This script takes a crop of the shared Landsat 8 scene and a synthetic reference date
-(``multidate_speed.write_reference``'s recipe: gain, offset and a smooth change), hides the crop's
+(``multidate_speed.reference_of``: gain, offset and a smooth change), hides the crop's
 pixels under three patterns (simulated clouds, stripes, random pixels), and times
 :meth:`~geonp.reference_fit.ReferenceLines.estimate` on them with the correction and without it
 (session 6's similar pixels alone), in the same run, on one thread. It prints seconds, µs per
@@ -23,31 +23,20 @@ from pathlib import Path
 
 import numpy as np
 import rasterio
-from rasterio.windows import Window
-from scipy import ndimage
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fill import SCENE
+from fill import SCENE, crop_window
+from multidate_speed import reference_of
 
 from geonp.data.gap_shapes import cloud_mask, random_mask, stripe_mask
 from geonp.reference_fit import fit_regression
 
 
 def crop(size: int) -> np.ndarray:
-    """The scene's rightmost ``size`` columns from row 640 (as ``benchmarks/fill.py``), float64."""
+    """The benchmarks' crop of the scene (``benchmarks/fill.py``), float64."""
     with rasterio.open(SCENE) as src:
-        return src.read(window=Window(src.width - size, min(640, src.height - size), size, size)).astype(np.float64)
-
-
-def reference_of(truth: np.ndarray, seed: int) -> np.ndarray:
-    """Another date: per-band gain and offset plus a smooth change of std 300."""
-    rng = np.random.default_rng(seed)
-    bands, h, w = truth.shape
-    change = ndimage.gaussian_filter(rng.normal(0.0, 1.0, (h, w)), 20)
-    change *= 300.0 / max(change.std(), 1e-9)
-    gain, offset = rng.uniform(0.8, 1.2, bands), rng.uniform(-300.0, 300.0, bands)
-    return truth * gain[:, None, None] + offset[:, None, None] + change
+        return src.read(window=crop_window(src, size)).astype(np.float64)
 
 
 def main() -> None:

@@ -84,7 +84,8 @@ def fill_array(
     r0, r1, c0, c1 = region or (0, h, 0, w)
     lines = None
     if refs and cfg.reference_fit == "regression":
-        lines = reference_lines if reference_lines is not None else _reference_lines(values, valid, refs)
+        lines = reference_lines if reference_lines is not None else fit_regression(
+            values, valid, [(vals, ok) for vals, ok, _ in refs])
     mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
                                       origin=origin, norm=norm, max_distance=cfg.max_distance,
                                       calibration=loaded.calibration, fillable=fillable,
@@ -93,12 +94,6 @@ def fill_array(
     filled = np.where(valid[core], values[core], mean)
     std_out = np.where(valid[core], 0.0, std).astype(np.float32)
     return filled, std_out
-
-
-def _reference_lines(values: np.ndarray, valid: np.ndarray,
-                     refs: list[tuple[np.ndarray, np.ndarray, float]]) -> ReferenceLines | None:
-    """The reference regression of a multi-date array fill, fitted on the whole array (None: no usable line)."""
-    return fit_regression(values, valid, [(vals, ok) for vals, ok, _ in refs])
 
 
 def _array_references(references: Sequence[tuple[np.ndarray, np.ndarray | None, float]],

@@ -243,7 +243,7 @@ class ReferenceLines:
             spectra = np.where(ref_all, vals, 0.0) / np.maximum(scale, 1e-9)
             pixels = take.any(axis=0) & ref_all
             correction, spread = similar_pixel_correction(spectra, error, pixels & at, origin=origin)
-            if residual:  # the ring's estimates search nearby only: cheap where gaps are scattered
+            if residual:  # the ring searches more sparsely: cheap where gaps are scattered pixels
                 near_c, near_s = similar_pixel_correction(spectra, error, pixels & ring, origin=origin,
                                                           searches=_RING_SEARCHES)
                 correction, spread = np.where(ring, near_c, correction), np.where(ring, near_s, spread)
@@ -267,12 +267,12 @@ class ReferenceLines:
         return "; ".join(parts)
 
 
-def fit_regression(target: np.ndarray, observed: np.ndarray,
-                   references: Sequence[tuple[np.ndarray, np.ndarray]]) -> ReferenceLines | None:
+def fit_regression(target: np.ndarray, observed: np.ndarray, references: Sequence[tuple[np.ndarray, np.ndarray]],
+                   min_pixels: int = MIN_SHARED_PIXELS) -> ReferenceLines | None:
     """The reference regression's lines of arrays held whole (None: no usable reference); see :class:`LineStats`."""
     stats = LineStats.empty(len(references), target.shape[0])
     stats.add(target, observed, references)
-    return stats.lines()
+    return stats.lines(min_pixels)
 
 
 def residual_correction(residual: np.ndarray) -> np.ndarray:

@@ -90,13 +90,10 @@ def reference_regression(target: np.ndarray, target_ok: np.ndarray, ref: np.ndar
         ``[bands, h, w]`` predictions where the reference is observed, NaN elsewhere (and
         everywhere when fewer than 3 pixels are shared).
     """
-    from geonp.reference_fit import LineStats
+    from geonp.reference_fit import fit_regression
 
-    n = target.shape[0]
     ok, seen = np.broadcast_to(target_ok, target.shape), np.broadcast_to(ref_ok, target.shape)
-    stats = LineStats.empty(1, n)
-    stats.add(target, ok, [(ref, seen)])
-    lines = stats.lines(min_pixels=3)
+    lines = fit_regression(target, ok, [(ref, seen)], min_pixels=3)
     if lines is None:
         return np.full(target.shape, np.nan)
     return lines.predict([(ref, seen)])[0]  # the fill's lines (geonp.reference_fit), one reference
