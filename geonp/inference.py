@@ -175,8 +175,8 @@ def reference_fit_tag(job: engine.BlockJob) -> str:
     if job.reference_lines is None:
         return "none: references are context of the model"
     return (f"regression, corrected by {SIMILAR_PIXELS} similar pixels within {SIMILAR_WINDOW} px (else "
-            f"{SIMILAR_REACH} px) and by its errors on observed pixels within {RESIDUAL_RADIUS} px, weight "
-            f"{REGRESSION_WEIGHT:g}; {job.reference_lines.describe()}")
+            f"{SIMILAR_REACH} px) and by its errors on observed pixels within {RESIDUAL_RADIUS} px, references "
+            f"weighed by inverse variance, weight {REGRESSION_WEIGHT:g}; {job.reference_lines.describe()}")
 
 
 @dataclasses.dataclass(frozen=True)

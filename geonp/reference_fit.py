@@ -11,15 +11,17 @@ shows close by. A multi-date fill with ``reference_fit="regression"`` (the defau
 1. fits a line per reference and band on every pixel of the raster that the target and the
    reference observe (:class:`LineStats` sums them block by block, so the lines do not depend on
    the block size);
-2. estimates each gap pixel from the best-fitting reference observing it: its line plus the
-   weighted mean line error of the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW`
+2. estimates each gap pixel from each reference observing it: its line plus the weighted mean
+   line error of the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW`
    (:data:`SIMILAR_REACH` where fewer than 3 are found, deep inside a wide cloud) that look
    most like it on the reference date (its bands standardised) and that both dates observe;
    the weighted spread of those errors gives the estimate's std (:meth:`ReferenceLines.estimate`);
 3. adds what like estimates miss on the observed pixels within :data:`RESIDUAL_RADIUS` of the
    gap pixel (:func:`residual_correction`: nearly all of it at a gap's edge, nothing deep inside;
    their similar pixels are searched more sparsely, ``_RING_SEARCHES``);
-4. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
+4. weighs the references' estimates by their inverse variance (two dates rarely err alike: a
+   field one date saw wet, the other dry);
+5. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
    references as context), and their stds alike; where no reference observes a gap pixel, the
    multi-date model's alone (:func:`geonp.engine.predict_region`).
 
@@ -40,6 +42,9 @@ the surface strays far (an NIR error of 3,855 against the line's 639 on such pix
 date), so it was dropped. Filling the residual of the corrected lines with the ``default``
 model instead scored 383 on session 6's draw and needs a model pass over every observed pixel
 near a gap.
+Session 8 (the same four draws): each reference's estimate weighed by its inverse variance,
+instead of the best-fitting reference's alone, 389 / 379 / 426 / 393 (mean 397 against 404; worse
+on one draw by 1); similar pixels looked up on both references' bands at once did not help (404).
 
 Pure numpy.
 """
@@ -82,6 +87,8 @@ _MIN_SIMILAR = 3
 RESIDUAL_RADIUS = 8
 _RESIDUAL_SIGMA = 2.0
 _RESIDUAL_PRIOR = 0.02
+#: An estimate's std is floored at this fraction of its line's residual std when it weighs the references.
+_STD_FLOOR = 0.01
 #: The similar-pixel search of the observed pixels the residual correction looks at: 30 px, on
 #: every 4th row and column beyond 6 px, never grown (on the four tuning draws as good as the gap
 #: pixels' own search, 404 against 406, at a third of its cost where gaps are scattered pixels).
@@ -196,16 +203,20 @@ class ReferenceLines:
                  references: Sequence[tuple[np.ndarray, np.ndarray]], at: np.ndarray,
                  origin: tuple[int, int] = (0, 0), residual: bool = True
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Estimates at ``at``: :meth:`predict`'s line corrected by the line's error on similar pixels.
+        """Estimates at ``at``: each reference's line corrected by the line's error on similar pixels.
 
-        A pixel's correction is the weighted mean of the line's error (target minus line) on
-        the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW` (else :data:`SIMILAR_REACH`)
+        Each usable reference observing a pixel estimates it. A reference's estimate is its line
+        plus the weighted mean of the line's error (target minus line) on the
+        :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW` (else :data:`SIMILAR_REACH`)
         that look most like it on the reference date and that both dates observe in every band
-        (:func:`similar_pixel_correction`), never the pixel itself; the std is the weighted
+        (:func:`similar_pixel_correction`), never the pixel itself; its std is the weighted
         spread of those errors. A pixel with fewer than :data:`_MIN_SIMILAR` similar pixels
-        keeps its line, with the line's residual std. The same estimates are made on the observed
+        keeps the line, with the line's residual std. The same estimates are made on the observed
         pixels within :data:`RESIDUAL_RADIUS` of ``at``, and their errors then correct the
-        estimates beside them (:func:`residual_correction`; the std is left as it is).
+        estimates beside them (:func:`residual_correction`; the std is left as it is). The
+        references' estimates weigh by their inverse variance; the std is the same weighted
+        mean of their stds (the std of the weighted mean where their errors are fully
+        correlated, an upper bound otherwise).
 
         Args:
             target: ``[bands, h, w]`` values of the target date.
@@ -228,12 +239,11 @@ class ReferenceLines:
         if residual:
             near = ndimage.binary_dilation(at, np.ones((2 * RESIDUAL_RADIUS + 1,) * 2, dtype=bool))
             ring = near & ~at & observed.any(axis=0)
-        estimate, std = np.full(shape, np.nan), np.full(shape, np.nan)
-        has = np.zeros(shape, dtype=bool)
+        total, weight, weighted_std = np.zeros(shape), np.zeros(shape), np.zeros(shape)
         target_all = observed.all(axis=0)
         for r in self.order:
             vals, ok = references[r]
-            take = ok & ~has & (at | ring)
+            take = ok & (at | ring)
             if not take.any():
                 continue
             line = np.stack([self.intercept[r][b] + self.slope[r][b] * vals[b] for b in range(shape[0])])
@@ -249,14 +259,20 @@ class ReferenceLines:
                 correction, spread = np.where(ring, near_c, correction), np.where(ring, near_s, spread)
             line_std = np.asarray(self.residual_std[r]).reshape(-1, 1, 1)
             found = np.isfinite(spread)
-            estimate[take] = (line + np.where(found, correction, 0.0))[take]
-            std[take] = np.where(found, spread, line_std)[take]
-            has |= take
-        if residual:
-            estimate += residual_correction(np.where(observed & has, target - estimate, np.nan))
-        outside = ~at[None] | ~has
-        estimate[outside], std[outside] = np.nan, np.nan
-        return estimate, std, has & at[None]
+            estimate = np.where(take, line + np.where(found, correction, 0.0), np.nan)
+            std = np.where(found, spread, line_std)
+            if residual:
+                estimate += residual_correction(np.where(observed & take, target - estimate, np.nan))
+            # each reference's estimate weighs by its inverse variance
+            w = np.where(take, 1.0 / np.maximum(std, _STD_FLOOR * line_std) ** 2, 0.0)
+            total += w * np.where(take, estimate, 0.0)
+            weight += w
+            weighted_std += w * np.where(take, std, 0.0)
+        has = (weight > 0) & at[None]
+        with np.errstate(invalid="ignore", divide="ignore"):
+            estimate = np.where(has, total / weight, np.nan)
+            std = np.where(has, weighted_std / weight, np.nan)
+        return estimate, std, has
 
     def describe(self) -> str:
         """One line for the output's tags: each usable reference's lines, best first."""

@@ -141,6 +141,45 @@ def test_the_std_is_the_spread_of_the_similar_pixels_errors():
     assert 0.9 < np.mean(np.abs(z) < 1.96) <= 1.0
 
 
+def test_every_reference_observing_a_pixel_gives_an_estimate_weighed_by_its_inverse_variance():
+    rng = np.random.default_rng(8)
+    truth = rng.normal(1000.0, 100.0, (1, 60, 60))
+    ok = np.ones(truth.shape, dtype=bool)
+    ok[:, 20:40, 20:40] = False
+    gap = ~ok
+    sharp, blurred, other = (truth + rng.normal(0.0, sd, truth.shape) for sd in (30.0, 150.0, 30.0))
+    seen, unseen = ok | True, ok & False
+    cloudy = seen.copy()
+    cloudy[:, 20:30] = False  # the sharp reference is cloudy over the gap's top half
+
+    def fill(*references):
+        return fit_regression(truth, ok, list(references)).estimate(truth, ok, list(references), gap[0])
+
+    def rmse(estimate, where=gap):
+        return np.sqrt(np.mean((estimate[where] - truth[where]) ** 2))
+
+    sharp_alone, sharp_std, _ = fill((sharp, seen), (blurred, unseen))
+    blurred_alone, blurred_std, _ = fill((sharp, unseen), (blurred, seen))
+    both, both_std, has = fill((sharp, seen), (blurred, seen))
+    np.testing.assert_array_equal(has, gap)
+    # the blurred reference's estimates spread 3x wider, so they weigh about 1/9 of the sharp one's
+    assert np.median(blurred_std[gap]) > 2.5 * np.median(sharp_std[gap])
+    assert rmse(both) < 1.05 * rmse(sharp_alone) and rmse(both) < 0.5 * rmse(blurred_alone)
+    assert np.all((both_std[gap] >= sharp_std[gap] - 1e-9) & (both_std[gap] <= blurred_std[gap] + 1e-9))
+    # two equally sharp references with independent errors: their weighted mean beats either
+    other_alone, _, _ = fill((sharp, unseen), (other, seen))
+    pair, _, _ = fill((sharp, seen), (other, seen))
+    assert rmse(pair) < 0.85 * min(rmse(sharp_alone), rmse(other_alone))
+    # where one reference is cloudy, the other's estimate alone, std and all
+    part, part_std, part_has = fill((sharp, cloudy), (blurred, seen))
+    np.testing.assert_array_equal(part_has, gap)
+    top = np.zeros(gap.shape, dtype=bool)
+    top[:, 20:30, 20:40] = True
+    np.testing.assert_allclose(part[top], blurred_alone[top], rtol=1e-12)
+    np.testing.assert_allclose(part_std[top], blurred_std[top], rtol=1e-12)
+    assert rmse(part, gap & ~top) < 0.6 * rmse(blurred_alone, gap & ~top)
+
+
 def test_a_pixel_is_never_its_own_similar_pixel():
     rng = np.random.default_rng(5)
     reference = rng.normal(1000.0, 100.0, (1, 30, 30))
