@@ -7,9 +7,10 @@ the ring. This script takes a crop of the shared Landsat 8 scene and a synthetic
 (``multidate_speed.reference_of``: gain, offset and a smooth change), hides the crop's
 pixels under three patterns (simulated clouds, stripes, random pixels), and times
 :meth:`~geonp.reference_fit.ReferenceLines.estimate` on them with the correction and without it
-(session 6's similar pixels alone), in the same run, on one thread. It prints seconds, µs per
-gap pixel and the ratio; compare the µs with the multi-date model's cost per gap pixel
-(``benchmarks/multidate_speed.py``: s per Mpx of band-gaps x 3 bands).
+(session 6's similar pixels alone), in the same run, on one thread, with one synthetic reference
+and with two (every reference observing a gap pixel estimates it, so two cost about twice one).
+It prints seconds, µs per gap pixel and the ratio; compare the µs with the multi-date model's
+cost per gap pixel (``benchmarks/multidate_speed.py``: s per Mpx of band-gaps x 3 bands).
 
     python benchmarks/reference_fit_cost.py [--size 512]
 """
@@ -46,29 +47,31 @@ def main() -> None:
     args = ap.parse_args()
     truth = crop(args.size)
     footprint = (truth > 0).all(0)
-    reference = reference_of(truth, args.seed + 1)
+    references = [reference_of(truth, args.seed + 1), reference_of(truth, args.seed + 2)]
     shape = (args.size, args.size)
     patterns = {
         "clouds, 30 %": cloud_mask(shape, coverage=0.3, rng=args.seed),
         "stripes, 20 %": stripe_mask(shape, coverage=0.2, rng=args.seed),
         "random pixels, 5 %": random_mask(shape, coverage=0.05, rng=args.seed),
     }
-    print(f"{args.size}x{args.size} crop, 3 bands, one synthetic reference; ReferenceLines.estimate on one thread")
-    print("| gaps | gap px | similar pixels alone, s | with the residual correction, s | ratio | µs per gap px, with |")
-    print("|---|---|---|---|---|---|")
+    print(f"{args.size}x{args.size} crop, 3 bands, synthetic references; ReferenceLines.estimate on one thread")
+    print("| gaps | references | gap px | similar pixels alone, s | with the residual correction, s | ratio "
+          "| µs per gap px, with |")
+    print("|---|---|---|---|---|---|---|")
     for name, gap in patterns.items():
         gap = gap & footprint
         observed = np.broadcast_to(footprint & ~gap, truth.shape)
-        refs = [(reference, np.broadcast_to(footprint, truth.shape))]
-        lines = fit_regression(truth, observed, refs)
-        seconds = {}
-        for residual in (False, True):
-            t0 = time.perf_counter()
-            lines.estimate(truth, observed, refs, gap, residual=residual)
-            seconds[residual] = time.perf_counter() - t0
-        n = int(gap.sum())
-        print(f"| {name} | {n} | {seconds[False]:.1f} | {seconds[True]:.1f} | {seconds[True] / seconds[False]:.2f}x "
-              f"| {1e6 * seconds[True] / n:.0f} |")
+        for count in (1, 2):
+            refs = [(reference, np.broadcast_to(footprint, truth.shape)) for reference in references[:count]]
+            lines = fit_regression(truth, observed, refs)
+            seconds = {}
+            for residual in (False, True):
+                t0 = time.perf_counter()
+                lines.estimate(truth, observed, refs, gap, residual=residual)
+                seconds[residual] = time.perf_counter() - t0
+            n = int(gap.sum())
+            print(f"| {name} | {count} | {n} | {seconds[False]:.1f} | {seconds[True]:.1f} "
+                  f"| {seconds[True] / seconds[False]:.2f}x | {1e6 * seconds[True] / n:.0f} |")
 
 
 if __name__ == "__main__":
