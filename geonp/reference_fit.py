@@ -45,6 +45,8 @@ near a gap.
 Session 8 (the same four draws): each reference's estimate weighed by its inverse variance,
 instead of the best-fitting reference's alone, 389 / 379 / 426 / 393 (mean 397 against 404; worse
 on one draw by 1); similar pixels looked up on both references' bands at once did not help (404).
+The observed pixels' search now grows as the gap pixels' does (one draw 2 worse, 427.7): an
+observed pixel alone in a wide cloud with its line alone drew a dark halo around it.
 
 Pure numpy.
 """
@@ -90,9 +92,12 @@ _RESIDUAL_PRIOR = 0.02
 #: An estimate's std is floored at this fraction of its line's residual std when it weighs the references.
 _STD_FLOOR = 0.01
 #: The similar-pixel search of the observed pixels the residual correction looks at: 30 px, on
-#: every 4th row and column beyond 6 px, never grown (on the four tuning draws as good as the gap
-#: pixels' own search, 404 against 406, at a third of its cost where gaps are scattered pixels).
-_RING_SEARCHES = ((SIMILAR_WINDOW, 4),)
+#: every 4th row and column beyond 6 px (on the four tuning draws as good as the gap pixels' own
+#: search, 404 against 406, at a third of its cost where gaps are scattered pixels), grown as the
+#: gap pixels' is where fewer than 3 are found: an observed pixel alone in a wide cloud estimated
+#: by its line alone had an error its neighbours' grown estimates do not share, and the
+#: correction spread it as a dark halo 5 px wide (2012-05-24, 94 % cloud, in the README's figure).
+_RING_SEARCHES = ((SIMILAR_WINDOW, 4), (SIMILAR_REACH, _FAR_STRIDE))
 #: How far from a gap pixel its estimate may look (similar pixels of the observed pixels beside it).
 ESTIMATE_REACH = SIMILAR_REACH + RESIDUAL_RADIUS
 #: Gap pixels corrected per chunk (bounds the memory of the search to about 100 MB).
@@ -347,7 +352,7 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
         searches: ``(window, stride)`` searches in turn, each for the pixels the ones before left
             with fewer than 3: every pixel up to 6 px away, beyond on every ``stride``-th raster
             row and column up to ``window`` px (the residual correction's observed pixels search
-            once, 30 px on every 4th: ``_RING_SEARCHES``).
+            30 px on every 4th, then as far as the gap pixels: ``_RING_SEARCHES``).
 
     Returns:
         ``(correction, spread)`` ``[bands', h, w]``: at ``at``, the weighted mean of the similar

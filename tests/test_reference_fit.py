@@ -242,6 +242,24 @@ def test_the_search_grows_where_few_pixels_are_near_and_gives_up_beyond_its_reac
     assert np.isnan(correction[0, ~at]).all()
 
 
+def test_a_clear_pixel_alone_in_a_wide_cloud_draws_no_halo_around_it():
+    rng = np.random.default_rng(12)
+    reference, target = _classes(rng, (150, 150))  # each cover changed its own way: no line follows
+    ok = np.ones(target.shape, dtype=bool)
+    ok[:, 20:130, 20:130] = False
+    ok[:, 75, 75] = True  # one clear pixel, with no other within 30 px
+    refs = [(reference, ok | True)]
+    lines = fit_regression(target, ok, refs)
+    line, _ = lines.predict(refs)
+    assert np.abs(line[:, 75, 75] - target[:, 75, 75]).max() > 100  # the line alone errs there
+    estimate, _, _ = lines.estimate(target, ok, refs, ~ok[0])
+    # its similar pixels, like its neighbours', are searched as far as 120 px: no error to spread
+    near = np.zeros(target.shape, dtype=bool)
+    near[:, 67:84, 67:84] = True
+    near &= ~ok
+    np.testing.assert_allclose(estimate[near], target[near], atol=1e-6)
+
+
 def test_the_residual_correction_is_whole_at_a_gaps_edge_and_fades_to_nothing_inside():
     residual = np.full((1, 5, 40), np.nan)
     residual[0, :, :10] = 10.0  # the estimates on observed pixels are 10 too low
