@@ -183,6 +183,11 @@ class ReferenceLines:
     shared: tuple[tuple[int, ...], ...] = field(default=())
     reference_std: tuple[tuple[float, ...], ...] = field(default=())
 
+    def line(self, r: int, values: np.ndarray) -> np.ndarray:
+        """Reference ``r``'s lines applied to its ``[bands, h, w]`` values: the target as they predict it."""
+        intercept = np.asarray(self.intercept[r]).reshape(-1, 1, 1)
+        return intercept + np.asarray(self.slope[r]).reshape(-1, 1, 1) * values
+
     def predict(self, references: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """The prior of each pixel: the best-fitting reference observing it, through its line.
 
@@ -198,10 +203,9 @@ class ReferenceLines:
         has = np.zeros(shape, dtype=bool)
         for r in self.order:
             vals, ok = references[r]
-            for b in range(shape[0]):
-                take = ok[b] & ~has[b]
-                prior[b][take] = self.intercept[r][b] + self.slope[r][b] * vals[b][take]
-                has[b] |= take
+            take = ok & ~has
+            prior[take] = self.line(r, vals)[take]
+            has |= take
         return prior, has
 
     def estimate(self, target: np.ndarray, observed: np.ndarray,
@@ -251,7 +255,7 @@ class ReferenceLines:
             take = ok & (at | ring)
             if not take.any():
                 continue
-            line = np.stack([self.intercept[r][b] + self.slope[r][b] * vals[b] for b in range(shape[0])])
+            line = self.line(r, vals)
             ref_all = ok.all(axis=0)
             error = np.where(target_all & ref_all, target - line, np.nan)
             scale = np.asarray(self.reference_std[r]).reshape(-1, 1, 1)
