@@ -9,7 +9,9 @@ chunk by chunk, each chunk read with a halo so that tiles align across chunks.
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
+import operator
 from collections.abc import Sequence
 from typing import Any
 
@@ -215,16 +217,16 @@ def _lines_of_dask(data: Any, nodata: float | None, cfg: FillConfig, references:
     import dask
 
     @dask.delayed(pure=True)
-    def sums(block: np.ndarray, *refs: np.ndarray) -> np.ndarray:
+    def sums(block: np.ndarray, *refs: np.ndarray) -> LineStats:
         values = np.asarray(block, dtype=np.float64)
         stats = LineStats.empty(len(refs), values.shape[0])
         stats.add(values, _valid(values, nodata), [(r, valid_mask(r, nodata=cfg.nodata)) for r in map(np.asarray, refs)])
-        return stats.sums
+        return stats
 
     aligned = [r.rechunk(data.chunks) for r, _ in references]
     parts = [sums(*blocks) for blocks in zip(data.to_delayed().ravel(), *(r.to_delayed().ravel() for r in aligned),
                                              strict=True)]
-    return LineStats(np.sum(dask.compute(*parts), axis=0)).lines()
+    return functools.reduce(operator.add, dask.compute(*parts)).lines()
 
 
 def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int, footprint: Any = None,

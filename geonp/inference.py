@@ -174,9 +174,10 @@ def reference_fit_tag(job: engine.BlockJob) -> str:
     """What a multi-date fill did with its references, for the output's tags."""
     if job.reference_lines is None:
         return "none: references are context of the model"
-    return (f"regression, corrected by {SIMILAR_PIXELS} similar pixels within {SIMILAR_WINDOW} px (else "
-            f"{SIMILAR_REACH} px) and by its errors on observed pixels within {RESIDUAL_RADIUS} px, references "
-            f"weighed by inverse variance, weight {REGRESSION_WEIGHT:g}; {job.reference_lines.describe()}")
+    return (f"regression (each band on its own band and on all the reference's bands, averaged), corrected by "
+            f"{SIMILAR_PIXELS} similar pixels within {SIMILAR_WINDOW} px (else {SIMILAR_REACH} px) and by its errors "
+            f"on observed pixels within {RESIDUAL_RADIUS} px, references weighed by inverse variance, weight "
+            f"{REGRESSION_WEIGHT:g}; {job.reference_lines.describe()}")
 
 
 @dataclasses.dataclass(frozen=True)

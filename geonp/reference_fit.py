@@ -8,17 +8,20 @@ change differently. Like NSPI's similar pixels, the fill corrects the line of ea
 the line's error on the pixels that looked most like it on the reference date and that this date
 shows close by. A multi-date fill with ``reference_fit="regression"`` (the default):
 
-1. fits a line per reference and band on every pixel of the raster that the target and the
-   reference observe (:class:`LineStats` sums them block by block, so the lines do not depend on
-   the block size);
-2. estimates each gap pixel from each reference observing it: its line plus the weighted mean
-   line error of the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW`
-   (:data:`SIMILAR_REACH` where fewer than 3 are found, deep inside a wide cloud) that look
-   most like it on the reference date (its bands standardised) and that both dates observe;
-   the weighted spread of those errors gives the estimate's std (:meth:`ReferenceLines.estimate`);
+1. fits two kinds of line per reference and band on every pixel of the raster that the target
+   and the reference observe: the band on the reference's same band, and the band on all the
+   reference's bands (ridge :data:`BAND_RIDGE`, shrunk towards the first kind) (:class:`LineStats`
+   sums them block by block, so the lines do not depend on the block size);
+2. estimates each gap pixel from each reference observing it, with each kind of line: the line
+   plus the weighted mean line error of the :data:`SIMILAR_PIXELS` pixels within
+   :data:`SIMILAR_WINDOW` (:data:`SIMILAR_REACH` where fewer than 3 are found, deep inside a wide
+   cloud) that look most like it on the reference date (its bands standardised) and that both
+   dates observe; the weighted spread of those errors gives the estimate's std
+   (:meth:`ReferenceLines.estimate`);
 3. adds what like estimates miss on the observed pixels within :data:`RESIDUAL_RADIUS` of the
    gap pixel (:func:`residual_correction`: nearly all of it at a gap's edge, nothing deep inside;
-   their similar pixels are searched more sparsely, ``_RING_SEARCHES``);
+   their similar pixels are searched more sparsely, ``_RING_SEARCHES``), and averages the two
+   kinds' estimates and stds;
 4. weighs the references' estimates by their inverse variance (two dates rarely err alike: a
    field one date saw wet, the other dry);
 5. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
@@ -47,6 +50,13 @@ instead of the best-fitting reference's alone, 389 / 379 / 426 / 393 (mean 397 a
 on one draw by 1); similar pixels looked up on both references' bands at once did not help (404).
 The observed pixels' search now grows as the gap pixels' does (one draw 2 worse, 427.7): an
 observed pixel alone in a wide cloud with its line alone drew a dark halo around it.
+Session 9 (the same draws, mean 397.2 at weight 0.8, 396.4 at 0.85): the lines on all the
+reference's bands alone (ridge 0.1 towards 0) 393.7 at 0.85, better on three draws and worse by 4
+on the fourth; averaged with the own band's lines 392.0, better on all four (383 / 375 / 421 /
+390); shrunk towards the own band's lines instead of 0 (so that with one band both kinds are the
+same line) 392.9 (ridge 0.01 / 0.03 / 0.3 / 1: 393.2 / 392.8 / 394.0 / 395.3); weight 0.8 / 0.85 /
+0.9 with the average: 393.1 / 392.0 / 391.9. A third kind, both references' same band at once
+as one more reference, changed nothing (397.2).
 
 Pure numpy.
 """
@@ -59,7 +69,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import ndimage
 
-__all__ = ["ESTIMATE_REACH", "MIN_SHARED_PIXELS", "REFERENCE_FITS", "REGRESSION_WEIGHT", "RESIDUAL_RADIUS",
+__all__ = ["BAND_RIDGE", "ESTIMATE_REACH", "MIN_SHARED_PIXELS", "REFERENCE_FITS", "REGRESSION_WEIGHT", "RESIDUAL_RADIUS",
            "SIMILAR_PIXELS", "SIMILAR_REACH", "SIMILAR_WINDOW", "LineStats", "ReferenceLines", "fit_regression",
            "residual_correction", "similar_pixel_correction"]
 
@@ -77,7 +87,11 @@ _FAR_STRIDE = 8
 #: How many similar pixels correct a pixel's line.
 SIMILAR_PIXELS = 20
 #: Weight of the regression's estimate against the multi-date model's where a reference observes a gap.
-REGRESSION_WEIGHT = 0.8
+REGRESSION_WEIGHT = 0.85
+#: Ridge penalty of the lines of each target band on all of a reference's bands (standardised):
+#: the penalty on the slopes is ``BAND_RIDGE`` times the pixel count, so a band that says little
+#: of the target's band gets a slope near 0 even where few pixels are shared.
+BAND_RIDGE = 0.1
 _DENSE_RADIUS = 6
 #: A similar pixel's weight is 1 / ((spectral distance + _SPECTRAL_FLOOR) (1 + _SPATIAL_WEIGHT d / window)).
 _SPECTRAL_FLOOR = 0.05
@@ -111,14 +125,22 @@ class LineStats:
     Attributes:
         sums: ``[references, bands, 6]`` float64: count, Σx, Σy, Σx², Σxy, Σy² (x the reference,
             y the target).
+        gram: ``[references, 1 + 2 bands, 1 + 2 bands]`` float64: Σ v vᵀ of ``v = (1, x, y)`` (every
+            band of the reference and of the target) over the pixels both observe in every band:
+            the sums of the lines of each target band on all of the reference's bands.
     """
 
     sums: np.ndarray
+    gram: np.ndarray
 
     @classmethod
     def empty(cls, references: int, bands: int) -> LineStats:
         """No pixels yet."""
-        return cls(np.zeros((references, bands, 6)))
+        return cls(np.zeros((references, bands, 6)), np.zeros((references, 1 + 2 * bands, 1 + 2 * bands)))
+
+    def __add__(self, other: LineStats) -> LineStats:
+        """The sums of both (windows of one raster, summed in any order)."""
+        return LineStats(self.sums + other.sums, self.gram + other.gram)
 
     def add(self, target: np.ndarray, observed: np.ndarray,
             references: Sequence[tuple[np.ndarray, np.ndarray]]) -> None:
@@ -129,11 +151,15 @@ class LineStats:
             observed: bool ``[bands, h, w]``, True where the target is observed.
             references: ``(values, observed)`` per reference, both ``[bands, h, w]``.
         """
+        target_all = observed.all(axis=0)
         for r, (vals, ok) in enumerate(references):
             for b in range(target.shape[0]):
                 both = observed[b] & ok[b]
                 x, y = vals[b][both].astype(np.float64), target[b][both].astype(np.float64)
                 self.sums[r, b] += (x.size, x.sum(), y.sum(), x @ x, x @ y, y @ y)
+            every = target_all & ok.all(axis=0)
+            v = np.concatenate([np.ones((1, int(every.sum()))), vals[:, every], target[:, every]]).astype(np.float64)
+            self.gram[r] += v @ v.T
 
     def lines(self, min_pixels: int = MIN_SHARED_PIXELS) -> ReferenceLines | None:
         """The fitted lines, or None when no reference shares ``min_pixels`` with the target in every band."""
@@ -151,6 +177,7 @@ class LineStats:
         if usable.size == 0:
             return None
         order = tuple(int(r) for r in usable[np.argsort(resid[usable].mean(axis=1), kind="stable")])
+        band_lines = [_band_lines(g, min_pixels) for g in self.gram]
         return ReferenceLines(
             slope=tuple(tuple(float(v) for v in row) for row in slope),
             intercept=tuple(tuple(float(v) for v in row) for row in np.nan_to_num(intercept)),
@@ -158,7 +185,39 @@ class LineStats:
             residual_std=tuple(tuple(float(max(np.sqrt(v), 1e-6)) for v in row) for row in np.nan_to_num(resid)),
             shared=tuple(tuple(int(v) for v in row) for row in n),
             reference_std=tuple(tuple(float(v) for v in row) for row in np.nan_to_num(ref_std)),
+            band_coef=tuple(() if c is None else tuple(tuple(float(v) for v in row) for row in c[0])
+                            for c in band_lines),
+            band_std=tuple(() if c is None else tuple(float(max(v, 1e-6)) for v in c[1]) for c in band_lines),
         )
+
+
+def _band_lines(gram: np.ndarray, min_pixels: int) -> tuple[np.ndarray, np.ndarray] | None:
+    """Ridge lines of each target band on all of a reference's bands, from :attr:`LineStats.gram`.
+
+    Returns:
+        ``(coef, std)``: ``[bands, 1 + bands]`` intercept and slopes (on the raw values) and
+        ``[bands]`` root mean squared residuals; None below ``min_pixels`` shared pixels or where a
+        reference band is constant.
+    """
+    n = gram[0, 0]
+    bands = (gram.shape[0] - 1) // 2
+    if n < min_pixels:
+        return None
+    mean = gram[0, 1:] / n
+    cov = gram[1:, 1:] / n - np.outer(mean, mean)
+    cxx, cxy, cyy = cov[:bands, :bands], cov[:bands, bands:], cov[bands:, bands:]
+    scale = np.sqrt(np.maximum(np.diag(cxx), 0.0))
+    if (scale <= 0).any():
+        return None
+    # on standardised reference bands, centred: the intercept is the target's mean
+    czz, czy = cxx / np.outer(scale, scale), cxy / scale[:, None]
+    # shrunk towards the lines on the own band alone (with one band, the same line)
+    prior = np.diag(np.diag(czy) / np.diag(czz))
+    beta = np.linalg.solve(czz + BAND_RIDGE * np.eye(bands), czy + BAND_RIDGE * prior)  # [ref bands, target bands]
+    slopes = (beta / scale[:, None]).T
+    intercept = mean[bands:] - slopes @ mean[:bands]
+    resid = np.diag(cyy) - 2 * np.einsum("ib,ib->b", beta, czy) + np.einsum("ib,ij,jb->b", beta, czz, beta)
+    return np.column_stack([intercept, slopes]), np.sqrt(np.maximum(resid, 0.0))
 
 
 @dataclass(frozen=True)
@@ -174,6 +233,10 @@ class ReferenceLines:
         shared: ``[references][bands]`` pixels each line was fitted on.
         reference_std: ``[references][bands]`` std of each reference on those pixels: the scale of
             the spectral distance between similar pixels (global, so the same in every block).
+        band_coef: ``[references][bands][1 + bands]`` intercept and slopes of each target band on
+            all of the reference's bands (ridge, :data:`BAND_RIDGE`), fitted on the pixels both
+            dates observe in every band; ``()`` for a reference with too few such pixels.
+        band_std: ``[references][bands]`` root mean squared residuals of those lines.
     """
 
     slope: tuple[tuple[float, ...], ...]
@@ -182,11 +245,20 @@ class ReferenceLines:
     residual_std: tuple[tuple[float, ...], ...]
     shared: tuple[tuple[int, ...], ...] = field(default=())
     reference_std: tuple[tuple[float, ...], ...] = field(default=())
+    band_coef: tuple[tuple[tuple[float, ...], ...], ...] = field(default=())
+    band_std: tuple[tuple[float, ...], ...] = field(default=())
 
     def line(self, r: int, values: np.ndarray) -> np.ndarray:
         """Reference ``r``'s lines applied to its ``[bands, h, w]`` values: the target as they predict it."""
         intercept = np.asarray(self.intercept[r]).reshape(-1, 1, 1)
         return intercept + np.asarray(self.slope[r]).reshape(-1, 1, 1) * values
+
+    def band_line(self, r: int, values: np.ndarray) -> np.ndarray | None:
+        """Reference ``r``'s lines on all its bands applied to its values (None: not fitted)."""
+        if not self.band_coef or not self.band_coef[r]:
+            return None
+        coef = np.asarray(self.band_coef[r])
+        return coef[:, :1, None] + np.einsum("bk,khw->bhw", coef[:, 1:], values)
 
     def predict(self, references: Sequence[tuple[np.ndarray, np.ndarray]]) -> tuple[np.ndarray, np.ndarray]:
         """The prior of each pixel: the best-fitting reference observing it, through its line.
@@ -212,11 +284,13 @@ class ReferenceLines:
                  references: Sequence[tuple[np.ndarray, np.ndarray]], at: np.ndarray,
                  origin: tuple[int, int] = (0, 0), residual: bool = True
                  ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Estimates at ``at``: each reference's line corrected by the line's error on similar pixels.
+        """Estimates at ``at``: each reference's lines corrected by the lines' errors on similar pixels.
 
-        Each usable reference observing a pixel estimates it. A reference's estimate is its line
-        plus the weighted mean of the line's error (target minus line) on the
-        :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW` (else :data:`SIMILAR_REACH`)
+        Each usable reference observing a pixel estimates it, with each kind of line (the band on
+        its own band, :meth:`line`, and on all the reference's bands, :meth:`band_line`, where
+        fitted and the reference observes every band), and the two kinds' estimates and stds
+        are averaged. An estimate is the line plus the weighted mean of the line's error (target
+        minus line) on the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW` (else :data:`SIMILAR_REACH`)
         that look most like it on the reference date and that both dates observe in every band
         (:func:`similar_pixel_correction`), never the pixel itself; its std is the weighted
         spread of those errors. A pixel with fewer than :data:`_MIN_SIMILAR` similar pixels
@@ -255,9 +329,17 @@ class ReferenceLines:
             take = ok & (at | ring)
             if not take.any():
                 continue
-            line = self.line(r, vals)
             ref_all = ok.all(axis=0)
-            error = np.where(target_all & ref_all, target - line, np.nan)
+            both = target_all & ref_all
+            # the reference's two kinds of line: each band on its own band, and on all its bands
+            lines = [self.line(r, vals)]
+            line_stds = [np.asarray(self.residual_std[r]).reshape(-1, 1, 1)]
+            band_line = self.band_line(r, vals)
+            if band_line is not None:
+                lines.append(np.where(ref_all, band_line, lines[0]))
+                line_stds.append(np.asarray(self.band_std[r]).reshape(-1, 1, 1))
+            # one search of similar pixels corrects both kinds (their errors stacked as bands)
+            error = np.where(both, np.concatenate([target - line for line in lines]), np.nan)
             scale = np.asarray(self.reference_std[r]).reshape(-1, 1, 1)
             spectra = np.where(ref_all, vals, 0.0) / np.maximum(scale, 1e-9)
             pixels = take.any(axis=0) & ref_all
@@ -266,12 +348,18 @@ class ReferenceLines:
                 near_c, near_s = similar_pixel_correction(spectra, error, pixels & ring, origin=origin,
                                                           searches=_RING_SEARCHES)
                 correction, spread = np.where(ring, near_c, correction), np.where(ring, near_s, spread)
-            line_std = np.asarray(self.residual_std[r]).reshape(-1, 1, 1)
-            found = np.isfinite(spread)
-            estimate = np.where(take, line + np.where(found, correction, 0.0), np.nan)
-            std = np.where(found, spread, line_std)
-            if residual:
-                estimate += residual_correction(np.where(observed & take, target - estimate, np.nan))
+            bands = shape[0]
+            estimate, std = np.zeros(shape), np.zeros(shape)
+            for k, (line, line_std) in enumerate(zip(lines, line_stds, strict=True)):
+                c, sp = correction[k * bands:(k + 1) * bands], spread[k * bands:(k + 1) * bands]
+                found = np.isfinite(sp)
+                e = np.where(take, line + np.where(found, c, 0.0), np.nan)
+                if residual:
+                    e += residual_correction(np.where(observed & take, target - e, np.nan))
+                # the kinds of line weigh alike: their errors are alike too closely to weigh by variance
+                estimate += e / len(lines)
+                std += np.where(found, sp, line_std) / len(lines)
+            line_std = line_stds[0]
             # each reference's estimate weighs by its inverse variance
             w = np.where(take, 1.0 / np.maximum(std, _STD_FLOOR * line_std) ** 2, 0.0)
             total += w * np.where(take, estimate, 0.0)

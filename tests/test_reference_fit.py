@@ -48,7 +48,45 @@ def test_lines_summed_block_by_block_equal_lines_fitted_at_once():
         for cols in (slice(0, 31), slice(31, 50)):
             blocks.add(y[:, rows, cols], obs[:, rows, cols], [(x[:, rows, cols], ref_ok[:, rows, cols])])
     np.testing.assert_allclose(blocks.sums, whole.sums, rtol=1e-12)
-    assert blocks.sums[0, 0, 0] == (y_ok & x_ok).sum()
+    np.testing.assert_allclose(blocks.gram, whole.gram, rtol=1e-12)
+    assert blocks.sums[0, 0, 0] == blocks.gram[0, 0, 0] == (y_ok & x_ok).sum()
+    by_blocks, at_once = blocks.lines(), whole.lines()
+    np.testing.assert_allclose(by_blocks.band_coef, at_once.band_coef, rtol=1e-9)
+    np.testing.assert_allclose(by_blocks.slope, at_once.slope, rtol=1e-9)
+
+
+def test_band_lines_read_a_target_band_off_the_reference_band_that_carries_it():
+    rng = np.random.default_rng(5)
+    x = _field(rng)
+    ok = np.ones(x.shape, dtype=bool)
+    # the target's first band follows the reference's second band, not its own
+    y = np.stack([0.5 * x[1] + 0.1 * x[0] + 100.0, 2.0 * x[1] - 300.0]) + rng.normal(0, 5.0, x.shape)
+    lines = fit_regression(y, ok, [(x, ok)])
+    coef = np.asarray(lines.band_coef[0])
+    assert coef.shape == (2, 3)
+    # slopes shrunk a little towards the own band's line (ridge 0.1 on standardised bands)
+    assert coef[0, 2] == pytest.approx(0.5, rel=0.12) and abs(coef[0, 1]) < 0.15
+    assert coef[1, 2] == pytest.approx(2.0, rel=0.01) and abs(coef[1, 1]) < 0.01
+    assert lines.band_std[0][0] < 0.2 * lines.residual_std[0][0]  # the own band's line misses what band 2 says
+    own = lines.line(0, x)
+    np.testing.assert_allclose(lines.band_line(0, x)[1], own[1], atol=0.1 * lines.residual_std[0][1])
+    # with one band, the band line is the own band's line exactly (the ridge shrinks towards it)
+    one = fit_regression(y[:1], ok[:1], [(x[1:], ok[1:])])
+    np.testing.assert_allclose(one.band_line(0, x[1:]), one.line(0, x[1:]), rtol=1e-9)
+
+
+def test_a_reference_with_a_constant_band_or_too_few_pixels_observed_in_every_band_has_no_band_lines():
+    rng = np.random.default_rng(6)
+    x = _field(rng)
+    x[1] = 7.0
+    ok = np.ones(x.shape, dtype=bool)
+    lines = fit_regression(x * 2.0, ok, [(x, ok)])
+    assert lines.band_coef == ((),) and lines.band_line(0, x) is None
+    patchy = ok.copy()
+    patchy[0, ::2] = False
+    patchy[1, 1::2] = False  # every pixel misses a band
+    lines = fit_regression(_field(rng), ok, [(_field(rng), patchy)])
+    assert lines.order == (0,) and lines.band_coef == ((),)
 
 
 def test_the_best_fitting_reference_comes_first_and_others_fill_where_it_is_missing():
@@ -178,6 +216,31 @@ def test_every_reference_observing_a_pixel_gives_an_estimate_weighed_by_its_inve
     np.testing.assert_allclose(part[top], blurred_alone[top], rtol=1e-12)
     np.testing.assert_allclose(part_std[top], blurred_std[top], rtol=1e-12)
     assert rmse(part, gap & ~top) < 0.6 * rmse(blurred_alone, gap & ~top)
+
+
+def test_the_estimate_averages_the_own_band_line_and_the_band_line_each_corrected():
+    import dataclasses
+
+    rng = np.random.default_rng(9)
+    reference = rng.normal(1000.0, 200.0, (2, 60, 60))
+    # the target's first band is the reference's second, plus a change the lines cannot know
+    truth = np.stack([reference[1], reference[1] * 0.8]) + rng.normal(0.0, 20.0, (2, 60, 60))
+    truth[0] += 0.3 * (reference[0] - 1000.0)
+    ok = np.ones(truth.shape, dtype=bool)
+    ok[:, 20:40, 20:40] = False
+    gap, seen = ~ok[0], np.ones(truth.shape, dtype=bool)
+    lines = fit_regression(truth, ok, [(reference, seen)])
+    own_only = dataclasses.replace(lines, band_coef=(), band_std=())
+    both, both_std, has = lines.estimate(truth, ok, [(reference, seen)], gap)
+    own, own_std, _ = own_only.estimate(truth, ok, [(reference, seen)], gap)
+    np.testing.assert_array_equal(has[0], gap)
+    error = {name: np.sqrt(np.mean((e[0][gap] - truth[0][gap]) ** 2)) for name, e in (("both", both), ("own", own))}
+    # the own band's line sees band 1 only; the band line carries band 2 (and its std is small)
+    assert lines.band_std[0][0] < 0.2 * lines.residual_std[0][0]
+    # the similar pixels (looked up on both bands) mend much of the own band's line; the average gets
+    # closer to the noise the target adds (std 20)
+    assert error["both"] < 0.85 * error["own"] and error["both"] < 1.25 * 20.0
+    assert np.median(both_std[0][gap]) < np.median(own_std[0][gap])
 
 
 def test_a_pixel_is_never_its_own_similar_pixel():

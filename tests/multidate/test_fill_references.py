@@ -67,8 +67,8 @@ def test_with_an_identical_reference_the_fill_weighs_the_model_and_an_exact_copy
         fills[fit] = (_read(out)[0].astype(np.float64), _read(tmp_path / f"{fit}_std.tif")[0], _read(out)[2])
     tags = fills["regression"][2]
     assert tags["GEONP_REFERENCE_FIT"].startswith(
-        "regression, corrected by 20 similar pixels within 30 px (else 120 px) and by its errors on observed "
-        "pixels within 8 px, references weighed by inverse variance, weight 0.8; reference 1: ")
+        "regression (each band on its own band and on all the reference's bands, averaged), corrected by 20 "
+        "similar pixels within 30 px (else 120 px) and by its errors on observed pixels within 8 px, references weighed by inverse variance, weight 0.85; reference 1: ")
     h = np.broadcast_to(hidden, fills["none"][0].shape)
     w = REGRESSION_WEIGHT
     expected = (1 - w) * fills["none"][0][h] + w * truth[:1][h]
