@@ -52,11 +52,11 @@ The observed pixels' search now grows as the gap pixels' does (one draw 2 worse,
 observed pixel alone in a wide cloud with its line alone drew a dark halo around it.
 Session 9 (the same draws, mean 397.2 at weight 0.8, 396.4 at 0.85): the lines on all the
 reference's bands alone (ridge 0.1 towards 0) 393.7 at 0.85, better on three draws and worse by 4
-on the fourth; averaged with the own band's lines 392.0, better on all four (383 / 375 / 421 /
+on the fourth; averaged with the own band's lines 392.1, better on all four (383 / 375 / 421 /
 390); shrunk towards the own band's lines instead of 0 (so that with one band both kinds are the
-same line) 392.9 (ridge 0.01 / 0.03 / 0.3 / 1: 393.2 / 392.8 / 394.0 / 395.3); weight 0.8 / 0.85 /
-0.9 with the average: 393.1 / 392.0 / 391.9. A third kind, both references' same band at once
-as one more reference, changed nothing (397.2).
+same line) 392.9 (ridge 0.01 / 0.03 / 0.3 / 1: 393.2 / 392.8 / 394.0 / 395.3), what ships; weight
+0.8 / 0.85 / 0.9: 393.8 / 392.9 / 392.9. Before the second kind, a line of each band on both
+references' same band, as one more reference, changed nothing (397.2).
 
 Pure numpy.
 """
