@@ -1,5 +1,7 @@
 """The reference regression of multi-date fills (geonp.reference_fit): lines, their order, the prior."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 
@@ -38,6 +40,7 @@ def test_lines_recover_each_bands_slope_intercept_and_residual_scale():
 def test_lines_summed_block_by_block_equal_lines_fitted_at_once():
     rng = np.random.default_rng(1)
     x, y = _field(rng), _field(rng)
+    y[0] = np.minimum(y[0], 1100.0)  # a ceiling many pixels share, in some blocks only
     y_ok = rng.random(y.shape[1:]) > 0.3
     x_ok = rng.random(y.shape[1:]) > 0.2
     obs, ref_ok = np.broadcast_to(y_ok, y.shape), np.broadcast_to(x_ok, y.shape)
@@ -50,7 +53,10 @@ def test_lines_summed_block_by_block_equal_lines_fitted_at_once():
     np.testing.assert_allclose(blocks.sums, whole.sums, rtol=1e-12)
     np.testing.assert_allclose(blocks.gram, whole.gram, rtol=1e-12)
     assert blocks.sums[0, 0, 0] == blocks.gram[0, 0, 0] == (y_ok & x_ok).sum()
+    np.testing.assert_array_equal(blocks.extremes, whole.extremes)
+    assert blocks.extremes[0, 2, 1] == (y[0][y_ok] == 1100.0).sum() > 100
     by_blocks, at_once = blocks.lines(), whole.lines()
+    assert by_blocks.saturated == at_once.saturated == ((-np.inf, 1100.0), (-np.inf, np.inf))
     np.testing.assert_allclose(by_blocks.band_coef, at_once.band_coef, rtol=1e-9)
     np.testing.assert_allclose(by_blocks.slope, at_once.slope, rtol=1e-9)
 
@@ -219,8 +225,6 @@ def test_every_reference_observing_a_pixel_gives_an_estimate_weighed_by_its_inve
 
 
 def test_the_estimate_averages_the_own_band_line_and_the_band_line_each_corrected():
-    import dataclasses
-
     rng = np.random.default_rng(9)
     reference = rng.normal(1000.0, 200.0, (2, 60, 60))
     # the target's first band is the reference's second, plus a change the lines cannot know
@@ -241,6 +245,30 @@ def test_the_estimate_averages_the_own_band_line_and_the_band_line_each_correcte
     # closer to the noise the target adds (std 20)
     assert error["both"] < 0.85 * error["own"] and error["both"] < 1.25 * 20.0
     assert np.median(both_std[0][gap]) < np.median(own_std[0][gap])
+
+
+def test_estimates_stay_within_a_saturated_bands_ceiling_and_floor():
+    rng = np.random.default_rng(10)
+    reference = rng.normal(1000.0, 300.0, (2, 60, 60))
+    line = 10.0 * reference  # the second band's target, unsaturated, reaches past 12,000
+    truth = np.stack([np.clip(line[0], 7000.0, 12000.0), line[1]])  # a sensor that stops at 7,000 and 12,000
+    ok = np.ones(truth.shape, dtype=bool)
+    ok[:, 20:40, 20:40] = False
+    gap, seen = ~ok[0], np.ones(truth.shape, dtype=bool)
+    lines = fit_regression(truth, ok, [(reference, seen)])
+    assert lines.saturated == ((7000.0, 12000.0), (-np.inf, np.inf))
+    assert lines.describe().endswith("; band 1 saturated: estimates kept within 7000 to 12000")
+    estimate, _, has = lines.estimate(truth, ok, [(reference, seen)], gap)
+    assert has[:, gap].all()
+    assert estimate[0][gap].max() == 12000.0 and estimate[0][gap].min() == 7000.0
+    # the unsaturated band has no ceiling (it reaches past the other band's)
+    assert estimate[1][gap].max() > 15000.0
+    unclipped, _, _ = dataclasses.replace(lines, saturated=()).estimate(truth, ok, [(reference, seen)], gap)
+    np.testing.assert_array_equal(estimate[1], unclipped[1])
+    np.testing.assert_array_equal(estimate[0], np.clip(unclipped[0], 7000.0, 12000.0))
+    rmse = {name: np.sqrt(np.mean((e[0][gap] - truth[0][gap]) ** 2)) for name, e in (("kept", estimate),
+                                                                                     ("free", unclipped))}
+    assert rmse["kept"] < 0.8 * rmse["free"]
 
 
 def test_a_pixel_is_never_its_own_similar_pixel():
