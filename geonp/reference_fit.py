@@ -100,8 +100,8 @@ REGRESSION_WEIGHT = 0.85
 SATURATED_SHARE = 0.001
 _SATURATED_LEAST = 10
 #: Ridge penalty of the lines of each target band on all of a reference's bands (standardised):
-#: the penalty on the slopes is ``BAND_RIDGE`` times the pixel count, so a band that says little
-#: of the target's band gets a slope near 0 even where few pixels are shared.
+#: ``BAND_RIDGE`` times the pixel count shrinks their slopes towards the band's own line (its own
+#: band's slope, 0 on the others), so few shared pixels cannot send them astray.
 BAND_RIDGE = 0.1
 _DENSE_RADIUS = 6
 #: A similar pixel's weight is 1 / ((spectral distance + _SPECTRAL_FLOOR) (1 + _SPATIAL_WEIGHT d / window)).
@@ -339,8 +339,9 @@ class ReferenceLines:
         its own band, :meth:`line`, and on all the reference's bands, :meth:`band_line`, where
         fitted and the reference observes every band), and the two kinds' estimates and stds
         are averaged. An estimate is the line plus the weighted mean of the line's error (target
-        minus line) on the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW` (else :data:`SIMILAR_REACH`)
-        that look most like it on the reference date and that both dates observe in every band
+        minus line) on the :data:`SIMILAR_PIXELS` pixels within :data:`SIMILAR_WINDOW` (else
+        :data:`SIMILAR_REACH`) that look most like it on the reference date and that both dates
+        observe in every band
         (:func:`similar_pixel_correction`), never the pixel itself; its std is the weighted
         spread of those errors. A pixel with fewer than :data:`_MIN_SIMILAR` similar pixels
         keeps the line, with the line's residual std. The same estimates are made on the observed
@@ -348,7 +349,8 @@ class ReferenceLines:
         estimates beside them (:func:`residual_correction`; the std is left as it is). The
         references' estimates weigh by their inverse variance; the std is the same weighted
         mean of their stds (the std of the weighted mean where their errors are fully
-        correlated, an upper bound otherwise).
+        correlated, an upper bound otherwise). The estimates are kept within each band's floor
+        and ceiling where the target is saturated (:attr:`saturated`).
 
         Args:
             target: ``[bands, h, w]`` values of the target date.
@@ -405,12 +407,12 @@ class ReferenceLines:
                 e = np.where(take, line + np.where(found, c, 0.0), np.nan)
                 if residual:
                     e += residual_correction(np.where(observed & take, target - e, np.nan))
-                # the kinds of line weigh alike: their errors are alike too closely to weigh by variance
+                # the kinds weigh alike: their errors are too alike to weigh by variance (388.6
+                # against 388.3 on the tuning draws)
                 estimate += e / len(lines)
                 std += np.where(found, sp, line_std) / len(lines)
-            line_std = line_stds[0]
             # each reference's estimate weighs by its inverse variance
-            w = np.where(take, 1.0 / np.maximum(std, _STD_FLOOR * line_std) ** 2, 0.0)
+            w = np.where(take, 1.0 / np.maximum(std, _STD_FLOOR * line_stds[0]) ** 2, 0.0)
             total += w * np.where(take, estimate, 0.0)
             weight += w
             weighted_std += w * np.where(take, std, 0.0)
