@@ -184,7 +184,9 @@ def predict_region(
             reference observes, its line corrected by similar pixels nearby
             (:meth:`~geonp.reference_fit.ReferenceLines.estimate`); there the fill weighs it
             :data:`~geonp.reference_fit.REGRESSION_WEIGHT` against ``predictor``'s (the target
-            and references as context), elsewhere ``predictor``'s alone.
+            and references as context), elsewhere ``predictor``'s alone; the fill is kept within
+            a band's floor and ceiling where the target is saturated
+            (:meth:`~geonp.reference_fit.ReferenceLines.within_saturation`).
 
     Returns:
         ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
@@ -224,7 +226,9 @@ def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, o
     # that mean when their errors are fully correlated (an upper bound otherwise).
     both = np.isfinite(r_mean) & np.isfinite(mean)
     w = REGRESSION_WEIGHT
-    return np.where(both, (1 - w) * mean + w * r_mean, mean), np.where(both, (1 - w) * std + w * r_std, std)
+    mean = np.where(both, (1 - w) * mean + w * r_mean, mean)
+    # where a band is saturated, the model's share (and its fill where no reference sees) stays below it too
+    return lines.within_saturation(mean), np.where(both, (1 - w) * std + w * r_std, std)
 
 
 def _calibrated(std: np.ndarray, observed: np.ndarray, region: Block, calibration: dict[str, Any] | None

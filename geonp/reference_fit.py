@@ -420,10 +420,14 @@ class ReferenceLines:
         with np.errstate(invalid="ignore", divide="ignore"):
             estimate = np.where(has, total / weight, np.nan)
             std = np.where(has, weighted_std / weight, np.nan)
-        if self.saturated:  # within what the sensor records
-            lo, hi = (np.asarray(v, dtype=np.float64).reshape(-1, 1, 1) for v in zip(*self.saturated, strict=True))
-            estimate = np.clip(estimate, lo, hi)
-        return estimate, std, has
+        return self.within_saturation(estimate), std, has
+
+    def within_saturation(self, values: np.ndarray) -> np.ndarray:
+        """``[bands, h, w]`` values kept within each band's floor and ceiling where the target is saturated."""
+        if not self.saturated:
+            return values
+        low, high = (np.asarray(v, dtype=np.float64).reshape(-1, 1, 1) for v in zip(*self.saturated, strict=True))
+        return np.clip(values, low, high)
 
     def describe(self) -> str:
         """One line for the output's tags: each usable reference's lines, best first, and saturated bands."""

@@ -135,6 +135,25 @@ def test_the_regression_undoes_a_reference_in_other_units_and_keeps_the_model_wh
     assert _rmse(context_only[seen_by_ref], truth[seen_by_ref]) > 20  # the model alone does not undo the units
 
 
+def test_where_the_target_is_saturated_the_fill_stays_below_the_ceiling(tmp_path):
+    """A band that stops at a ceiling (as red does on snow) is filled no higher, the model's share included."""
+    inp, truth, _ = _hide(tmp_path)
+    values, _, _ = _read(inp)
+    ok = values != -9999
+    ceiling = np.percentile(truth[0][ok[0]], 80)
+    saturated = values.copy()
+    saturated[0] = np.where(ok[0], np.minimum(values[0], ceiling), values[0])
+    reference = truth * 0.5 + 400.0  # unsaturated, in other units: its line maps it past the ceiling
+    filled, _ = geonp.fill_array(saturated, ok, references=[(reference, np.ones(truth.shape, dtype=bool), -16)],
+                                 fill_outside=True)
+    gaps = (~ok & (truth != -9999))[0]
+    assert (truth[0][gaps] > ceiling).sum() > 100
+    assert filled[0][gaps].max() == ceiling and (filled[0][gaps] == ceiling).sum() > 100
+    # the other bands have no ceiling: as many gap pixels as the truth lie above their 80th percentile
+    above = np.percentile(truth[1][ok[1]], 80)
+    assert (filled[1][gaps] > above).sum() > 0.5 * (truth[1][gaps] > above).sum() > 50
+
+
 def test_a_multi_date_fill_does_not_depend_on_the_block_size(tmp_path):
     inp, _, _ = _hide(tmp_path)
     ref_values, profile, _ = _read(REF)
