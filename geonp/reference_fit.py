@@ -60,9 +60,10 @@ same line) 392.9 (ridge 0.01 / 0.03 / 0.3 / 1: 393.2 / 392.8 / 394.0 / 395.3), w
 carries estimates past it: kept within each band's floor and ceiling where at least 0.1 % (and 10)
 of the target's pixels share them, 380 / 374 / 410 / 389 (mean 388.3; at 0.5 % to 5 % the same);
 kept within the target's observed range in every band, 386.2, but a reference identical to the
-truth then no longer gives the truth where a hidden pixel lies outside that range. Before the
-second kind, a line of each band on both references' same band, as one more reference, changed
-nothing (397.2).
+truth then no longer gives the truth where a hidden pixel lies outside that range. The whole fill
+kept below the ceiling too (:func:`geonp.engine.predict_region`), the model's share included:
+388.2. Before the second kind, a line of each band on both references' same band, as one more
+reference, changed nothing (397.2).
 
 Pure numpy.
 """
