@@ -153,8 +153,8 @@ class LineStats:
     @classmethod
     def empty(cls, references: int, bands: int) -> LineStats:
         """No pixels yet."""
-        extremes = np.tile([[0.0, 0.0], [np.inf, 0.0], [-np.inf, 0.0]], (bands, 1, 1))
-        return cls(np.zeros((references, bands, 6)), np.zeros((references, 1 + 2 * bands, 1 + 2 * bands)), extremes)
+        return cls(np.zeros((references, bands, 6)), np.zeros((references, 1 + 2 * bands, 1 + 2 * bands)),
+                   _extremes_of(np.zeros((bands, 0)), np.zeros((bands, 0), dtype=bool)))
 
     def __add__(self, other: LineStats) -> LineStats:
         """The sums of both (windows of one raster, summed in any order)."""
@@ -169,13 +169,7 @@ class LineStats:
             observed: bool ``[bands, h, w]``, True where the target is observed.
             references: ``(values, observed)`` per reference, both ``[bands, h, w]``.
         """
-        window = LineStats.empty(0, target.shape[0]).extremes
-        for b in range(target.shape[0]):
-            seen = target[b][observed[b]].astype(np.float64)
-            if seen.size:
-                low, high = seen.min(), seen.max()
-                window[b] = [seen.size, 0.0], [low, np.sum(seen == low)], [high, np.sum(seen == high)]
-        self.extremes = _merge_extremes(self.extremes, window)
+        self.extremes = _merge_extremes(self.extremes, _extremes_of(target, observed))
         target_all = observed.all(axis=0)
         for r, (vals, ok) in enumerate(references):
             for b in range(target.shape[0]):
@@ -217,6 +211,17 @@ class LineStats:
         )
 
 
+def _extremes_of(target: np.ndarray, observed: np.ndarray) -> np.ndarray:
+    """:attr:`LineStats.extremes` of one window (``[bands, ...]`` values and observed flags)."""
+    out = np.tile([[0.0, 0.0], [np.inf, 0.0], [-np.inf, 0.0]], (target.shape[0], 1, 1))
+    for b in range(target.shape[0]):
+        seen = target[b][observed[b]].astype(np.float64)
+        if seen.size:
+            low, high = seen.min(), seen.max()
+            out[b] = [seen.size, 0.0], [low, np.sum(seen == low)], [high, np.sum(seen == high)]
+    return out
+
+
 def _merge_extremes(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """:attr:`LineStats.extremes` of two windows together."""
     out = np.empty_like(a)
@@ -256,8 +261,9 @@ def _band_lines(gram: np.ndarray, min_pixels: int) -> tuple[np.ndarray, np.ndarr
         return None
     # on standardised reference bands, centred: the intercept is the target's mean
     czz, czy = cxx / np.outer(scale, scale), cxy / scale[:, None]
-    # shrunk towards the lines on the own band alone (with one band, the same line)
-    prior = np.diag(np.diag(czy) / np.diag(czz))
+    # shrunk towards the lines on the own band alone (with one band, the same line): on standardised
+    # bands their slopes are the diagonal of czy
+    prior = np.diag(np.diag(czy))
     beta = np.linalg.solve(czz + BAND_RIDGE * np.eye(bands), czy + BAND_RIDGE * prior)  # [ref bands, target bands]
     slopes = (beta / scale[:, None]).T
     intercept = mean[bands:] - slopes @ mean[:bands]
