@@ -23,7 +23,7 @@ def test_dry_run_on_the_whole_scene_counts_no_collar_gap(tmp_path, tiny_model) -
         collar = int((src.read(1) == 0).sum())
     assert "  gap_pixels: 0\n" in res.output
     assert f"  outside_footprint_pixels: {3 * collar}\n" in res.output
-    assert "convex hull of the data (83.5 % of the grid has data)" in res.output
+    assert "inside the straight edges of the data's collar (83.5 % of the grid has data)" in res.output
 
 
 def test_fill_scheduler_with_relative_paths(tmp_path, tiny_model, cluster, monkeypatch) -> None:

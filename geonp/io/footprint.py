@@ -5,32 +5,27 @@ swath of a Landsat scene is a tilted rectangle, a Sentinel-2 tile is cut by the 
 orbit's swath. Outside that footprint is a *collar* of nodata that is not a gap: there is no
 ground truth to recover, and a filled collar would invent land where the sensor saw nothing.
 
-The rule (the one documented in the README's "What geonp guarantees"):
+The footprint comes from evidence, never from a guess; the first that applies decides:
 
-1. A pixel *has data* when any selected band is observed there by the raster itself (not NaN
-   or Inf, not the nodata value, not masked by the internal mask or alpha band) and a QA band,
-   when given, does not flag it as fill. Gaps from ``--mask`` or ``--qa`` clouds do not remove
-   data: a cloud lies inside the footprint.
-2. The footprint is the convex hull of the pixel centres that have data. Scene footprints are
-   convex (a swath cut by a tile is the intersection of two convex shapes, and a crop of it is
-   too), so every cloud, stripe or dropped pixel that has data on both sides is inside, also
-   where it touches the footprint's edge, while the collar outside the straight scene edge is
-   not.
-3. One exception for crops: a stretch of the hull's outline that runs from one side of the
-   raster to another (it cuts off a corner or a side of the grid) is a scene edge when the
-   pixels just inside it have data along at least half of it or along a straight run of 16
-   pixels (a cloud hugging the scene edge hides the rest), and the region beyond it, closed by
-   the raster's border, is at least 8 pixels deep on average. Otherwise it crosses a cloud
-   over that corner or along that side, and the region beyond it is inside the footprint too.
+1. ``--footprint FILE``: the user's footprint (kind ``"file"``).
+2. Pixels that a reference date observes are inside (added by
+   :meth:`geonp.io.gap_sources.GapSources.fillable`; the references are read there).
+3. A collar recognised by its shape (kind ``"hull"``): nodata connected to the raster's border
+   whose boundary with data is a long straight edge, as a Landsat swath edge or a Sentinel-2
+   orbit edge is. A pixel *has data* when any band is observed by the raster itself and a QA
+   band, when given, does not flag it as fill (``--mask``/``--qa`` clouds do not remove data: a
+   cloud lies inside the footprint). The convex hull of the pixels that have data is split by its
+   vertices on the raster's border into chains; only the straight stretches of a chain with data
+   right along them (:mod:`geonp.io.hull`) bound the footprint. A cloud over a corner or along a
+   side of a crop has no such edge, so it is inside and filled. A QA band's fill class alone
+   does not put a pixel outside: Landsat 7's scan-line stripes are fill too, and are gaps.
+
+Without evidence a gap is a gap and is filled. ``--fill-outside`` fills everything (kind
+``"everywhere"``).
 
 The hull is computed from one pass over the raster in strips, on a read decimated so that at
-most ``max_pixels`` pixels are examined (exact for rasters up to 4 Mpx); with decimation the
-hull is that of a subset of the data pixels, so it can only be smaller, never reach into the
-collar. A raster with several separate data areas (a mosaic) needs ``--footprint FILE`` or
-``--fill-outside``.
-
-The hull's geometry, rule 3 included, is :mod:`geonp.io.hull` (pure numpy); this module reads
-the raster and answers which pixels of a window are inside.
+most ``max_pixels`` pixels are examined (exact for rasters up to 4 Mpx). A raster with several
+separate data areas (a mosaic) needs ``--footprint FILE`` or ``--fill-outside``.
 """
 
 from __future__ import annotations
@@ -81,7 +76,8 @@ class Footprint:
     Attributes:
         width: Columns of the raster's grid.
         height: Rows of the raster's grid.
-        kind: ``"everywhere"``, ``"hull"`` (computed) or ``"file"`` (``--footprint FILE``).
+        kind: ``"everywhere"``, ``"hull"`` (a straight collar edge) or ``"file"``
+            (``--footprint FILE``).
         half_planes: For ``"hull"``: ``[n, 3]`` rows ``(a, b, c)``; a pixel centre ``(x, y)``
             (column + 0.5, row + 0.5) is inside when ``a*x + b*y + c <= tol`` for every row.
         source: For ``"file"``: the footprint file's path.
@@ -101,13 +97,9 @@ class Footprint:
         """Equal when they describe the same footprint (jobs compare them to reuse a runner)."""
         if not isinstance(other, Footprint):
             return NotImplemented
-        return (self.width, self.height, self.kind, self.source, self.data_fraction) == (
-            other.width,
-            other.height,
-            other.kind,
-            other.source,
-            other.data_fraction,
-        ) and np.array_equal(self.half_planes, other.half_planes)
+        mine = (self.width, self.height, self.kind, self.source, self.data_fraction)
+        theirs = (other.width, other.height, other.kind, other.source, other.data_fraction)
+        return mine == theirs and np.array_equal(self.half_planes, other.half_planes)
 
     __hash__ = None  # type: ignore[assignment]
 
@@ -145,7 +137,16 @@ class Footprint:
             return "everywhere (--fill-outside)"
         if self.kind == "file":
             return f"from {self.source}"
-        return f"convex hull of the data ({100 * self.data_fraction:.1f} % of the grid has data)"
+        if not len(self.half_planes) or self.data_fraction == 1.0:
+            return "the whole grid (no collar edge found)"
+        return (f"inside the straight edges of the data's collar ({100 * self.data_fraction:.1f} % "
+                "of the grid has data)")
+
+    @property
+    def evidence(self) -> str:
+        """Why pixels outside this footprint are outside, for summaries and tags."""
+        return {"file": "--footprint", "hull": "beyond a straight collar edge",
+                "everywhere": "none"}[self.kind]
 
 
 def footprint_everywhere(width: int, height: int) -> Footprint:

@@ -7,8 +7,10 @@ user's options: ``--mask`` (with ``--mask-values``/``--mask-bits``), ``--qa`` wi
 
 - :meth:`GapSources.extra_gaps`: pixels the masks call gaps (clouds, shadows...), added to
   the raster's own nodata/NaN/alpha gaps;
-- :meth:`GapSources.fillable`: pixels a prediction may be written to (inside the footprint).
-  Gaps outside it stay nodata in the output and in the std raster.
+- :meth:`GapSources.fillable`: pixels a prediction may be written to: inside the footprint
+  (:mod:`geonp.io.footprint`), or, where the footprint is only the collar's shape, observed by a
+  reference date (the pixel is then inside the scene). Gaps outside stay nodata in the output
+  and in the std raster, and are counted by their evidence (:attr:`GapSources.outside_evidence`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 from rasterio.io import DatasetReader
@@ -43,6 +46,8 @@ class GapSources:
         qa: ``--qa`` path, or None.
         qa_kind: ``--qa-kind``.
         qa_classes: ``--qa-classes`` (resolved; the kind's defaults when not given).
+        references: Other dates (:class:`geonp.io.references.Reference`): a pixel one of them
+            observes is inside the scene, where the footprint is only the collar's shape.
     """
 
     info: RasterInfo
@@ -53,6 +58,7 @@ class GapSources:
     qa: str | None = None
     qa_kind: str | None = None
     qa_classes: tuple[str, ...] = field(default_factory=tuple)
+    references: tuple[Any, ...] = ()
 
     @property
     def inputs(self) -> list[str]:
@@ -84,9 +90,27 @@ class GapSources:
             gaps = qa_gaps if gaps is None else gaps | qa_gaps
         return gaps
 
-    def fillable(self, window: Window) -> np.ndarray:
-        """Pixels of a window a prediction may be written to: bool ``[h, w]``."""
-        return self.footprint.fillable(window)
+    def fillable(self, window: Window, observed_by: Sequence[np.ndarray] | None = None) -> np.ndarray:
+        """Pixels of a window a prediction may be written to: bool ``[h, w]``.
+
+        Args:
+            window: A window of the input's grid.
+            observed_by: The references' observed flags ``[bands, h, w]`` on this window, when
+                the caller has read them already (read here otherwise).
+        """
+        inside = self.footprint.fillable(window)
+        if self.footprint.kind != "hull" or not self.references:
+            return inside
+        if observed_by is None:
+            observed_by = [ref.read(self.info, window)[1] for ref in self.references]
+        for ok in observed_by:
+            inside |= ok.any(axis=0)
+        return inside
+
+    @property
+    def outside_evidence(self) -> str:
+        """Why gaps outside :meth:`fillable` are outside (for summaries and tags)."""
+        return self.footprint.evidence
 
 
 def build_gap_sources(
@@ -103,6 +127,7 @@ def build_gap_sources(
     qa_classes: str | Sequence[str] | None = None,
     footprint: str | os.PathLike[str] | None = None,
     fill_outside: bool = False,
+    references: Sequence[Any] = (),
 ) -> GapSources:
     """Check the mask options and compute (or load) the footprint, before any fill work.
 
@@ -119,6 +144,8 @@ def build_gap_sources(
         qa_classes: ``--qa-classes``: which classes are gaps (default: the kind's defaults).
         footprint: ``--footprint FILE``: the data footprint, instead of computing it.
         fill_outside: ``--fill-outside``: fill every gap, the collar too.
+        references: Other dates (:class:`geonp.io.references.Reference`), evidence that the
+            pixels they observe are inside the scene.
 
     Returns:
         The gap sources.
@@ -170,6 +197,7 @@ def build_gap_sources(
         qa=None if qa is None else os.fspath(qa),
         qa_kind=qa_kind,
         qa_classes=classes,
+        references=tuple(references),
     )
     sources.extra_gaps(Window(0, 0, 1, 1))  # a bad mask file fails here, before any work
     return sources

@@ -19,10 +19,20 @@ logger = logging.getLogger(__name__)
 
 __all__ = ["footprint_half_planes"]
 
-#: Share of data pixels along a corner-cutting stretch of the hull below which it crosses a cloud.
-_BRIDGE_SUPPORT = 0.5
-#: A straight run of data this long (pixels) along such a stretch makes it a scene edge anyway.
-_EDGE_RUN = 16
+#: Pixels of data along one straight line of a corner-cutting stretch of the hull that make it a
+#: scene edge (a swath edge is straight for kilometres; a cloud's outline is not).
+_EDGE_LENGTH = 64
+#: ... along at least this share of that line (a smooth cloud touches a long line here and there).
+_LINE_SHARE = 0.3
+#: ... or, on a short stretch (a small raster), data along this share of it, with a straight run
+#: of at least _EDGE_RUN pixels.
+_EDGE_SHARE = 0.5
+_EDGE_RUN = 32
+#: ... or, on a chain shorter than that run, a run along this share of it (a tiny raster).
+_SHORT_RUN = 0.75
+#: Consecutive hull edges lie on one straight line when every vertex between them is this close
+#: (pixels) to it: a staircase of pixels along a tilted swath edge is within a pixel of its line.
+_LINE_TOLERANCE = 1.5
 #: A strip between the hull and the grid's border thinner than this (pixels, on average) is
 #: a cloud along the border, never a collar.
 _THIN_STRIP = 8
@@ -99,6 +109,65 @@ def _region_area(planes: list[np.ndarray], chain: set[int], width: int, height: 
     return float(np.count_nonzero(inside_others & beyond)) * step * step
 
 
+def _length(chain: list[int], verts: np.ndarray) -> float:
+    """Length (pixels) of a chain of hull edges; edge ``e`` runs from vertex ``e`` to ``e + 1``."""
+    n = len(verts)
+    return sum(float(np.hypot(*(verts[(e + 1) % n] - verts[e]))) for e in chain)
+
+
+def _scene_edges(
+    chain: list[int],
+    verts: np.ndarray,
+    planes: list[np.ndarray],
+    has: np.ndarray,
+    *,
+    sx: float,
+    sy: float,
+) -> list[int]:
+    """The edges of a corner-cutting chain that lie on a straight scene edge (the rest bridge gaps).
+
+    The chain's edges are grouped into straight lines (consecutive edges whose vertices lie within
+    :data:`_LINE_TOLERANCE` pixels of one line: a tilted edge's staircase of pixels, or a cloud
+    hugging a scene edge, splits it into several hull edges). A line is a scene edge when the pixels right inside it have data along
+    :data:`_EDGE_LENGTH` pixels, or, on a short chain (a small raster), along
+    :data:`_EDGE_SHARE` of the chain with a run of :data:`_EDGE_RUN` pixels (or
+    :data:`_SHORT_RUN` of a shorter chain). A cloud's outline is
+    not straight for that long, so a cloud over the grid's corner or side gives none.
+    """
+    n = len(verts)
+    tol = _LINE_TOLERANCE * max(sx, sy)
+    lines: list[list[int]] = []
+    for e in chain:
+        if lines and _straight(verts, [*lines[-1], e], tol):
+            lines[-1].append(e)
+        else:
+            lines.append([e])
+    total = _length(chain, verts)
+    kept: list[int] = []
+    for line in lines:
+        p, q = verts[line[0]], verts[(line[-1] + 1) % n]
+        a, b, _ = _half_plane(p, q, verts.mean(axis=0))
+        inward = -np.array([a, b]) / max(math.hypot(a, b), 1e-12)
+        flags = _support(p, q, inward, has, sx, sy)
+        on_line = float(flags.mean()) * float(np.hypot(*(q - p)))
+        run = _longest_run(flags)  # samples lie one pixel apart
+        long_edge = on_line >= _EDGE_LENGTH and flags.mean() >= _LINE_SHARE
+        if long_edge or (on_line >= _EDGE_SHARE * total and run >= min(_EDGE_RUN, _SHORT_RUN * total)):
+            kept.extend(line)
+    return kept
+
+
+def _straight(verts: np.ndarray, edges: list[int], tol: float) -> bool:
+    """Whether consecutive hull edges lie on one straight line (every vertex within ``tol`` of it)."""
+    n = len(verts)
+    p, q = verts[edges[0]], verts[(edges[-1] + 1) % n]
+    d = q - p
+    norm = max(float(np.hypot(*d)), 1e-12)
+    inner = verts[[(e + 1) % n for e in edges[:-1]]]
+    dist = np.abs(d[0] * (inner[:, 1] - p[1]) - d[1] * (inner[:, 0] - p[0])) / norm
+    return bool((dist <= tol).all())
+
+
 def _longest_run(flags: np.ndarray) -> int:
     """Length of the longest stretch of True values."""
     best = run = 0
@@ -140,30 +209,20 @@ def footprint_half_planes(
                 break
         if sides[start] & sides[end]:
             continue  # along one side of the raster (or the outline's only border vertex)
-        samples = []
-        for e in chain:
-            a, b, _ = planes[e]
-            inward = -np.array([a, b]) / max(math.hypot(a, b), 1e-12)
-            samples.append(_support(verts[e], verts[(e + 1) % n], inward, has, sx, sy))
-        flags = np.concatenate(samples)
-        length = sum(float(np.hypot(*(verts[(e + 1) % n] - verts[e]))) for e in chain)
-        # A scene edge: data along most of it, or along a straight stretch of _EDGE_RUN pixels
-        # (a cloud hugging the edge hides the rest), with a collar behind it deeper than
-        # _THIN_STRIP pixels on average. A thinner strip between the hull and the grid's border
-        # is a cloud along the border, not a collar.
-        scene_edge = (
-            flags.mean() >= _BRIDGE_SUPPORT or _longest_run(flags) * max(sx, sy) >= _EDGE_RUN
-        )
-        if scene_edge:
-            depth = _region_area(planes, set(chain), width, height) / max(length, 1.0)
-            if depth >= _THIN_STRIP:
-                continue
-        logger.info(
-            "footprint: the hull cuts a corner of the grid across gaps (%.0f %% data "
-            "along it); that corner counts as inside",
-            100 * float(flags.mean()),
-        )
-        for e in chain:
+        edges = _scene_edges(chain, verts, planes, has, sx=sx, sy=sy)
+        if edges:
+            depth = _region_area(planes, set(edges), width, height) / max(_length(edges, verts), 1.0)
+            if depth < _THIN_STRIP:
+                edges = []  # a thin strip along the border: a cloud, not a collar
+        bridges = [e for e in chain if e not in edges]
+        if bridges:
+            logger.info(
+                "footprint: %d of %d hull edges between two sides of the grid cross gaps, not a "
+                "straight scene edge; the gaps beyond them count as inside",
+                len(bridges),
+                len(chain),
+            )
+        for e in bridges:
             drop[e] = True
     kept = [pl for pl, d in zip(planes, drop, strict=True) if not d]
     return np.array(kept, dtype=np.float64).reshape(-1, 3)

@@ -55,3 +55,16 @@ def test_masks_combine_and_footprint_excludes_the_collar(tmp_path) -> None:
     assert everywhere.fillable(Window(0, 0, 32, 32)).all()
     assert everywhere.extra_gaps(Window(0, 0, 32, 32)) is None
     assert src.inputs == [str(tmp_path / "m.tif"), str(tmp_path / "qa.tif")]
+
+
+def test_the_collar_is_found_by_its_straight_edge_and_a_qa_fill_class_alone_is_not_outside(tmp_path) -> None:
+    by_shape = _sources(tmp_path)  # a straight edge 32 px long with data right along it
+    inside = by_shape.fillable(Window(0, 0, 32, 32))
+    assert inside[:, :20].all() and not inside[:, 20:].any()
+    assert by_shape.outside_evidence == "beyond a straight collar edge"
+    # Landsat 7 stripes are the QA band's fill class too: fill between data pixels is inside
+    qa = np.full((32, 32), 21824, "uint16")
+    qa[:, 8:10] = 1  # a stripe of fill, with data on both sides
+    write_raster(tmp_path / "qa.tif", qa)
+    striped = _sources(tmp_path, qa=tmp_path / "qa.tif", qa_kind="landsat-c2")
+    assert striped.fillable(Window(0, 0, 32, 32))[:, :20].all()
