@@ -9,7 +9,9 @@ from geonp_cli.options import CountBar, fill_config_options, none_if_empty, work
 @click.command(short_help="Fill the gaps of a raster; write the filled raster and its std.")
 @click.argument("input", type=click.Path(dir_okay=True))
 @click.argument("output", type=click.Path())
-@click.option("--uncertainty", type=click.Path(), help="Std raster path [default: <OUTPUT stem>_std.tif].")
+@click.option("--uncertainty", type=click.Path(),
+              help="Std raster path [default: <OUTPUT stem>_std.tif; <OUTPUT stem>_std plus OUTPUT's extension "
+                   "when its format holds float32, as netCDF does].")
 @click.option("--mask", type=click.Path(),
               help="Gap mask: a raster on any grid or CRS (non-zero = missing) or GeoJSON polygons.")
 @click.option("--mask-values", metavar="V,V,...", help="Values of --mask that mean a gap (e.g. 8,9).")
@@ -41,11 +43,12 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
     """Fill every gap of INPUT and write OUTPUT plus an uncertainty raster.
 
     Gaps are the nodata value, NaN/Inf, the GDAL mask/alpha band, and the --mask and --qa pixels.
-    Only gaps inside the data footprint are filled: the footprint is the convex hull of the
-    pixels that have data, so a scene's collar stays nodata while clouds touching the scene's
-    edge are filled (a cloud over a corner of a cropped grid counts as inside). --fill-outside
-    fills everything; --footprint FILE gives the footprint. Unfilled pixels read as nodata (or
-    masked). Observed pixels are copied bit for bit; metadata, CRS and transform are kept.
+    Every gap is filled unless there is evidence that it lies outside the scene: --footprint
+    FILE, or a collar of nodata beyond a long straight edge of the data (a swath edge). Pixels
+    a --reference observes are inside; clouds over a crop's corner or edge are filled.
+    --fill-outside fills everything. The summary counts every missing pixel by what became of
+    it, and says which option fills those left. Unfilled pixels read as nodata (or masked).
+    Observed pixels are copied bit for bit; metadata, CRS and transform are kept.
 
     \b
     Examples:
@@ -67,20 +70,18 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
         for hint in report.hints:
             click.echo(f"Hint: {hint}", err=True)
         return
-    if report.gap_pixels == 0:
-        where = " inside its data footprint" if report.outside_pixels else ""
-        click.echo(f"{input} has no missing pixel{where}: copied it unchanged to {report.output}; "
+    if report.gap_pixels == 0 and not report.outside_pixels:
+        click.echo(f"{input} has no missing pixel: copied it unchanged to {report.output}; "
                    f"std (all 0) in {report.uncertainty}")
-        for hint in report.hints:
-            click.echo(f"Hint: {hint}", err=True)
-        return
-    msg = (f"Filled {report.filled_pixels} of {report.gap_pixels} gap pixels in {report.seconds:.1f} s "
-           f"with model {report.model}: {report.output}, std in {report.uncertainty}")
-    if report.unfilled_pixels:
-        msg += f"; {report.unfilled_pixels} left as nodata (beyond --max-distance or any context)"
-    if report.outside_pixels:
-        msg += f"; {report.outside_pixels} outside the data footprint left as nodata (--fill-outside fills them)"
-    click.echo(msg)
+    else:
+        click.echo(f"Filled {report.filled_pixels} of {report.missing_pixels} missing pixels (all bands) in "
+                   f"{report.seconds:.1f} s with model {report.model}: {report.output}, std in {report.uncertainty}")
+    left = report.left_unfilled()
+    if left:  # every missing pixel is filled or counted here, with the option that fills it
+        click.echo(f"Warning: {report.missing_pixels - report.filled_pixels} missing pixels left as nodata: "
+                   + "; ".join(left), err=True)
+    for hint in report.hints:
+        click.echo(f"Hint: {hint}", err=True)
 
 
 def _check_quicklook(input: str, output: str, opts: dict[str, object]) -> None:
@@ -93,7 +94,7 @@ def _check_quicklook(input: str, output: str, opts: dict[str, object]) -> None:
     from geonp import check_output_path, default_uncertainty_path
     from geonp.errors import OutputError
 
-    std = opts.get("uncertainty") or default_uncertainty_path(output)
+    std = opts.get("uncertainty") or default_uncertainty_path(output, opts.get("format"))  # type: ignore[arg-type]
     others = [p for p in (input, opts.get("mask"), opts.get("qa"), opts.get("footprint")) if p is not None]
     ql = check_output_path(str(quicklook), inputs=others, overwrite=bool(opts.get("overwrite")),
                            role="--quicklook")

@@ -109,6 +109,23 @@ def _restore_signal_handlers(previous: dict[int, Any]) -> None:
         signal.signal(sig, handler)
 
 
+def interrupted_message(name: str, interrupt: BaseException) -> str:
+    """The line printed after an interrupt: what is left on disk, as geonp checked it after cleaning up.
+
+    geonp's writers record on the interrupt the partial files that remain once they have removed
+    theirs (its ``partials_left`` attribute); an interrupt no writer saw says nothing about files.
+    """
+    left = getattr(interrupt, "partials_left", None)
+    if left is None:
+        return f"Interrupted ({name})."
+    if not left:
+        return f"Interrupted ({name}); no partial output was left."
+    folders = sorted({os.path.dirname(str(p)) for p in left})
+    where = f"in {folders[0]}" if len(folders) == 1 else "in those folders"
+    return (f"Interrupted ({name}); {len(left)} partial file(s) remain: "
+            f"{', '.join(str(p) for p in left)}; the next geonp run that writes {where} removes them.")
+
+
 def _verbose(ctx: click.Context) -> bool:
     return bool(ctx.obj and ctx.obj.get("verbose"))  # set by cli(), inside invoke
 
@@ -139,9 +156,9 @@ class GeonpGroup(click.Group):
             if _verbose(ctx):
                 traceback.print_exc()
             raise click.ClickException(one_line(err)) from None
-        except KeyboardInterrupt:
+        except KeyboardInterrupt as err:
             name = signal.Signals(received[0]).name if received else "Ctrl-C"
-            click.echo(f"Interrupted ({name}); no partial output was left.", err=True)
+            click.echo(interrupted_message(name, err), err=True)
             sys.exit(128 + received[0] if received else 130)
         except MemoryError:
             if _verbose(ctx):

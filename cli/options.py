@@ -62,11 +62,16 @@ def _fill_option_list() -> list[F]:
                           "(repeatable; checked by GDAL before any work)."),
         click.option("--std-co", "std_creation_options", multiple=True, metavar="KEY=VALUE",
                      callback=none_if_empty, help="GDAL creation option of the std raster (repeatable)."),
-        click.option("--cog", is_flag=True, help="Write Cloud Optimized GeoTIFFs."),
+        click.option("--cog", is_flag=True, help="Write Cloud Optimized GeoTIFFs (outputs named .tif)."),
         overwrite_option,
         click.option("--fill-outside", is_flag=True,
-                     help="Also fill gaps outside the data footprint (the convex hull of the pixels that "
-                          "have data): the scene's nodata collar, which stays nodata by default."),
+                     help="Also fill gaps outside the data footprint: the scene's nodata collar beyond a long "
+                          "straight edge of the data, which stays nodata by default."),
+        click.option("--categorical", type=click.Choice(["auto", "nearest", "continuous"]), default=d.categorical,
+                     show_default=True,
+                     help="Class rasters: auto = refuse a raster with a colour table; nearest = fill each gap with "
+                          "the class of the nearest observed pixel (no model; std 0, tagged as no std); "
+                          "continuous = fill it with the model as measurements."),
         click.option("--reference-fit", type=click.Choice(["regression", "none"]), default=d.reference_fit,
                      show_default=True,
                      help="With --reference: regression = where a reference sees a gap pixel, weigh the "

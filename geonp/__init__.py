@@ -1,14 +1,28 @@
 """geonp: fill gaps in geospatial rasters with Transformer Neural Processes.
 
+Public API (``help(geonp.NAME)`` for each):
+
+- ``fill_raster(input, output, ...)``: fill a raster file; write the filled raster and its std.
+- ``fill(dataarray, ...)``: fill an xarray DataArray (numpy or Dask); returns filled and std.
+- ``fill_array(values, valid, ...)``: fill a numpy array ``[bands, h, w]``.
+- ``fill_many(input_dir, output_dir, ...)``: fill every raster of a directory (``geonp batch``).
+- ``load_model(name_or_dir)``, ``list_models()``: the built-in and trained models.
+- ``train(inputs, output, ...)``, ``train_series(...)``: train a model (single- or multi-date).
+- ``evaluate(raster, ...)``, ``evaluate_series(...)``: score a model on hidden pixels.
+- ``FillConfig``, ``TaskShape``, ``SeriesRecipe``, ``ContextSpec``: option objects.
+- ``default_uncertainty_path``, ``check_output_path``, ``parse_date``, ``scan_series``,
+  ``series_summary``, ``series_report``: helpers the command line uses.
+
 The public API is re-exported lazily (PEP 562) so that ``import geonp`` and ``geonp --help``
-do not import torch or rasterio. The CLI (``geonp_cli``) imports only these names and the
-modules ``geonp.config``, ``geonp.errors`` and ``geonp._version``
-(``tests/meta/test_import_boundaries.py`` checks it).
+do not import torch or rasterio; ``dir(geonp)`` lists it without importing anything. The CLI
+(``geonp_cli``) imports only these names and the modules ``geonp.config``, ``geonp.errors``
+and ``geonp._version`` (``tests/meta/test_import_boundaries.py`` checks it).
 """
 
 from __future__ import annotations
 
 import importlib
+from types import ModuleType
 from typing import Any
 
 from geonp._version import __version__
@@ -30,7 +44,7 @@ _LAZY = {
     "ContextSpec": "geonp.context",
     "parse_date": "geonp.io.dates",
     "scan_series": "geonp.io.timeseries",
-    "default_uncertainty_path": "geonp.inference",
+    "default_uncertainty_path": "geonp.io.paths",
     "check_output_path": "geonp.io.paths",
     "evaluate_series": "geonp.evaluation.series",
     "series_summary": "geonp.evaluation.series:summary",
@@ -46,3 +60,10 @@ def __getattr__(name: str) -> Any:
         module, _, attr = _LAZY[name].partition(":")
         return getattr(importlib.import_module(module), attr or name)
     raise AttributeError(f"module 'geonp' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The public API (exported lazily), special names and loaded submodules, for ``dir`` and ``help``."""
+    loaded = {name for name, value in globals().items()
+              if isinstance(value, ModuleType) and value.__name__ == f"{__name__}.{name}"}
+    return sorted(set(__all__) | loaded | {name for name in globals() if name.startswith("__")})

@@ -18,10 +18,11 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
-from geonp import engine
+from geonp import class_fill, engine
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.masks import valid_mask
+from geonp.io.validity import OutputValidity, finish_block
 from geonp.models.layers import resolve_device
 from geonp.predict import Predictor
 from geonp.reference_fit import ESTIMATE_REACH, LineStats, ReferenceLines, fit_regression
@@ -41,13 +42,16 @@ def fill_array(
     reference_lines: ReferenceLines | None = None,
     **options: Any,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Fill the gaps of an in-memory ``[bands, h, w]`` array.
+    """Fill the gaps of an in-memory ``[bands, h, w]`` or ``[h, w]`` array.
 
     Args:
-        values: band values (anything where not valid).
+        values: band values (anything where not valid), ``[bands, h, w]`` or one band ``[h, w]``.
         valid: bool, True where observed (same shape as ``values`` or ``[h, w]``); NaN/Inf and
             ``nodata`` (when given) are missing too, as in :func:`fill_raster`.
         config: fill options; keywords override its fields (``model`` may be a loaded model).
+            ``categorical="nearest"`` fills each gap with the class of the nearest observed pixel
+            and runs no model (:mod:`geonp.class_fill`); an array has no colour table, so
+            ``auto`` fills it as measurements.
         origin: the array's offset in a larger raster (keeps tiles aligned across chunks).
         region: ``(r0, r1, c0, c1)`` to fill (default all); the rest is context only.
         fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
@@ -61,7 +65,15 @@ def fill_array(
         **options: :class:`~geonp.config.FillConfig` fields.
 
     Returns:
-        ``(filled float64, std float32)``: observed pixels unchanged and std 0 there; unfilled gaps NaN.
+        ``(filled, std)``, shaped like ``values`` (cut to ``region``): a ``[h, w]`` input gives
+        ``[h, w]`` outputs. ``filled`` has the type of ``values``: observed pixels unchanged,
+        predictions cast to it as :func:`fill_raster` casts them (integers rounded and clipped
+        to the type's range; a prediction equal to ``nodata`` moved one step away). Unfilled
+        gap pixels (beyond ``max_distance``, outside ``fillable``, without context) are NaN in a
+        float array; in an integer array they hold ``nodata``, or without one keep their input
+        values. ``std`` is float32: 0 on observed pixels, NaN on unfilled ones (the one mark of
+        an unfilled pixel in an integer array without ``nodata``). Arrays of other types (bool)
+        give float64.
 
     Raises:
         InputRasterError: a reference of another shape.
@@ -69,33 +81,69 @@ def fill_array(
             a finite number of days.
     """
     cfg = FillConfig.of(config, **options)
-    if values.ndim == 2:
+    values = np.asarray(values)
+    one_band = values.ndim == 2
+    if one_band:
         values = values[None]
     # the rule every fill uses for a missing pixel: NaN/Inf, the nodata value, the caller's mask
     valid = valid_mask(values, nodata=cfg.nodata, internal_valid=np.broadcast_to(valid, values.shape))
     if not valid.any():
         raise NoValidPixelsError("the array has no valid pixel to fill from")
     refs = _array_references(references, values.shape, cfg.nodata)
+    h, w = values.shape[1:]
+    r0, r1, c0, c1 = region or (0, h, 0, w)
+    if cfg.categorical == "nearest":
+        _refuse_references_for_classes(refs)
+        mean, std = class_fill.nearest_class(values, valid, (r0, r1, c0, c1), fillable=fillable,
+                                             reach=class_fill.reach(cfg.max_distance, cfg.search_radius))
+    else:
+        mean, std = _predict(values, valid, cfg, (r0, r1, c0, c1), origin=origin, fillable=fillable, refs=refs,
+                             reference_lines=reference_lines)
+    core = (slice(None), slice(r0, r1), slice(c0, c1))
+    filled = _in_type(values[core], valid[core], mean, cfg.nodata)
+    std_out = np.where(valid[core], 0.0, std).astype(np.float32)
+    return (filled[0], std_out[0]) if one_band else (filled, std_out)
+
+
+def _predict(values: np.ndarray, valid: np.ndarray, cfg: FillConfig, region: tuple[int, int, int, int], *,
+             origin: tuple[int, int], fillable: np.ndarray | None, refs: list[tuple[np.ndarray, np.ndarray, float]],
+             reference_lines: ReferenceLines | None) -> tuple[np.ndarray, np.ndarray]:
+    """The model's ``(mean, std)`` on the gaps of ``region`` (NaN elsewhere), in the bands' units."""
     loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=bool(refs)), references=bool(refs))
     engine.check_per_band(loaded)
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
     predictor = Predictor(loaded.module, opts, resolve_device(cfg.device), batch_rows=cfg.batch_rows)
     n = values.shape[0]
     norm = engine.normalizer_for(loaded, n, lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
-    h, w = values.shape[1:]
-    r0, r1, c0, c1 = region or (0, h, 0, w)
     lines = None
     if refs and cfg.reference_fit == "regression":
         lines = reference_lines if reference_lines is not None else fit_regression(
             values, valid, [(vals, ok) for vals, ok, _ in refs])
-    mean, std = engine.predict_region(predictor, values.astype(np.float64), valid, (r0, r1, c0, c1),
-                                      origin=origin, norm=norm, max_distance=cfg.max_distance,
-                                      calibration=loaded.calibration, fillable=fillable,
-                                      references=refs or None, lines=lines)
-    core = (slice(None), slice(r0, r1), slice(c0, c1))
-    filled = np.where(valid[core], values[core], mean)
-    std_out = np.where(valid[core], 0.0, std).astype(np.float32)
-    return filled, std_out
+    return engine.predict_region(predictor, values.astype(np.float64), valid, region, origin=origin, norm=norm,
+                                 max_distance=cfg.max_distance, calibration=loaded.calibration,
+                                 fillable=fillable, references=refs or None, lines=lines)
+
+
+def _in_type(values: np.ndarray, observed: np.ndarray, mean: np.ndarray, nodata: float | None) -> np.ndarray:
+    """``values`` with the predictions ``mean`` (NaN: none) on its gaps, in its own type (``fill_array``)."""
+    dtype = values.dtype if np.issubdtype(values.dtype, np.number) else np.dtype(np.float64)
+    filled = ~observed & np.isfinite(mean)
+    out = values.astype(dtype, copy=True)
+    out[filled] = engine.cast(mean[filled], dtype.name)
+    # integers: unfilled pixels read nodata and no prediction equals it (as fill_raster writes them);
+    # floats: unfilled pixels are NaN
+    integer = np.issubdtype(dtype, np.integer)
+    plan = OutputValidity(bands=(), alpha_band=None, nodata=nodata if integer else None, dtype=dtype.name,
+                          write_mask=False)
+    out, _ = finish_block(out, observed=observed, filled=filled, mean=mean, plan=plan)
+    return out
+
+
+def _refuse_references_for_classes(refs: Sequence[Any]) -> None:
+    """A nearest-class fill uses the array's own classes: refuse references."""
+    if refs:
+        raise ConfigError("categorical='nearest' fills each gap from the array's own classes and takes no "
+                          "references; drop references, or fill measurements without categorical")
 
 
 def _array_references(references: Sequence[tuple[np.ndarray, np.ndarray | None, float]],
@@ -130,10 +178,14 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
     over a Dask-backed input), as ``geonp fill --reference`` does. Reproject references onto
     ``da``'s grid first (``rioxarray``'s ``reproject_match``).
 
+    ``categorical="nearest"`` fills a class array with the class of the nearest observed pixel
+    (:mod:`geonp.class_fill`; no model runs, and chunks are read with a halo of its reach).
+
     Returns:
-        An ``xarray.Dataset`` with ``filled`` (in the input's dtype, nodata and CRS set the
-        rioxarray way) and ``uncertainty`` (float32 std, 0 on observed pixels, NaN where nothing
-        was filled), with the input's coordinates and attributes
+        An ``xarray.Dataset`` with ``filled`` (in the input's dtype, CRS set the rioxarray way,
+        nodata as the input's: an input without nodata gets none, as ``geonp fill`` writes
+        none) and ``uncertainty`` (float32 std, 0 on observed pixels, NaN where nothing was
+        filled), with the input's coordinates and attributes
         (:func:`geonp.xarray_result.build_result`; also ``da.geonp.fill()``).
     """
     if da.ndim not in (2, 3):
@@ -147,8 +199,13 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
         with contextlib.suppress(Exception):  # rioxarray not imported or no CRS: keep the attrs' value
             nodata = arr3.rio.nodata if arr3.rio.nodata is not None else nodata
     refs = _xarray_references(references, arr3)
-    loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=bool(refs)), references=bool(refs))
-    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
+    if cfg.categorical == "nearest":  # no model: the halo is the class fill's reach
+        _refuse_references_for_classes(refs)
+        halo = class_fill.halo(class_fill.reach(cfg.max_distance, cfg.search_radius))
+    else:
+        loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=bool(refs)), references=bool(refs))
+        opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
+        halo = max(opts.halo, ESTIMATE_REACH if refs else 0)
     data = arr3.data
     footprint = None
     if not cfg.fill_outside:  # the same footprint rule as fill_raster (geonp.io.footprint)
@@ -156,20 +213,33 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
 
         footprint = footprint_of_array(_valid(data, nodata).any(axis=0))
     if hasattr(data, "dask"):
-        filled, std = _fill_dask(data, nodata, cfg, halo=max(opts.halo, ESTIMATE_REACH if refs else 0),
-                                 footprint=footprint, references=refs)
+        filled, std = _fill_dask(data, nodata, cfg, halo=halo, footprint=footprint, references=refs)
     else:
         values = np.asarray(data, dtype=np.float64)
         h, w = values.shape[1:]
-        inside = None if footprint is None else footprint.fillable(Window(0, 0, w, h))
+        ref_values = [np.asarray(r, dtype=np.float64) for r, _ in refs]
+        inside = _inside(footprint, Window(0, 0, w, h), ref_values, cfg.nodata)
         filled, std = fill_array(values, _valid(values, nodata), cfg, fillable=inside,
-                                 references=[(np.asarray(r, dtype=np.float64), None, days) for r, days in refs])
+                                 references=[(r, None, days) for r, (_, days) in zip(ref_values, refs, strict=True)])
     from geonp.xarray_result import build_result
 
     ds = build_result(filled, std, arr3, nodata=nodata)
     if squeeze:
         ds = ds.isel(band=0, drop=True)
     return ds
+
+
+def _inside(footprint: Any, window: Window, references: Sequence[np.ndarray], nodata: float | None
+            ) -> np.ndarray | None:
+    """Where gaps may be filled: inside the footprint, or observed by a reference (it is inside the
+    scene) where the footprint is only the collar's shape (:mod:`geonp.io.footprint`)."""
+    if footprint is None:
+        return None
+    inside = footprint.fillable(window)
+    if footprint.kind == "hull":
+        for ref in references:
+            inside |= valid_mask(ref, nodata=nodata).any(axis=0)
+    return inside
 
 
 def _valid(values: Any, nodata: float | None) -> Any:
@@ -247,12 +317,11 @@ def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int, f
     @dask.delayed(pure=True)
     def one(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int], *refs: np.ndarray) -> np.ndarray:
         values = np.asarray(block, dtype=np.float64)
-        inside = None if footprint is None else footprint.fillable(
-            Window(c0, r0, values.shape[2], values.shape[1]))
+        ref_values = [np.asarray(r, dtype=np.float64) for r in refs]
+        inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), ref_values, cfg.nodata)
         filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region,
                                  fillable=inside, reference_lines=lines,
-                                 references=[(np.asarray(r, dtype=np.float64), None, d)
-                                             for r, d in zip(refs, days, strict=True)])
+                                 references=[(r, None, d) for r, d in zip(ref_values, days, strict=True)])
         return np.stack([filled, std.astype(np.float64)])
 
     rows = []

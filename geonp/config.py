@@ -12,6 +12,8 @@ T = TypeVar("T")
 
 ARCHS = ("tnpkr", "tnpd", "cmanp")
 ATTENTION_NAMES = ("scan", "dense", "dka", "performer")
+#: How a fill treats class rasters (:attr:`FillConfig.categorical`).
+CATEGORICAL = ("auto", "nearest", "continuous")
 
 
 def _from_dict(cls: type[T], data: dict[str, Any], what: str) -> T:
@@ -208,6 +210,16 @@ class FillConfig:
             the fill weighs the model's with the reference's per-band regression line, corrected
             by the line's error on similar pixels nearby (:mod:`geonp.reference_fit`); ``none``:
             references are only context of the model.
+        categorical: how a class raster (land cover, a classification: values are labels, not
+            measurements) is filled. ``auto``: a raster with a colour table is refused (its
+            values are classes, and a model would blend them into classes that are not there);
+            others are filled as measurements. ``nearest``: the raster is a class raster,
+            colour table or not; each gap pixel inside the footprint gets the class of the
+            nearest observed pixel of its band, up to ``max_distance`` (else ``search_radius``)
+            pixels away, no model runs, and the std raster holds 0 on those pixels, tagged as
+            having no std (:mod:`geonp.class_fill`). ``continuous``: fill with the model even
+            when a colour table is present (its values are measurements drawn with a colour
+            ramp). The colour table is kept in every case.
     """
 
     model: Any = None
@@ -228,6 +240,7 @@ class FillConfig:
     overwrite: bool = False
     fill_outside: bool = False
     reference_fit: Literal["regression", "none"] = "regression"
+    categorical: Literal["auto", "nearest", "continuous"] = "auto"
 
     def __post_init__(self) -> None:
         """Check the values; a bad one raises ConfigError naming it."""
@@ -235,6 +248,9 @@ class FillConfig:
             raise ConfigError(f"--device {self.device!r} must be auto, cpu or cuda")
         if self.reference_fit not in ("regression", "none"):
             raise ConfigError(f"--reference-fit {self.reference_fit!r} must be regression or none")
+        if self.categorical not in CATEGORICAL:
+            raise ConfigError(f"--categorical {self.categorical!r} must be {', '.join(CATEGORICAL[:-1])} or "
+                              f"{CATEGORICAL[-1]}")
         for name, low in (("tile_size", 4), ("max_context", 1)):
             value = getattr(self, name)
             if value is not None:

@@ -9,6 +9,7 @@ here. The block engine (reading with a halo, process pools, Dask, casting) is
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -21,18 +22,18 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
-from geonp import engine, survey
+from geonp import class_fill, engine, survey
 from geonp._version import __version__
 from geonp.array_fill import fill, fill_array  # in-memory fills, importable from here too
 from geonp.config import FillConfig
-from geonp.errors import ConfigError, NoValidPixelsError, OutputError
+from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.io.atomic import AtomicGroup
 from geonp.io.formats import check_creation_options, output_driver
 from geonp.io.gap_sources import GapSources, build_gap_sources
 from geonp.io.hints import untagged_nodata_hint
 from geonp.io.masks import resolve_nodata
 from geonp.io.metadata import copy_metadata, copy_std_metadata
-from geonp.io.paths import RUN_ID_TAG, check_output_path, unpaired_output
+from geonp.io.paths import RUN_ID_TAG, check_output_path, default_uncertainty_path
 from geonp.io.profiles import output_profile, parse_creation_options
 from geonp.io.raster import open_raster, raster_info, select_bands
 from geonp.io.remote import is_virtual
@@ -68,7 +69,13 @@ class FillReport:
         workers: processes that filled blocks.
         outside_pixels: missing pixels outside the data footprint (left nodata; not in
             ``gap_pixels``).
+        outside_evidence: why those are outside (``--footprint``, the QA band's fill class, a
+            straight collar edge: :mod:`geonp.io.footprint`).
+        beyond_pixels: gap pixels left nodata because they lie beyond ``max_distance``.
         hints: advice for the user (for example an untagged nodata value).
+
+    Every missing pixel is counted once: :attr:`missing_pixels` = :attr:`filled_pixels` +
+    :attr:`outside_pixels` + :attr:`beyond_pixels` + :attr:`no_context_pixels`.
     """
 
     output: Path
@@ -83,18 +90,45 @@ class FillReport:
     timings: dict[str, float] = field(default_factory=dict)
     workers: int = 1
     outside_pixels: int = 0
+    outside_evidence: str = "none"
+    beyond_pixels: int = 0
     hints: list[str] = field(default_factory=list)
 
     @property
+    def missing_pixels(self) -> int:
+        """Every missing pixel of the filled bands: gaps inside the footprint and outside it."""
+        return self.gap_pixels + self.outside_pixels
+
+    @property
     def unfilled_pixels(self) -> int:
-        """Gap pixels left as nodata (beyond ``max_distance`` or any context)."""
+        """Gap pixels inside the footprint left as nodata (beyond ``max_distance`` or any context)."""
         return self.gap_pixels - self.filled_pixels
 
+    @property
+    def no_context_pixels(self) -> int:
+        """Gap pixels inside the footprint and within ``max_distance`` that found no context."""
+        return self.unfilled_pixels - self.beyond_pixels
 
-def default_uncertainty_path(output: str | os.PathLike[str]) -> Path:
-    """``<OUTPUT stem>_std.tif`` beside OUTPUT."""
-    out = Path(output)
-    return out.with_name(f"{out.stem}_std{out.suffix or '.tif'}")
+    def count_tags(self) -> dict[str, str]:
+        """The counts as output tags: what became of every missing pixel."""
+        return {"GEONP_MISSING_PIXELS": str(self.missing_pixels), "GEONP_GAP_PIXELS": str(self.gap_pixels),
+                "GEONP_FILLED_PIXELS": str(self.filled_pixels),
+                "GEONP_OUTSIDE_FOOTPRINT_PIXELS": f"{self.outside_pixels} ({self.outside_evidence})",
+                "GEONP_BEYOND_MAX_DISTANCE_PIXELS": str(self.beyond_pixels),
+                "GEONP_NO_CONTEXT_PIXELS": str(self.no_context_pixels)}
+
+    def left_unfilled(self) -> list[str]:
+        """One phrase per reason some missing pixels were left nodata, with the option that fills them."""
+        left = []
+        if self.outside_pixels:
+            left.append(f"{self.outside_pixels} outside the data footprint ({self.outside_evidence}; "
+                        "--fill-outside fills them)")
+        if self.beyond_pixels:
+            left.append(f"{self.beyond_pixels} beyond --max-distance (a larger --max-distance fills them)")
+        if self.no_context_pixels:
+            left.append(f"{self.no_context_pixels} with no observed pixel within --search-radius (a larger "
+                        "--search-radius fills them)")
+        return left
 
 
 def fill_raster(
@@ -204,25 +238,32 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
     co = parse_creation_options(cfg.creation_options)
     std_co = co if cfg.std_creation_options is None else parse_creation_options(cfg.std_creation_options)
     out_path = Path(output)
-    std_path = Path(uncertainty) if uncertainty is not None else default_uncertainty_path(output)
+    std_path = Path(uncertainty) if uncertainty is not None else default_uncertainty_path(output, format)
     with open_raster(input) as src:
         info = raster_info(src)
         select_bands(info, cfg.bands)  # range and duplicate checks
         nodata_v = resolve_nodata(info, cfg.nodata)
         validity = plan_output_validity(src, cfg.bands, nodata=info.nodata if cfg.nodata is None else cfg.nodata)
         band_list = list(validity.bands)  # never the alpha band
+        # a class raster (colour table): refused, or filled by nearest class (geonp.class_fill)
+        classes = class_fill.is_class_fill(src, band_list, cfg.categorical, references=bool(references.paths))
         out_driver = output_driver(out_path, format)
+        from geonp.io import formats as output_formats  # the output-path checks
+        from geonp.io import paths as output_paths
+
         std_driver = output_driver(std_path, format if std_path.suffix == out_path.suffix else None)
+        if cfg.cog:
+            output_formats.check_cog_output(out_path, out_driver)
+            output_formats.check_cog_output(std_path, std_driver, role="--uncertainty")
         _check_creation(co, std_co, cfg, src, info, validity, out_driver, std_driver)
         refs, ref_days = _open_references(input, info, cfg, references, qa_kind, qa_classes)
         inputs = [p for p in (input, mask, qa, footprint, *references.paths) if p is not None]
         if not dry_run:
-            leftover = None if cfg.overwrite else unpaired_output(out_path, std_path)
-            if leftover is not None:
-                raise OutputError(f"{std_path} already exists, left by an interrupted run ({leftover}); "
-                                  "pass --overwrite to replace it.")
+            output_paths.check_std_path(std_path, output=out_path, inputs=inputs, overwrite=cfg.overwrite,
+                                        given=uncertainty is not None)  # not an input, not a leftover
             out_path = check_output_path(out_path, inputs=inputs, overwrite=cfg.overwrite)
-            std_path = check_output_path(std_path, inputs=inputs, overwrite=cfg.overwrite)
+            std_path = check_output_path(std_path, inputs=inputs, overwrite=cfg.overwrite,
+                                         role="--uncertainty" if uncertainty is not None else "The std raster")
             if out_path == std_path:
                 raise ConfigError(f"--uncertainty {std_path} is the same path as OUTPUT; give another path")
             if quicklook is not None:
@@ -234,19 +275,28 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
                                     mask_values=mask_values, mask_bits=mask_bits, qa=qa,
                                     qa_kind=None if only_refs else qa_kind,
                                     qa_classes=None if only_refs else qa_classes, footprint=footprint,
-                                    fill_outside=cfg.fill_outside)
+                                    fill_outside=cfg.fill_outside, references=refs)
         gaps_from = sources.extra_gaps
         blocks = engine.plan_blocks(info.height, info.width, cfg.block_size)
         outside = [0]
-        gap_pixels, obs_pixels, gap_tiles = survey.count_gaps(src, info, band_list, nodata_v, gaps_from,
-                                                              blocks, opts.tile_size, sources.fillable, outside)
+        sampled = survey.sample_rows(info) if dry_run else None  # a huge raster's dry run: an estimate
+        if sampled is not None:
+            gap_pixels, obs_pixels, gap_tiles = survey.estimate_gaps(src, info, band_list, nodata_v, gaps_from,
+                                                                     sampled, opts.tile_size, sources.fillable,
+                                                                     outside)
+        else:
+            gap_pixels, obs_pixels, gap_tiles = survey.count_gaps(src, info, band_list, nodata_v, gaps_from,
+                                                                  blocks, opts.tile_size, sources.fillable, outside)
         if obs_pixels == 0:
             raise NoValidPixelsError(
                 f"{input} has no observed pixel in band(s) {band_list} (nodata={nodata_v}); nothing to fill "
                 "from. Check --nodata, --band or --mask"
             )
         report = FillReport(out_path, std_path, loaded.name, gap_pixels=gap_pixels, tiles=gap_tiles,
-                            outside_pixels=outside[0])
+                            outside_pixels=outside[0], outside_evidence=sources.outside_evidence)
+        report.hints.extend(validity.hints)  # a data band tagged alpha (geonp.io.alpha)
+        if classes:
+            report.model = "nearest class"
         if gap_pixels == 0 and cfg.nodata is None:
             hint = untagged_nodata_hint(src, band_list)
             if hint:
@@ -256,7 +306,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         if dry_run:
             report.dry_run = True
             report.plan = survey.plan(info, band_list, blocks, opts, gap_pixels, gap_tiles, cfg.block_size,
-                                      workers)
+                                      workers, sampled_rows=None if sampled is None else len(sampled))
             report.plan["outside_footprint_pixels"] = outside[0]
             report.plan["footprint"] = sources.footprint.describe()
             report.seconds = time.perf_counter() - t0
@@ -278,6 +328,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             calibration=loaded.calibration, dtype=dtype,
             out_nodata=profile.get("nodata"), sources=_absolute_sources(sources), validity=validity,
             references=refs, reference_days=ref_days,
+            class_reach=class_fill.reach(cfg.max_distance, cfg.search_radius) if classes else None,
         )
         if refs and cfg.reference_fit == "regression":
             job = dataclasses.replace(job, reference_lines=engine.fit_reference_lines(job, blocks))
@@ -287,6 +338,9 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         if refs:
             tags["GEONP_REFERENCES"] = ", ".join(f"{Path(r.path).name} ({r.date})" for r in refs)
             tags["GEONP_REFERENCE_FIT"] = reference_fit_tag(job)
+        if classes:  # no model ran: say how the classes were filled, and that the std raster holds none
+            tags.pop("GEONP_MODEL")
+            tags["GEONP_FILL_METHOD"] = class_fill.METHOD_TAG
         done = [0]
         total = max(gap_pixels, 1)
 
@@ -304,31 +358,36 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             copy_metadata(src, dst, bands=band_list)
             copy_std_metadata(src, dstd, bands=band_list)
             dst.update_tags(**tags)
-            dstd.update_tags(**tags, GEONP_CONTENT="predictive standard deviation of the filled pixels; 0 = observed")
+            dstd.update_tags(**tags, GEONP_CONTENT=class_fill.STD_CONTENT if classes else
+                             "predictive standard deviation of the filled pixels; 0 = observed")
             for i, b in enumerate(band_list, start=1):
                 desc = src.descriptions[b - 1]
                 dstd.set_band_description(i, f"std of {desc}" if desc else f"std of band {b}")
-            filled = 0
+            filled = beyond = 0
             timings: dict[str, float] = {"write": 0.0}
-            for result in engine.run_blocks(job, blocks, scheduler=scheduler, workers=workers, progress=moved,
-                                            loaded=loaded):
-                t_write = time.perf_counter()
-                r0, r1, c0, c1 = result.block
-                wwin = Window(c0, r0, c1 - c0, r1 - r0)
-                dst.write(result.out, window=wwin)
-                if validity.write_mask and result.valid is not None:
-                    dst.write_mask(np.where(result.valid, 255, 0).astype(np.uint8), window=wwin)
-                dstd.write(result.std, window=wwin)
-                filled += result.filled
-                for key, value in result.timings.items():
-                    timings[key] = timings.get(key, 0.0) + value
-                timings["write"] += time.perf_counter() - t_write
+            # closed at once on an interrupt or error, so the worker processes stop with the fill
+            with contextlib.closing(engine.run_blocks(job, blocks, scheduler=scheduler, workers=workers,
+                                                      progress=moved, loaded=loaded)) as results:
+                for result in results:
+                    t_write = time.perf_counter()
+                    r0, r1, c0, c1 = result.block
+                    wwin = Window(c0, r0, c1 - c0, r1 - r0)
+                    dst.write(result.out, window=wwin)
+                    if validity.write_mask and result.valid is not None:
+                        dst.write_mask(np.where(result.valid, 255, 0).astype(np.uint8), window=wwin)
+                    dstd.write(result.std, window=wwin)
+                    filled += result.filled
+                    beyond += result.beyond
+                    for key, value in result.timings.items():
+                        timings[key] = timings.get(key, 0.0) + value
+                    timings["write"] += time.perf_counter() - t_write
             if progress is not None:
                 progress(total, total)
-            dst.update_tags(GEONP_FILLED_PIXELS=str(filled), GEONP_GAP_PIXELS=str(gap_pixels))
+            report.filled_pixels, report.beyond_pixels = filled, beyond
+            dst.update_tags(**report.count_tags())
             t_write = time.perf_counter()
         timings["write"] += time.perf_counter() - t_write  # the atomic writers' close and read-back
-        report.filled_pixels, report.timings, report.workers = filled, timings, workers
+        report.timings, report.workers = timings, workers
         report.seconds = time.perf_counter() - t0
     if quicklook is not None:
         from geonp.quicklook import write_quicklook

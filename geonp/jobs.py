@@ -11,6 +11,12 @@ else is filled again. The manifest also records which outputs the batch wrote it
 be replaced on a rerun, while files it did not write are never replaced without ``overwrite``.
 
 Inputs and outputs must be on a file system that every worker sees under the same paths.
+
+Ctrl-C or SIGTERM stops a batch within seconds: a running file's fill ends once its worker
+closes or its task is cancelled, its writers removing their partial files
+(:class:`geonp.interrupts.DaskTaskGuard`); once the local cluster is closed the main process
+removes what killed workers left and records on the interrupt which partial files remain
+(:func:`geonp.io.partials.note_partials_left`).
 """
 
 from __future__ import annotations
@@ -21,6 +27,7 @@ import hashlib
 import json
 import logging
 import os
+import shlex
 import time
 import uuid
 from collections.abc import Callable, Mapping
@@ -32,7 +39,8 @@ from geonp._version import __version__
 from geonp.config import FillConfig
 from geonp.dask_client import dask_session
 from geonp.errors import ConfigError, GeonpError, OutputError, one_line
-from geonp.io.partials import remove_stale_partials
+from geonp.interrupts import DaskTaskGuard, TaskStopped, leave_ctrl_c_to_parent
+from geonp.io.partials import note_partials_left, partials_in, remove_stale_partials
 from geonp.manifest import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
@@ -76,12 +84,16 @@ def _fill_one(task: _FileTask) -> dict[str, Any]:
         from geonp.model_files.registry import cached_model
 
         Path(task.output).parent.mkdir(parents=True, exist_ok=True)
-        report = fill_raster(task.input, task.output, uncertainty=task.uncertainty,
-                             model=cached_model(task.model, "cpu"), overwrite=task.overwrite, workers=1,
-                             **dict(task.options), **dict(task.per_file))
+        # the fill ends (its partial files removed) once the batch is interrupted
+        with DaskTaskGuard() as guard:
+            report = fill_raster(task.input, task.output, uncertainty=task.uncertainty,
+                                 model=cached_model(task.model, "cpu"), overwrite=task.overwrite, workers=1,
+                                 progress=guard.progress, **dict(task.options), **dict(task.per_file))
         return {"status": "done", "seconds": time.perf_counter() - t0,
                 "filled_pixels": report.filled_pixels, "gap_pixels": report.gap_pixels,
                 "tiles": report.tiles}
+    except TaskStopped:
+        reason = "stopped: the batch was interrupted"
     except GeonpError as err:
         reason = one_line(str(err)) or type(err).__name__
     except Exception as err:  # noqa: BLE001 - one bad file must not stop the batch
@@ -163,7 +175,7 @@ def _check_dirs(input_dir: str | os.PathLike[str], output_dir: str | os.PathLike
                           "modifies its input).")
     if not out_dir.exists() and not out_dir.parent.is_dir():
         raise OutputError(f"The parent of OUTPUT_DIR {out_dir} does not exist; create it first "
-                          f"(mkdir -p {out_dir.parent}).")
+                          f"(mkdir -p {shlex.quote(str(out_dir.parent))}).")
     return in_dir, out_dir
 
 
@@ -207,6 +219,37 @@ def _remove_partials(path: Path) -> None:
     if path.parent.is_dir():
         for tmp in remove_stale_partials(path):
             logger.info("removed %s, left by an interrupted run", tmp)
+
+
+def _output_folders(tasks: Mapping[str, _FileTask], manifest: Path) -> list[Path]:
+    """The folders a batch writes in (one path in each, for :func:`remove_stale_partials`)."""
+    paths = [manifest, *(Path(p) for t in tasks.values() for p in (t.output, t.uncertainty))]
+    return list({p.parent: p for p in paths}.values())
+
+
+#: Seconds an interrupted batch on an existing cluster (whose workers live on) gives its running
+#: files to notice the cancellation and remove their partial files.
+STOP_WAIT = 5.0
+
+
+def _left_by_interrupt(interrupt: BaseException, folders: list[Path], before: set[Path], *,
+                       wait: float = 0.0) -> None:
+    """After an interrupted batch's cluster is gone: remove its workers' partial files, say what remains.
+
+    A local cluster's workers were ended, so their partial files are those of dead processes;
+    an existing cluster's workers end their cancelled files themselves (``wait`` seconds are
+    given to them). Files of other runs (there before this one) are not named.
+    """
+    deadline = time.monotonic() + wait
+    while True:
+        for path in folders:
+            _remove_partials(path)
+        left = [p for path in folders for p in partials_in(path.parent) if p not in before]
+        if not left or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    for p in note_partials_left(interrupt, left):  # the CLI names them; a Python caller finds them here
+        logger.info("%s was left by the interrupted batch; the next run writing there removes it", p)
 
 
 def _plan(report: JobReport, inputs: list[Path], manifest: Manifest, *, key: str, skip_existing: bool,
@@ -335,6 +378,8 @@ def fill_many(
             the scheduler cannot be reached.
         OutputError: the output directory cannot be created, or the manifest cannot be written.
         CheckpointError: the model is missing or corrupt.
+        KeyboardInterrupt: Ctrl-C (or a signal turned into it): the running files are stopped and
+            their partial files removed; its ``partials_left`` attribute lists those that remain.
     """
     t0 = time.perf_counter()
     in_dir, out_dir = _check_dirs(input_dir, output_dir)
@@ -374,15 +419,24 @@ def fill_many(
     manifest.write(report, final=False)
     if progress is not None and not tasks:
         progress(finished, total)
+    folders = _output_folders(tasks, report.manifest)
+    before: set[Path] = set()
+    interrupted: KeyboardInterrupt | None = None
     try:
         if tasks:
             for task in tasks.values():
                 _remove_partials(Path(task.output))
                 _remove_partials(Path(task.uncertainty))
+            before = {p for path in folders for p in partials_in(path.parent)}  # other runs' live writers
             with dask_session(scheduler, workers, threads_per_worker, dashboard_address) as (client, link, address):
                 from distributed import as_completed
 
                 report.scheduler, report.dashboard_link = address, link
+                if scheduler is None:  # our own workers: Ctrl-C is for this process, which stops them
+                    try:
+                        client.run(leave_ctrl_c_to_parent)
+                    except Exception as err:  # noqa: BLE001 - only Ctrl-C's tracebacks are at stake
+                        logger.debug("the workers keep Ctrl-C: %s", err)
                 report.workers = len(client.nthreads())
                 logger.info("Dask scheduler %s with %d worker(s); dashboard: %s", address, report.workers,
                             link or "none")
@@ -412,7 +466,13 @@ def fill_many(
                     manifest.write(report, final=False)
                     if progress is not None:
                         progress(finished, total)
+    except KeyboardInterrupt as err:  # Ctrl-C, or SIGTERM turned into one by the CLI
+        interrupted = err
+        raise
     finally:
         report.seconds = time.perf_counter() - t0
         manifest.write(report, final=True)
+        if interrupted is not None:
+            # the local cluster is closed here (its workers ended): clean up after them
+            _left_by_interrupt(interrupted, folders, before, wait=STOP_WAIT if scheduler is not None else 0.0)
     return report

@@ -69,6 +69,27 @@ def _display(arr: np.ndarray, valid: np.ndarray, lo: np.ndarray, hi: np.ndarray)
     return np.moveaxis(rgb, 0, -1)
 
 
+def _stretch(raw: np.ndarray, valid: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Per-band 2nd and 98th percentiles of the observed pixels (0 and 1 for a band without any)."""
+    lo, hi = np.zeros(raw.shape[0]), np.ones(raw.shape[0])
+    for i in range(raw.shape[0]):
+        seen = raw[i][valid[i] & np.isfinite(raw[i])]
+        if seen.size:
+            lo[i], hi[i] = np.percentile(seen, [2, 98])
+    return lo, hi
+
+
+def _mean_over_bands(sd: np.ndarray) -> np.ndarray:
+    """Mean std over the bands where it is finite; NaN where no band has one (the collar).
+
+    Computed by hand: ``np.nanmean`` warns "Mean of empty slice" on every all-NaN pixel.
+    """
+    finite = np.isfinite(sd)
+    n = finite.sum(axis=0)
+    total = np.where(finite, sd, 0.0).sum(axis=0)
+    return np.where(n > 0, total / np.maximum(n, 1), np.nan)
+
+
 def write_quicklook(
     png: str | os.PathLike[str],
     input: str | os.PathLike[str],
@@ -104,15 +125,13 @@ def write_quicklook(
     # The std raster says exactly which pixels were observed (std 0), whatever made the gaps
     # (nodata, --mask, --qa, alpha): so no mask is re-read here.
     valid = np.isfinite(sd) & (sd == 0)
-    lo = np.array([np.nanpercentile(np.where(valid[i], raw[i], np.nan), 2) for i in range(len(shown))])
-    hi = np.array([np.nanpercentile(np.where(valid[i], raw[i], np.nan), 98) for i in range(len(shown))])
+    lo, hi = _stretch(raw, valid)
     fig, axes = plt.subplots(1, 3, figsize=(15, 5.4), constrained_layout=True)
     axes[0].imshow(_display(raw, valid, lo, hi))
     axes[0].set_title(f"input ({100 * (1 - valid.all(0).mean()):.1f}% gaps, in magenta)")
     axes[1].imshow(_display(out, out_valid, lo, hi))
     axes[1].set_title("filled (magenta: left unfilled)")
-    with np.errstate(all="ignore"):
-        sd_mean = np.nanmean(np.where(np.isfinite(sd), sd, np.nan), axis=0)
+    sd_mean = _mean_over_bands(sd)
     cmap = matplotlib.colormaps["viridis"].with_extremes(bad=(0.5, 0.5, 0.5))
     im = axes[2].imshow(np.ma.masked_invalid(sd_mean), cmap=cmap)
     axes[2].set_title("predictive std (mean over bands; grey: not filled)")

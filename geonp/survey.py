@@ -19,7 +19,7 @@ from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo
 from geonp.predict import TileOptions
 
-__all__ = ["count_gaps", "plan", "sample_for_stats"]
+__all__ = ["count_gaps", "estimate_gaps", "plan", "sample_for_stats", "sample_rows"]
 
 
 def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
@@ -47,8 +47,10 @@ def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | Non
         gap_pixels += int(to_fill.sum())
         obs_pixels += int(ok.sum())
         t = tile_size
-        padded = np.pad(to_fill, ((0, 0), (0, (-ok.shape[1]) % t), (0, (-ok.shape[2]) % t)))
-        gap_tiles += int(padded.reshape(len(bands), padded.shape[1] // t, t, -1, t).any((2, 4)).sum())
+        b, h, w = to_fill.shape  # rows of tiles first: a one-row block is not padded to a whole tile
+        tile_rows = np.pad(to_fill, ((0, 0), (0, (-h) % t), (0, 0))).reshape(b, -1, t, w).any(axis=2)
+        gap_tiles += int(np.pad(tile_rows, ((0, 0), (0, 0), (0, (-w) % t))).reshape(b, tile_rows.shape[1], -1, t)
+                         .any(axis=3).sum())
     return gap_pixels, obs_pixels, gap_tiles
 
 
@@ -77,17 +79,28 @@ _CPU_SECONDS_PER_GAP_PIXEL = 125e-6
 
 
 def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOptions, gap_pixels: int,
-         gap_tiles: int, block_size: int, workers: int) -> dict[str, Any]:
-    """What a dry run prints: blocks, tiles, context sizes, memory and time estimates."""
-    side = block_size + 2 * opts.halo
-    block_bytes = side * side * len(bands) * (8 + 1 + 8 + 8)  # values, mask, normalised, distance
+         gap_tiles: int, block_size: int, workers: int, *, sampled_rows: int | None = None) -> dict[str, Any]:
+    """What a dry run prints: blocks, tiles, context sizes, memory and time estimates.
+
+    The block size with its halo is that of the largest block, the halo clipped to the raster
+    as the engine reads it. ``sampled_rows``: the gap counts are :func:`estimate_gaps`'s
+    estimate from that many rows, and the plan says so.
+    """
+    block_h, block_w = _largest_read(info, blocks, opts.halo)
+    block_bytes = block_h * block_w * len(bands) * (8 + 1 + 8 + 8)  # values, mask, normalised, distance
     q = (opts.tile_size + 2 * opts.overlap) ** 2
     attn_bytes = 8192 * 4 * opts.max_context * (8 + 4 + 4)  # bias index, bias, logits per chunk
     cpu_seconds = gap_pixels * _CPU_SECONDS_PER_GAP_PIXEL * opts.max_context / 256
+    counts: dict[str, str] = {}
+    if sampled_rows is not None:
+        counts["counts"] = (f"estimated from {sampled_rows} evenly spaced rows of {info.height} (the raster "
+                            f"has more than {EXACT_COUNT_PIXELS // 2**20} Mpx; gaps between those rows are "
+                            "not seen); the fill counts exactly")
     return {
         "raster": f"{info.width}x{info.height}, {len(bands)} band(s), {info.dtype}",
+        **counts,
         "blocks": len(blocks),
-        "block_pixels_with_halo": f"{side}x{side}",
+        "block_pixels_with_halo": f"{block_w}x{block_h}",
         "tiles_with_gaps": gap_tiles,
         "gap_pixels": gap_pixels,
         "context_per_tile": opts.max_context,
@@ -97,3 +110,60 @@ def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOpti
         "estimated_cpu_seconds": round(cpu_seconds, 1),
         "estimated_seconds": round(cpu_seconds / workers, 1),
     }
+
+
+def _largest_read(info: RasterInfo, blocks: list[Block], halo: int) -> tuple[int, int]:
+    """Rows and columns of the largest block read with its halo, clipped to the raster."""
+    if not blocks:
+        return 0, 0
+    spans = np.array(blocks, dtype=np.int64)  # [n, 4]: r0, r1, c0, c1
+    h = np.minimum(info.height, spans[:, 1] + halo) - np.maximum(0, spans[:, 0] - halo)
+    w = np.minimum(info.width, spans[:, 3] + halo) - np.maximum(0, spans[:, 2] - halo)
+    i = int(np.argmax(h * w))
+    return int(h[i]), int(w[i])
+
+
+#: A dry run counts the gaps of rasters up to this many pixels exactly; it estimates them for
+#: larger ones (:func:`estimate_gaps`), where an exact count reads the whole raster (minutes).
+EXACT_COUNT_PIXELS = 2**27
+#: Pixels :func:`estimate_gaps` reads, in whole rows.
+SAMPLE_PIXELS = 2**24
+
+
+def sample_rows(info: RasterInfo, *, exact_pixels: int = EXACT_COUNT_PIXELS,
+                sample_pixels: int = SAMPLE_PIXELS) -> np.ndarray | None:
+    """The rows a dry run estimates its counts from, or None when it counts every pixel.
+
+    Evenly spaced whole rows (the centre row of each of ``n`` equal bands of rows): they read
+    fast from striped and tiled files alike, and every column of the raster is in the sample.
+    """
+    if info.width * info.height <= exact_pixels:
+        return None
+    n = int(np.clip(sample_pixels // max(1, info.width), 16, info.height))
+    return np.unique(((np.arange(n) + 0.5) * info.height / n).astype(np.int64))
+
+
+def estimate_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
+                  gaps_from: Callable[[Window], np.ndarray | None], rows: np.ndarray, tile_size: int,
+                  fillable_from: Callable[[Window], np.ndarray] | None = None,
+                  outside: list[int] | None = None) -> tuple[int, int, int]:
+    """:func:`count_gaps`'s counts estimated from whole rows of the raster (:func:`sample_rows`).
+
+    Each sampled row stands for ``height / len(rows)`` rows. A tile row with a gap in the sampled
+    row is taken to hold that many tiles with gaps; so scattered single-pixel gaps make the tile
+    count low, which a dry run states. When no sampled pixel is observed (data in a small part of
+    a huge grid, between the rows), the counts are made exactly instead.
+    """
+    one_row_blocks = [(int(r), int(r) + 1, 0, info.width) for r in rows]
+    sampled_outside = [0]
+    gap, obs, tiles = count_gaps(src, info, bands, nodata, gaps_from, one_row_blocks, tile_size,
+                                 fillable_from, sampled_outside)
+    if obs == 0:
+        from geonp.engine import plan_blocks
+
+        exact = plan_blocks(info.height, info.width, max(512, tile_size))
+        return count_gaps(src, info, bands, nodata, gaps_from, exact, tile_size, fillable_from, outside)
+    scale = info.height / len(one_row_blocks)
+    if outside is not None:
+        outside[0] += round(sampled_outside[0] * scale)
+    return round(gap * scale), round(obs * scale), round(tiles * scale / tile_size)

@@ -73,6 +73,7 @@ class DateScore:
     coverage90: float
     coverage95: float
     nll: float
+    unfilled: int = 0  # hidden pixels (all bands) geonp's multi-date fill left as nodata
     binned: dict[str, list[dict[str, Any]]] = field(default_factory=dict)
 
 
@@ -205,9 +206,8 @@ def evaluate_series(
             _write_like(inp, item.path, truth, shown)
             out, out1 = Path(tmp) / "filled.tif", Path(tmp) / "single.tif"
             geonp.fill_raster(inp, out, model=model, references=[items[r].path for r in refs],
-                              reference_qa=[items[r].qa for r in refs], qa_kind=qa_kind, fill_outside=True,
-                              overwrite=True)
-            geonp.fill_raster(inp, out1, model=single_model, fill_outside=True, overwrite=True)
+                              reference_qa=[items[r].qa for r in refs], qa_kind=qa_kind, overwrite=True)
+            geonp.fill_raster(inp, out1, model=single_model, overwrite=True)  # the user's path: the default footprint
             mean, std = _read(out), _read(Path(tmp) / "filled_std.tif")
             every = hidden[None].repeat(truth.shape[0], 0)
             fitted = every & (std > 0) & np.isfinite(mean)
@@ -231,6 +231,7 @@ def evaluate_series(
                 coverage90=interval_coverage(y, mean[scored], std[scored], 0.90),
                 coverage95=interval_coverage(y, mean[scored], std[scored], 0.95),
                 nll=gaussian_nll(y, mean[scored], std[scored]),
+                unfilled=int((every & ~np.isfinite(mean)).sum()),
                 binned=_binned(y, {"geonp": (mean, std), "gdal": (gdal, None), "regression": (reg, None),
                                    "single_date": (single, single_std)}, scored, distance_to_observed(shown)),
             ))
@@ -279,8 +280,8 @@ def _binned(y: np.ndarray, predictions: dict[str, tuple[np.ndarray, np.ndarray |
 def _read(path: Path) -> np.ndarray:
     import rasterio
 
-    with rasterio.open(path) as src:
-        return src.read().astype(np.float64)
+    with rasterio.open(path) as src:  # unfilled pixels (nodata) read as NaN
+        return src.read(masked=True).astype(np.float64).filled(np.nan)
 
 
 def summary(scores: Sequence[DateScore]) -> dict[str, Any]:
@@ -296,7 +297,7 @@ def summary(scores: Sequence[DateScore]) -> dict[str, Any]:
     mean = {k: float(np.mean([getattr(s, k) for s in scores]))
             for k in ("rmse_geonp", "rmse_gdal", "rmse_regression", "rmse_single_date", "rmse_geonp_all_hidden",
                       "coverage95_all_hidden", "coverage90", "coverage95", "nll")}
-    return {"dates": len(scores), **mean,
+    return {"dates": len(scores), **mean, "unfilled": int(sum(s.unfilled for s in scores)),
             "geonp_over_gdal": mean["rmse_geonp"] / mean["rmse_gdal"],
             "geonp_over_regression": mean["rmse_geonp"] / mean["rmse_regression"],
             "distance_bin_edges": [None if math.isinf(e) else e for e in DISTANCE_BIN_EDGES],
@@ -325,5 +326,6 @@ def report_lines(scores: Sequence[DateScore]) -> list[str]:
                      f"{s['geonp_over_regression']:.2f} | {s['coverage95']:.3f} |")
         lines.append(f"geonp on all hidden pixels (also where the regression's reference is cloudy): "
                      f"mean RMSE {s['rmse_geonp_all_hidden']:.0f}, 95% coverage {s['coverage95_all_hidden']:.3f}; "
-                     f"on the scored pixels 90% coverage {s['coverage90']:.3f}")
+                     f"on the scored pixels 90% coverage {s['coverage90']:.3f}; hidden pixels geonp left unfilled "
+                     f"(all bands): {s['unfilled']}")
     return lines

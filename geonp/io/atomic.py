@@ -10,6 +10,9 @@ its std raster are written as one group (:class:`AtomicGroup`): both appear, or 
 filled raster last (see the group for the one window that remains between the two renames). A
 killed run leaves at most a ``.<name>.geonp-partial-<host>-<pid>-*``
 file, never a truncated OUTPUT, and the next run that writes to the same directory removes it.
+An interrupt (Ctrl-C, or SIGTERM turned into one by the CLI) that passes a writer leaves the
+writer's files removed and records on itself which partial files remain
+(:func:`geonp.io.partials.note_partials_left`), for the CLI's message.
 """
 
 from __future__ import annotations
@@ -37,7 +40,7 @@ from geonp.io.atomic_file import (
     fsync_path,
 )
 from geonp.io.formats import DIRECT_DRIVERS, output_driver, suffix_for
-from geonp.io.partials import partial_path, remove_stale_partials, unlink_quietly
+from geonp.io.partials import note_partials_left, partial_path, remove_stale_partials, unlink_quietly
 from geonp.io.profiles import convert_raster, finalize_cog
 from geonp.io.write_errors import (
     NEARLY_FULL,
@@ -183,13 +186,15 @@ class AtomicGroup:
         if exc is not None:
             for w in finished:
                 w._cleanup()
+            _note_interrupt(exc)
             return False
         finished.sort(key=lambda w: w is self._primary)  # stable: the primary one last
         try:
             _commit_together(finished)
-        except BaseException:
+        except BaseException as err:
             for w in finished:
                 w._cleanup()
+            _note_interrupt(err)
             raise
         return False
 
@@ -292,6 +297,7 @@ class AtomicRasterWriter:
                 except Exception as close_err:  # noqa: BLE001 - the original error matters more
                     logger.debug("closing %s after an error failed: %s", self.temp_path, close_err)
             self._cleanup()
+            _note_interrupt(exc)
             write_error = is_gdal_error(exc) and (
                 "write failed" in str(exc).lower()
                 or (self.temp_path is not None and self.temp_path.name in str(exc)))
@@ -310,6 +316,7 @@ class AtomicRasterWriter:
             _commit_together([self])
         except BaseException as err:
             self._cleanup()
+            _note_interrupt(err)
             if isinstance(err, OutputError) or not isinstance(err, Exception):
                 raise
             raise write_failed(self.path, err) from err
@@ -375,6 +382,12 @@ def _commit_together(writers: list[AtomicRasterWriter]) -> None:
         raise
     for parent in {w.path.parent for w in writers}:
         fsync_dir(parent)
+
+
+def _note_interrupt(exc: BaseException | None) -> None:
+    """After a writer's cleanup, record on an interrupt which partial files remain."""
+    if isinstance(exc, KeyboardInterrupt):
+        note_partials_left(exc)
 
 
 def _aux_path(path: Path) -> Path:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from geonp.errors import OutputError
-from geonp.io.partials import partial_path, unlink_quietly
+from geonp.io.partials import note_partials_left, partial_path, unlink_quietly
 from geonp.io.write_errors import disk_full_message, is_disk_full
 
 __all__ = ["atomic_write_bytes", "atomic_write_file", "atomic_write_text", "fsync_dir", "fsync_path"]
@@ -69,6 +69,8 @@ def atomic_write_file(path: str | os.PathLike[str], write: Callable[[Path], obje
         os.replace(tmp, final)
     except BaseException as err:
         unlink_quietly(tmp)
+        if isinstance(err, KeyboardInterrupt):
+            note_partials_left(err)  # the message then says what is really left on disk
         if is_disk_full(err):
             raise OutputError(disk_full_message(final)) from err
         raise

@@ -25,11 +25,20 @@ import rasterio.shutil
 from geonp.errors import ConfigError
 from geonp.io.profiles import COG_ONLY_OPTIONS, cog_options, output_profile
 
-__all__ = ["check_creation_options", "output_driver", "suffix_for"]
+__all__ = ["check_cog_output", "check_creation_options", "holds_float32", "output_driver", "suffix_for"]
 
 
 #: Drivers geonp writes directly (everything else is converted from a GeoTIFF at the end).
 DIRECT_DRIVERS = frozenset({"GTiff"})
+#: Drivers GDAL (3.10) refuses to create float32 files with: a std raster beside such an output
+#: is a GeoTIFF (:func:`geonp.io.paths.default_uncertainty_path`). Found by a trial copy of a
+#: float32 raster to every driver that has a file extension.
+_NO_FLOAT32_DRIVERS = frozenset({
+    "ADRG", "BLX", "BMP", "BYN", "CALS", "GIF", "JP2OpenJPEG", "JPEG", "KMLSUPEROVERLAY", "MBTiles", "PDF",
+    "PNG", "PNM", "RMF", "SGI", "USGSDEM", "WEBP", "XPM",
+})
+#: Extensions a Cloud Optimized GeoTIFF may have (``--cog``).
+_COG_SUFFIXES = ("", ".tif", ".tiff")
 
 
 _TRIAL_MAX_SIDE = 512
@@ -100,6 +109,47 @@ def output_driver(path: str | os.PathLike[str], fmt: str | None = None) -> str:
             f"Cannot tell the format of {os.fspath(path)} from its extension {suffix}; name it "
             ".tif, or give the GDAL driver with -f/--format."
         ) from None
+
+
+def holds_float32(driver: str) -> bool:
+    """Tell whether a GDAL driver can write float32 pixels (the std raster's type).
+
+    Args:
+        driver: A GDAL driver short name.
+
+    Returns:
+        False for 8- and 16-bit image formats (PNG, JPEG, GIF, WebP...), True otherwise.
+    """
+    return driver not in _NO_FLOAT32_DRIVERS
+
+
+def check_cog_output(path: str | os.PathLike[str], driver: str, *, role: str = "OUTPUT") -> None:
+    """Refuse ``--cog`` for an output whose name or ``-f/--format`` says another format.
+
+    ``--cog`` writes a GeoTIFF; a ``.png`` file holding one would mislead every program that
+    trusts the extension.
+
+    Args:
+        path: The output path.
+        driver: Its driver (:func:`output_driver`).
+        role: What the output is, for the message (``"OUTPUT"``, ``"--uncertainty"``).
+
+    Raises:
+        ConfigError: If the path's extension is not ``.tif``/``.tiff`` or the driver is not
+            GTiff or COG.
+    """
+    name = Path(os.fspath(path))
+    suffix_ok = name.suffix.lower() in _COG_SUFFIXES
+    if suffix_ok and driver in ("GTiff", "COG"):
+        return
+    if not suffix_ok:
+        raise ConfigError(
+            f"--cog writes a Cloud Optimized GeoTIFF, but {role} {name} is named {name.suffix}; name it "
+            f"{name.stem}.tif, or drop --cog to write the format its extension names."
+        )
+    raise ConfigError(
+        f"--cog writes a Cloud Optimized GeoTIFF, but -f/--format asks for {driver}; drop one of them."
+    )
 
 
 def check_creation_options(

@@ -132,6 +132,7 @@ def read_mask_file(
             ``--qa-kind``).
     """
     name = os.fspath(path)
+    role = "QA band" if qa_kind else "Mask"
     row_off, col_off = round(window.row_off), round(window.col_off)
     height, width = round(window.height), round(window.width)
     rows = np.arange(row_off, row_off + height)
@@ -140,7 +141,7 @@ def read_mask_file(
     if name.lower().endswith((".geojson", ".json")):
         from geonp.io.vector import rasterize_geojson
 
-        return ~inside | rasterize_geojson(name, like=like, window=window, role="Mask")
+        return ~inside | rasterize_geojson(name, like=like, window=window, role=role)
     plain = qa_kind is None and mask_values is None and mask_bits is None
 
     def decode(values: np.ndarray, not_nodata: np.ndarray) -> np.ndarray:
@@ -152,11 +153,11 @@ def read_mask_file(
 
     from geonp.io.reproject import read_gaps_on_grid
 
-    warped = read_gaps_on_grid(name, like=like, window=window,
+    warped = read_gaps_on_grid(name, like=like, window=window, role=role,
                                decode=lambda v, ok: decode(v, ok & np.isfinite(v)))
     if warped is not None:
         return ~inside | warped
-    with open_raster(name, role="Mask") as src:
+    with open_raster(name, role=role) as src:
         values = read_window(src, window, [1])[0]
         mask_nodata = src.nodata
         mask_dtype = str(src.dtypes[0])

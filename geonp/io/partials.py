@@ -3,6 +3,10 @@
 A partial file is ``.<name>.geonp-partial-<host>-<pid>-<random><suffix>`` beside its output:
 hidden, and naming the machine and process that write it, so a later run can tell a leftover of
 a dead process from a file another run is writing right now.
+
+A process remembers the partial files it named, so that after Ctrl-C or SIGTERM it can say
+truthfully whether any is left (:func:`own_partials`, :func:`note_partials_left`): the CLI reads
+an interrupt's :data:`PARTIALS_LEFT` attribute before it says that no partial output remains.
 """
 
 from __future__ import annotations
@@ -12,15 +16,21 @@ import logging
 import os
 import secrets
 import socket
+import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 
 logger = logging.getLogger(__name__)
 
 __all__ = [
+    "PARTIALS_LEFT",
     "STALE_PARTIAL_SECONDS",
     "host_tag",
+    "note_partials_left",
+    "own_partials",
     "partial_path",
+    "partials_in",
     "remove_stale_partials",
     "unlink_quietly",
 ]
@@ -35,9 +45,57 @@ def host_tag() -> str:
 
 
 def partial_path(final: Path, suffix: str) -> Path:
-    """``.<name>.geonp-partial-<host>-<pid>-<random><suffix>`` beside ``final``."""
+    """``.<name>.geonp-partial-<host>-<pid>-<random><suffix>`` beside ``final`` (remembered: :func:`own_partials`)."""
     owner = f"{host_tag()}-{os.getpid()}"
-    return final.with_name(f".{final.name}{_PARTIAL_TAG}{owner}-{secrets.token_hex(6)}{suffix}")
+    path = final.with_name(f".{final.name}{_PARTIAL_TAG}{owner}-{secrets.token_hex(6)}{suffix}")
+    with _OWN_LOCK:
+        if len(_OWN) >= _OWN_PRUNE_AT:  # a long-lived process (a Dask worker) names many
+            _OWN.intersection_update([p for p in _OWN if p.exists()])
+        _OWN.add(path.absolute())
+    return path
+
+
+#: The partial files this process named (most are committed or removed long since).
+_OWN: set[Path] = set()
+_OWN_LOCK = threading.Lock()
+_OWN_PRUNE_AT = 256
+
+#: The attribute of an interrupt (KeyboardInterrupt) that lists the partial files still on disk
+#: once geonp has cleaned up after it; absent where no geonp writer saw the interrupt.
+PARTIALS_LEFT = "partials_left"
+
+
+def own_partials() -> list[Path]:
+    """The partial files this process named that exist now (with GDAL's ``.aux.xml`` sidecars), sorted."""
+    with _OWN_LOCK:
+        named = list(_OWN)
+    return sorted(f for p in named for f in (p, p.with_name(p.name + ".aux.xml")) if f.exists())
+
+
+def note_partials_left(interrupt: BaseException, others: Iterable[Path] = ()) -> list[Path]:
+    """Record on ``interrupt`` which partial files remain: this process's and ``others``.
+
+    Called after the cleanup an interrupt triggers, so the message that follows it names what
+    is really on disk (the latest call wins: it comes after more of the cleanup).
+
+    Args:
+        interrupt: the KeyboardInterrupt (Ctrl-C, or a signal turned into one).
+        others: partial files other processes of the run (Dask workers) left.
+
+    Returns:
+        The files recorded, sorted.
+    """
+    left = sorted(set(own_partials()) | {p for p in others if p.exists()})
+    setattr(interrupt, PARTIALS_LEFT, tuple(left))
+    return left
+
+
+def partials_in(directory: str | os.PathLike[str]) -> list[Path]:
+    """Every partial file in ``directory`` (of any writer, alive or dead), sorted."""
+    folder = Path(os.fspath(directory)).expanduser().absolute()
+    if not folder.is_dir():
+        return []
+    return sorted(p for p in folder.glob(f".*{_PARTIAL_TAG}*") if p.is_file())
 
 
 def _pid_alive(pid: int) -> bool:

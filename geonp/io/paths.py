@@ -1,17 +1,26 @@
 """Check output paths before any work: never the input, never a directory, never a silent overwrite.
 
-Also tell a std raster that an interrupted fill left behind (:func:`unpaired_output`).
+Also choose the std raster's default path (:func:`default_uncertainty_path`), refuse a std path
+that is an input (:func:`check_std_path`), and tell a std raster that an interrupted fill left
+behind (:func:`unpaired_output`).
 """
 
 from __future__ import annotations
 
 import os
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
 from geonp.errors import OutputError
 
-__all__ = ["RUN_ID_TAG", "check_output_path", "unpaired_output"]
+__all__ = [
+    "RUN_ID_TAG",
+    "check_output_path",
+    "check_std_path",
+    "default_uncertainty_path",
+    "unpaired_output",
+]
 
 #: Dataset tag naming the fill run that wrote a filled raster and its std raster (both carry it).
 RUN_ID_TAG = "GEONP_RUN_ID"
@@ -53,7 +62,8 @@ def check_output_path(
     parent = out.parent.resolve() if str(out.parent) else Path.cwd()
     if not parent.exists():
         raise OutputError(
-            f"Output directory {parent} does not exist; create it first (mkdir -p {parent})."
+            f"Output directory {parent} does not exist; create it first "
+            f"(mkdir -p {shlex.quote(str(parent))})."
         )
     if not parent.is_dir():
         raise OutputError(f"Output directory {parent} is not a directory; choose another path.")
@@ -65,6 +75,76 @@ def check_output_path(
     if out.exists() and not overwrite:
         raise OutputError(f"{out} already exists; pass --overwrite to replace it.")
     return parent / out.name
+
+
+def default_uncertainty_path(
+    output: str | os.PathLike[str], format: str | None = None
+) -> Path:
+    """The std raster's path when none is given: ``<OUTPUT stem>_std`` beside OUTPUT.
+
+    It keeps OUTPUT's extension (and so its format) when that format can hold the float32 std
+    (GeoTIFF, netCDF, ERDAS .img...); otherwise (PNG, JPEG, GIF, WebP...) the std raster is a
+    GeoTIFF, ``<OUTPUT stem>_std.tif``.
+
+    Args:
+        output: The filled raster's path.
+        format: OUTPUT's GDAL driver (``-f/--format``), or None to go by its extension.
+
+    Returns:
+        The std raster's path.
+
+    Raises:
+        ConfigError: If OUTPUT's format cannot be told from its extension or ``format``.
+    """
+    from geonp.io.formats import holds_float32, output_driver
+
+    out = Path(os.fspath(output))
+    keep = out.suffix and holds_float32(output_driver(out, format))
+    return out.with_name(f"{out.stem}_std{out.suffix if keep else '.tif'}")
+
+
+def check_std_path(
+    std: str | os.PathLike[str],
+    *,
+    output: str | os.PathLike[str],
+    inputs: Sequence[str | os.PathLike[str]],
+    overwrite: bool,
+    given: bool,
+) -> None:
+    """Refuse a std raster path that is an input or a leftover of an interrupted fill.
+
+    Checked before :func:`check_output_path`, so that ``geonp fill a_std.tif a.tif`` (whose
+    default std path is the input) says so, and not that the input looks like a leftover.
+
+    Args:
+        std: The std raster's path.
+        output: The filled raster's path.
+        inputs: Paths this run reads.
+        overwrite: Whether existing outputs may be replaced (a leftover is then replaced).
+        given: Whether the user gave ``std`` (``--uncertainty``) or it is the default path.
+
+    Raises:
+        OutputError: If ``std`` is an input, or is an unpaired std raster and not ``overwrite``.
+    """
+    path = Path(os.fspath(std)).expanduser()
+    for inp in inputs:
+        if _same_file(path, Path(os.fspath(inp)).expanduser()):
+            what = (
+                f"--uncertainty {path}"
+                if given
+                else f"The std raster's default path {path} (<OUTPUT stem>_std)"
+            )
+            raise OutputError(
+                f"{what} is the input {inp}: writing the std raster there would overwrite the "
+                "input; choose another std path with --uncertainty PATH (geonp never modifies "
+                "its input)."
+            )
+    leftover = None if overwrite else unpaired_output(output, std)
+    if leftover is not None:
+        raise OutputError(
+            f"{std} already exists, left by an interrupted run ({leftover}); pass --overwrite "
+            "to replace it."
+        )
 
 
 def _same_file(a: Path, b: Path) -> bool:

@@ -25,6 +25,7 @@ from rasterio.io import DatasetReader
 from rasterio.windows import Window
 
 from geonp.errors import ConfigError, InputRasterError, one_line
+from geonp.io.alpha import tagged_alpha
 from geonp.io.remote import is_virtual, remote_failure
 
 logger = logging.getLogger(__name__)
@@ -179,7 +180,8 @@ class RasterInfo:
         tags: Dataset tags of the default metadata domain.
         band_tags: Per-band tags of the default metadata domain, one dict per band.
         has_internal_mask: True when some band's validity comes from a GDAL mask band
-            (per-dataset mask) or an alpha band rather than from the nodata value.
+            (per-dataset mask) or an alpha band rather than from the nodata value. A band
+            tagged alpha that holds data (:mod:`geonp.io.alpha`) masks nothing.
     """
 
     path: str
@@ -197,9 +199,26 @@ class RasterInfo:
     has_internal_mask: bool
 
 
-def has_internal_mask(flags: Sequence[MaskFlags]) -> bool:
-    """Tell whether a band's validity comes from a GDAL mask band or an alpha band."""
-    return MaskFlags.per_dataset in flags or MaskFlags.alpha in flags
+def has_internal_mask(flags: Sequence[MaskFlags], *, alpha_is_mask: bool = True) -> bool:
+    """Tell whether a band's validity comes from a GDAL mask band or an alpha band.
+
+    Args:
+        flags: The band's GDAL mask flags (``src.mask_flag_enums[i]``).
+        alpha_is_mask: Whether the raster's alpha band is a mask
+            (:func:`geonp.io.alpha.tagged_alpha`); when it holds data, the mask GDAL derives
+            from it does not count.
+    """
+    if MaskFlags.alpha in flags:  # GDAL sets per_dataset too for an alpha band's mask
+        return alpha_is_mask
+    return MaskFlags.per_dataset in flags
+
+
+def _alpha_is_mask(src: DatasetReader) -> bool:
+    """False when GDAL masks bands with an alpha band that holds data (:mod:`geonp.io.alpha`)."""
+    if not any(MaskFlags.alpha in f for f in src.mask_flag_enums):
+        return True  # no mask from an alpha band: nothing to sample
+    alpha = tagged_alpha(src)
+    return alpha is None or alpha.is_mask
 
 
 def raster_info(src: DatasetReader) -> RasterInfo:
@@ -224,8 +243,14 @@ def raster_info(src: DatasetReader) -> RasterInfo:
         descriptions=tuple(src.descriptions),
         tags=dict(src.tags()),
         band_tags=tuple(dict(src.tags(b)) for b in range(1, src.count + 1)),
-        has_internal_mask=any(has_internal_mask(f) for f in src.mask_flag_enums),
+        has_internal_mask=_has_any_internal_mask(src),
     )
+
+
+def _has_any_internal_mask(src: DatasetReader) -> bool:
+    """Whether some band's validity comes from a mask band or an alpha band that is a mask."""
+    alpha_is_mask = _alpha_is_mask(src)
+    return any(has_internal_mask(f, alpha_is_mask=alpha_is_mask) for f in src.mask_flag_enums)
 
 
 def select_bands(info: RasterInfo, bands: Sequence[int] | None) -> list[int]:
@@ -337,8 +362,9 @@ def _read_failed(src: DatasetReader, window: Window, err: BaseException) -> Inpu
 def read_band_masks(src: DatasetReader, window: Window, bands: Sequence[int]) -> np.ndarray:
     """Read the validity given by a GDAL internal mask band or alpha band.
 
-    Only a per-dataset mask (``.msk`` or internal TIFF mask) or an alpha band is consulted;
-    bands without one are all valid here, because their nodata value is handled by
+    Only a per-dataset mask (``.msk`` or internal TIFF mask) or an alpha band that is a mask
+    (not a data band tagged alpha: :mod:`geonp.io.alpha`) is consulted; bands without one are
+    all valid here, because their nodata value is handled by
     :func:`geonp.io.masks.valid_mask` (which also sees NaN and Inf).
 
     Args:
@@ -355,8 +381,9 @@ def read_band_masks(src: DatasetReader, window: Window, bands: Sequence[int]) ->
     if clipped is None:
         return out
     flags = src.mask_flag_enums
+    alpha_is_mask = _alpha_is_mask(src)
     for i, band in enumerate(bands):
-        if has_internal_mask(flags[int(band) - 1]):
+        if has_internal_mask(flags[int(band) - 1], alpha_is_mask=alpha_is_mask):
             try:
                 masks = src.read_masks(int(band), window=clipped)
             except (rasterio.errors.RasterioError, OSError) as err:

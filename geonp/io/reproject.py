@@ -11,7 +11,7 @@ reference rasters of multi-date filling (:mod:`geonp.io.references`).
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import rasterio
@@ -29,7 +29,16 @@ from rasterio.windows import transform as window_transform
 from geonp.errors import InputRasterError
 from geonp.io.raster import RasterInfo, open_raster, read_window
 
-__all__ = ["read_gaps_on_grid", "read_on_grid", "same_grid", "source_window", "warp_array"]
+__all__ = [
+    "bounds_overlap",
+    "check_overlap",
+    "grid_bounds",
+    "read_gaps_on_grid",
+    "read_on_grid",
+    "same_grid",
+    "source_window",
+    "warp_array",
+]
 
 
 def same_grid(src: DatasetReader, like: RasterInfo) -> bool:
@@ -51,6 +60,54 @@ def _check_crs(src: DatasetReader, like: RasterInfo, name: str, role: str) -> No
             f"{'it' if not src.crs else 'the input'} has no CRS, so it cannot be resampled; "
             "give both a CRS (gdal_edit.py -a_srs) or resample the mask with gdalwarp."
         )
+
+
+def grid_bounds(info: RasterInfo) -> tuple[float, float, float, float]:
+    """The input grid's ``(left, bottom, right, top)`` in its own CRS."""
+    t = info.transform
+    xs = [t.c, t.c + t.a * info.width, t.c + t.b * info.height, t.c + t.a * info.width + t.b * info.height]
+    ys = [t.f, t.f + t.d * info.width, t.f + t.e * info.height, t.f + t.d * info.width + t.e * info.height]
+    return min(xs), min(ys), max(xs), max(ys)
+
+
+def check_overlap(src: DatasetReader, like: RasterInfo, name: str, role: str) -> None:
+    """Refuse a raster on another grid that does not overlap the input anywhere.
+
+    Such a mask or QA band would mark no pixel, and the fill would go on as if it had not been
+    given; it is almost always the wrong file (another scene, another tile).
+
+    Args:
+        src: The raster (another grid than ``like``, both with a CRS).
+        like: The input raster.
+        name: Its path, for messages.
+        role: What it is, for messages (``"Mask"``, ``"Footprint"``).
+
+    Raises:
+        InputRasterError: If it does not overlap, or its bounds cannot be reprojected.
+    """
+    box = grid_bounds(like)
+    try:
+        theirs = tuple(src.bounds)
+        if src.crs != CRS.from_wkt(like.crs):
+            theirs = transform_bounds(src.crs, CRS.from_wkt(like.crs), *theirs, densify_pts=21)
+    except (rasterio.errors.RasterioError, ValueError) as err:
+        raise InputRasterError(
+            f"{role} {name} cannot be reprojected to the CRS of the input {like.path} "
+            f"({' '.join(str(err).split())}); warp it with gdalwarp first."
+        ) from err
+    if not all(np.isfinite(theirs)) or bounds_overlap(theirs, box):
+        return
+    raise InputRasterError(
+        f"{role} {name} does not overlap the input {like.path} ({role.lower()} bounds "
+        f"{', '.join(f'{v:.6g}' for v in theirs)}; input bounds "
+        f"{', '.join(f'{v:.6g}' for v in box)} in the input's CRS); give a {role.lower()} of the "
+        "same place."
+    )
+
+
+def bounds_overlap(a: Sequence[float], b: Sequence[float]) -> bool:
+    """Whether two ``(left, bottom, right, top)`` boxes share an area (not just an edge)."""
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
 def _window_ints(window: Window) -> tuple[int, int, int, int]:
@@ -193,6 +250,7 @@ def read_on_grid(
             values = read_window(src, window, [1])[0]
             return values, np.isfinite(values) & _not_nodata(values, src.nodata)
         _check_crs(src, like, name, role)
+        check_overlap(src, like, name, role)
         # Values pass through unchanged as uint8 classes 0/1 are all footprints need.
         warped = _warp(
             src,
@@ -232,6 +290,7 @@ def read_gaps_on_grid(
         if same_grid(src, like):
             return None
         _check_crs(src, like, name, role)
+        check_overlap(src, like, name, role)
         try:
             warped = _warp(src, like, window, decode, Resampling.max)
         except InputRasterError:

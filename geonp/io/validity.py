@@ -8,7 +8,10 @@ the input marked its gaps:
 - with a nodata value (the file's tag or ``--nodata``), unfilled pixels get it, and a
   prediction that would round to it is moved one step away (so it stays valid);
 - with an alpha band, the alpha band is not filled as data: it is rewritten, opaque where a
-  pixel is observed or filled, transparent where it is not;
+  pixel is observed or filled, transparent where it is not. A band tagged alpha that does not
+  look like a mask (many distinct values, as a near-infrared band mistagged by RGBA software:
+  :mod:`geonp.io.alpha`) is data: it is filled like any band, and the plan carries a warning
+  that its colour interpretation is wrong;
 - otherwise (no nodata and no alpha, for example a gap from ``--mask`` or an internal mask),
   a per-dataset internal mask is written with the same meaning. Float outputs also get NaN
   on unfilled pixels.
@@ -16,12 +19,16 @@ the input marked its gaps:
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
-from rasterio.enums import ColorInterp
 from rasterio.io import DatasetReader
+
+from geonp.io.alpha import tagged_alpha
+
+logger = logging.getLogger(__name__)
 
 __all__ = ["OutputValidity", "finish_block", "plan_output_validity"]
 
@@ -37,6 +44,7 @@ class OutputValidity:
         nodata: The output's nodata value, or None.
         dtype: Numpy name of the output's data type.
         write_mask: Write a per-dataset internal mask (no nodata and no alpha to say it).
+        hints: Warnings for the user (a data band tagged alpha), already logged.
     """
 
     bands: tuple[int, ...]
@@ -44,6 +52,7 @@ class OutputValidity:
     nodata: float | None
     dtype: str
     write_mask: bool
+    hints: tuple[str, ...] = ()
 
     @property
     def count(self) -> int:
@@ -62,11 +71,15 @@ def plan_output_validity(
         nodata: The output's nodata value (the input's tag or ``--nodata``), or None.
 
     Returns:
-        The plan: the data bands to fill, the alpha band to rewrite, and whether to write an
-        internal mask.
+        The plan: the data bands to fill (a band tagged alpha among them when it holds data),
+        the alpha band to rewrite, whether to write an internal mask, and the warnings.
     """
-    alpha = [i for i, ci in enumerate(src.colorinterp, start=1) if ci == ColorInterp.alpha]
-    alpha_band = alpha[0] if alpha else None
+    tagged = tagged_alpha(src)
+    hints: tuple[str, ...] = ()
+    if tagged is not None and not tagged.is_mask:
+        hints = (tagged.warning(str(src.name)),)
+        logger.warning("%s", hints[0])
+    alpha_band = tagged.band if tagged is not None and tagged.is_mask else None
     chosen = list(range(1, src.count + 1)) if bands is None else [int(b) for b in bands]
     data = tuple(b for b in chosen if b != alpha_band)
     if bands is not None and alpha_band not in chosen:
@@ -78,6 +91,7 @@ def plan_output_validity(
         nodata=nodata,
         dtype=dtype,
         write_mask=alpha_band is None and nodata is None,
+        hints=hints,
     )
 
 

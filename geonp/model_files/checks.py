@@ -17,6 +17,13 @@ from geonp.errors import CheckpointError
 #: Largest value each size of a model may take (checked before anything is allocated).
 SIZE_CAPS = {"dim": 4096, "depth": 64, "num_heads": 64, "ff_dim": 16384, "num_basis": 64,
              "num_latents": 4096, "dim_y": 64, "dim_x": 8}
+#: Range of each size a card's ``task_shape`` may give (how a fill tiles and picks context as the
+#: model was trained; a fill takes them as its defaults, so 0 or a huge value must not get through).
+TASK_SHAPE_RANGES = {"patch_size": (8, 65536), "core_size": (4, 4096), "max_context": (1, 65536),
+                     "n_near": (1, 65536), "n_far": (0, 65536), "max_targets": (1, 65536),
+                     "search_radius": (1, 65536), "rings": (1, 64), "sectors": (1, 360),
+                     "tasks_per_window": (1, 4096), "n_ref": (1, 65536), "ref_margin": (0, 4096),
+                     "max_references": (1, 64), "overlap": (0, 4096)}
 #: Largest weights file geonp loads (bytes).
 MAX_WEIGHTS_BYTES = 4 * 2**30
 _FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})
@@ -41,7 +48,8 @@ def check_model_meta(meta: dict[str, Any], where: Path) -> None:
     """Check a model's ``config.json`` before anything is built from it.
 
     Every architecture key must be present (a missing one would silently take a default and the
-    weights would then look like another model's), every size within :data:`SIZE_CAPS`, and
+    weights would then look like another model's), every size within :data:`SIZE_CAPS` (and the
+    card's ``task_shape`` sizes within :data:`TASK_SHAPE_RANGES`), and
     the normalisation and calibration numbers finite (std and std scale positive). The ``card``
     section may be absent (a blank card); its fields are checked by
     :meth:`~geonp.model_files.card.ModelCard.from_dict`.
@@ -66,6 +74,7 @@ def check_model_meta(meta: dict[str, Any], where: Path) -> None:
         value = model.get(key)
         if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= cap:
             raise _bad(where, f"has model.{key}={value!r}; it must be a whole number in 1..{cap}")
+    _check_task_shape(meta.get("card"), where)
     norm = meta.get("normalizer")
     if norm is not None:
         if not isinstance(norm, dict) or not isinstance(norm.get("mean"), list) or not isinstance(norm.get("std"), list):
@@ -82,6 +91,21 @@ def check_model_meta(meta: dict[str, Any], where: Path) -> None:
         scale = calib.get("std_scale")
         if scale is not None and not _positive_numbers(scale):
             raise _bad(where, f"has calibration.std_scale={scale!r}; it must be positive finite number(s)")
+
+
+def _check_task_shape(card: Any, where: Path) -> None:
+    """Check the sizes of ``card.task_shape`` that fills use (other card fields: ``ModelCard``)."""
+    shape = card.get("task_shape") if isinstance(card, dict) else None
+    if not isinstance(shape, dict):
+        return  # absent (the defaults), or the wrong type, which ModelCard.from_dict reports
+    for key, (low, high) in TASK_SHAPE_RANGES.items():
+        if key not in shape:
+            continue
+        value = shape[key]
+        if not isinstance(value, int) or isinstance(value, bool):
+            continue  # another type: ModelCard.from_dict names it
+        if not low <= value <= high:
+            raise _bad(where, f"has card.task_shape.{key}={value!r}; it must be a whole number in {low}..{high}")
 
 
 def check_weights_header(path: Path) -> None:

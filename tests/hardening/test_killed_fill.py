@@ -3,6 +3,8 @@
 The kills land at set points of the write (``tests/hardening/_helpers.PAUSED_RUN``), not after
 sleeps.
 
+A fill's worker processes end with it: killed while they are busy, they do not run on as orphans.
+
 (``geonp batch`` has the same test in tests/test_cli_batch.py.)
 """
 
@@ -30,6 +32,7 @@ from tests.hardening._helpers import (
     start_paused_run,
     wait_for_marker,
 )
+from tests.hardening._stuck import assert_ended, start_stuck_run, wait_until_busy
 
 SIZE = 192  # several blocks of 64 px: the third block is written well before the end
 OPTS = ["--block-size", "64", "--device", "cpu"]
@@ -97,6 +100,35 @@ def test_killed_fill_leaves_no_output_and_rerun_completes(tmp_path, tiny_model):
     np.testing.assert_array_equal(_read(out), _read(ref_dir / "filled.tif"))
     np.testing.assert_array_equal(_read(std), _read(ref_dir / "filled_std.tif"))
     assert checksums([src]) == digest
+
+
+def test_the_workers_of_a_killed_fill_end_with_it(tmp_path, tiny_model):
+    """SIGKILL while both worker processes are busy on a block: they end too; a rerun cleans up."""
+    arr = smooth_field((SIZE, SIZE)).astype("float32")
+    arr[cloud_mask((SIZE, SIZE), coverage=0.3, rng=1)] = -9999
+    src = write_raster(tmp_path / "scene.tif", arr, nodata=-9999)
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    out = out_dir / "filled.tif"
+    proc, busy = start_stuck_run(tmp_path, ["-q", "fill", src, out, "--model", tiny_model, *OPTS, "--workers", "2"])
+    try:
+        processes = wait_until_busy(proc, busy, 2)
+        workers = [p for p in processes if str(p.pid) in {n.name for n in busy.iterdir()}]
+        assert len(workers) == 2
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(30)
+    assert proc.returncode == -signal.SIGKILL
+    assert_ended(processes)  # by pid: the busy workers (and multiprocessing's helper) are gone
+    assert [p.name for p in out_dir.iterdir()] != [] and not out.exists()
+    assert {p.name for p in out_dir.iterdir()} == {p.name for p in _partials(out_dir)}
+
+    res = invoke(["-q", "fill", src, out, "--model", tiny_model, *OPTS])  # removes the killed run's files
+    assert res.exit_code == 0, res.output
+    assert listing(out_dir) == ["filled.tif", "filled_std.tif"]
 
 
 def _run_id(path: Path) -> str:

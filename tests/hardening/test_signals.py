@@ -1,14 +1,27 @@
-"""SIGTERM and SIGHUP stop ``geonp fill`` like Ctrl-C: no file is left, not even a hidden one."""
+"""SIGTERM and SIGHUP stop ``geonp fill`` like Ctrl-C: no file is left, not even a hidden one.
+
+With worker processes (``geonp fill --workers 2``) and on Dask (``geonp batch``) too: the run
+stops while its workers are busy, within seconds, its workers end with it, and its last line
+says that no partial output was left only when none was (``tests/hardening/_stuck.py`` keeps
+the workers busy). A killed fill's workers are tested in ``test_killed_fill.py``.
+"""
 
 from __future__ import annotations
 
+import json
+import os
 import signal
+import subprocess
+import sys
 
+import numpy as np
 import pytest
+from geonp_cli.main import interrupted_message
 
 from geonp.data.gap_shapes import cloud_mask
 from tests.conftest import smooth_field, write_raster
-from tests.hardening._helpers import checksums, start_paused_run, wait_for_marker
+from tests.hardening._helpers import checksums, listing, start_paused_run, wait_for_marker
+from tests.hardening._stuck import assert_ended, start_stuck_run, wait_until_busy
 
 SIZE = 192  # several blocks of 64 px
 
@@ -39,3 +52,132 @@ def test_signal_mid_run_leaves_no_file(tmp_path, tiny_model, sig) -> None:
     assert "Traceback" not in err
     assert list(out_dir.iterdir()) == []
     assert checksums([src]) == digest
+
+
+# --------------------------------------------------------------------------------------------
+# Runs with worker processes: the signal lands while the workers are busy.
+
+def stop(proc: subprocess.Popen, sig: signal.Signals, *, group: bool = False) -> str:
+    """Send ``sig`` (to the process group, as a terminal's Ctrl-C, with ``group``); returns stderr."""
+    if group:
+        os.killpg(proc.pid, sig)
+    else:
+        proc.send_signal(sig)
+    try:
+        _, err = proc.communicate(timeout=60)  # a hang guard, not a timing: an exit is expected in seconds
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        pytest.fail(f"no exit within 60 s of {sig.name}")
+    return err
+
+
+def assert_interrupted(proc: subprocess.Popen, err: str, sig: signal.Signals, name: str) -> None:
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert err.strip().splitlines()[-1] == f"Interrupted ({name}); no partial output was left.", err
+    assert "Traceback" not in err, err
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_a_fill_whose_workers_are_busy(tmp_path, tiny_model, sig) -> None:
+    """The fill stops at once, not after the blocks its workers are on; its workers end with it."""
+    arr = smooth_field((SIZE, SIZE)).astype("float32")
+    arr[cloud_mask((SIZE, SIZE), coverage=0.3, rng=1)] = -9999
+    src = write_raster(tmp_path / "scene.tif", arr, nodata=-9999)
+    digest = checksums([src])
+    out_dir = tmp_path / "out"
+    out_dir.mkdir()
+    proc, busy = start_stuck_run(tmp_path, ["fill", src, out_dir / "filled.tif", "--model", tiny_model,
+                                            "--block-size", "64", "--device", "cpu", "--workers", "2"])
+    try:
+        processes = wait_until_busy(proc, busy, 2)
+        workers = [p for p in processes if int(p.pid) in {int(n.name) for n in busy.iterdir()}]
+        assert len(workers) == 2 and list(out_dir.glob(".*geonp-partial*")), "the signal must land mid-fill"
+        err = stop(proc, sig, group=sig == signal.SIGINT)  # SIGINT as Ctrl-C: the workers get it too
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert_interrupted(proc, err, sig, "Ctrl-C" if sig == signal.SIGINT else sig.name)
+    assert list(out_dir.iterdir()) == []
+    assert_ended(processes)
+    assert checksums([src]) == digest
+
+
+def test_ctrl_c_stops_a_batch_whose_files_are_being_filled(tmp_path, tiny_model) -> None:
+    """Ctrl-C while Dask workers write two files: no file is left, the workers end, the message is true."""
+    src_dir, out_dir = tmp_path / "in", tmp_path / "out"
+    src_dir.mkdir()
+    for i in range(3):
+        arr = smooth_field((64, 64), seed=i).astype("float32")
+        arr[cloud_mask((64, 64), coverage=0.3, rng=i)] = -9999
+        write_raster(src_dir / f"scene{i}.tif", arr, nodata=-9999)
+    digest = checksums([src_dir])
+    proc, busy = start_stuck_run(tmp_path, ["batch", src_dir, out_dir, "--model", tiny_model, "--device", "cpu",
+                                            "--workers", "2", "--dashboard-address", ":0"])
+    try:
+        processes = wait_until_busy(proc, busy, 2)
+        assert len(list(out_dir.glob(".*geonp-partial*"))) == 4, "the signal must land while two files are written"
+        err = stop(proc, signal.SIGINT, group=True)  # as a terminal's Ctrl-C: every process of the group gets it
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert_interrupted(proc, err, signal.SIGINT, "Ctrl-C")
+    assert listing(out_dir) == ["geonp_batch.json"]  # the manifest, from which a rerun resumes
+    files = json.loads((out_dir / "geonp_batch.json").read_text())["files"]
+    assert len(files) == 3 and not [f for f in files if f["status"] == "done"]
+    assert_ended(processes)
+    assert checksums([src_dir]) == digest
+
+
+# --------------------------------------------------------------------------------------------
+# The message says what is on disk after the cleanup, never more.
+
+def test_an_interrupt_carries_what_the_writers_left(tmp_path) -> None:
+    from affine import Affine
+
+    from geonp.io.atomic import AtomicGroup
+
+    profile = {"driver": "GTiff", "width": 16, "height": 16, "count": 1, "dtype": "float32",
+               "crs": "EPSG:32621", "transform": Affine(30.0, 0.0, 300000.0, 0.0, -30.0, 5000000.0)}
+    with pytest.raises(KeyboardInterrupt) as info, AtomicGroup() as group, \
+            group.writer(tmp_path / "filled.tif", profile, overwrite=False, primary=True) as dst, \
+            group.writer(tmp_path / "filled_std.tif", profile, overwrite=False) as dstd:
+        dst.write(np.ones((1, 16, 16), "float32"))
+        dstd.write(np.ones((1, 16, 16), "float32"))
+        assert len(listing(tmp_path)) == 2  # the two partial files
+        raise KeyboardInterrupt
+    assert listing(tmp_path) == []
+    # the files this process named that are still on disk (none here; other tests' are elsewhere)
+    assert [p for p in info.value.partials_left if p.parent == tmp_path] == []
+    assert interrupted_message("SIGTERM", KeyboardInterrupt()) == "Interrupted (SIGTERM)."  # no writer saw it
+
+
+def test_an_interrupted_batch_names_the_partial_files_that_remain(tmp_path) -> None:
+    from geonp.io.partials import host_tag, own_partials
+    from geonp.jobs import _left_by_interrupt
+
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()
+    try:
+        host = host_tag()
+        stuck = tmp_path / f".a.tif.geonp-partial-{host}-{live.pid}-aaaaaaaaaaaa.tif"  # a worker that runs on
+        killed = tmp_path / f".b.tif.geonp-partial-{host}-{dead.pid}-bbbbbbbbbbbb.tif"  # a killed worker's
+        other = tmp_path / f".c.tif.geonp-partial-{host}-{live.pid}-cccccccccccc.tif"  # another run's, there before
+        for path in (stuck, killed, other):
+            path.write_bytes(b"partial")
+        interrupt = KeyboardInterrupt()
+        _left_by_interrupt(interrupt, [tmp_path / "a.tif"], {other})
+        assert listing(tmp_path) == [stuck.name, other.name]  # the killed worker's file is removed
+        assert set(interrupt.partials_left) - set(own_partials()) == {stuck}
+    finally:
+        live.kill()
+        live.wait()
+    interrupt.partials_left = (stuck,)
+    assert interrupted_message("Ctrl-C", interrupt) == (
+        f"Interrupted (Ctrl-C); 1 partial file(s) remain: {stuck}; the next geonp run that writes in "
+        f"{tmp_path} removes them.")
+    interrupt.partials_left = ()
+    assert interrupted_message("Ctrl-C", interrupt) == "Interrupted (Ctrl-C); no partial output was left."

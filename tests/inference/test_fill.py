@@ -211,7 +211,8 @@ def test_cli_fill_end_to_end(tmp_path, tiny_model):
     res = runner.invoke(cli, ["-q", "fill", str(src), str(tmp_path / "o.tif"), "--model", str(tiny_model),
                               "--quicklook", str(tmp_path / "q.png"), "--co", "COMPRESS=LZW"])
     assert res.exit_code == 0, res.output
-    assert f"Filled {gap.sum()} of {gap.sum()} gap pixels" in res.output
+    assert f"Filled {gap.sum()} of {gap.sum()} missing pixels (all bands)" in res.output
+    assert "left as nodata" not in res.output
     assert (tmp_path / "q.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     with rasterio.open(tmp_path / "o.tif") as f:
         assert f.profile["compress"] == "lzw"
