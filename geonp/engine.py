@@ -26,15 +26,16 @@ import numpy as np
 from rasterio.windows import Window
 from scipy import ndimage
 
+from geonp import class_fill
 from geonp.calibration import apply_std_calibration, distance_to_observed
 from geonp.context import ContextSpec, HaloTooSmall
-from geonp.errors import ConfigError, InputRasterError
+from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.models.layers import resolve_device
-from geonp.normalize import Normalizer
+from geonp.normalize import Normalizer, relative_spread, same_units
 from geonp.predict import BlockReference, Predictor, TileOptions
 from geonp.reference_fit import ESTIMATE_REACH, REGRESSION_WEIGHT, LineStats, ReferenceLines
 from geonp.tiling import make_tiles
@@ -54,6 +55,7 @@ class BlockResult(NamedTuple):
     done: int
     timings: dict[str, float]
     valid: np.ndarray | None = None  # [h, w]: observed or filled in every band (alpha / mask)
+    beyond: int = 0  # gap pixels inside the footprint left beyond --max-distance
 
 # GDAL's block cache (MB) while filling: its default (5 % of RAM) lets RSS grow with the raster up
 # to gigabytes, since every block written or read stays cached; blocks are visited once here.
@@ -86,17 +88,42 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
 
 
 def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:
-    """The model's per-band statistics when they fit the band count, else the input's own."""
+    """The model's per-band statistics when they fit the input's bands and units, else the input's own.
+
+    The input's own are fitted with the model's :func:`~geonp.normalize.relative_spread` as the
+    prior of a band seen on few pixels (:meth:`~geonp.normalize.Normalizer.fit`): one observed
+    pixel, or a few equal ones, say nothing of the band's spread, and a std fitted on them alone
+    (~0) would make every std of the fill ~0 (it was 0.006-0.01 DN on a uint16 band).
+
+    A model that takes any band count standardises every tile by its own context, so it is not
+    tied to its training units, but its statistics are the scale of every tile's prior and std
+    floor: applied to a raster in other units (a 3-band float reflectance raster for the
+    default model, trained on Landsat digital numbers) they put that floor at ~17 reflectance
+    units, and the fill came out 8.5-20 where the truth was -0.03-0.02. Such a model takes its
+    statistics only for a raster in their units (:func:`~geonp.normalize.same_units`); a model of
+    fixed bands always takes its statistics.
+    """
     stored = loaded.normalizer
-    if stored is not None and len(stored.get("mean", [])) == n_bands:
+    fits = stored is not None and len(stored.get("mean", [])) == n_bands
+    any_count = loaded.card.takes_any_band_count
+    if fits and not any_count:
         return Normalizer.from_dict(stored)
-    if not loaded.card.takes_any_band_count:
+    if not fits and not any_count:
+        trained = "an unknown number of" if stored is None else len(stored["mean"])
         raise InputRasterError(
-            f"model {loaded.name} was trained on {len(stored['mean'])} band(s) and cannot take "
+            f"model {loaded.name} was trained on {trained} band(s) and cannot take "
             f"{n_bands}; select matching bands with -b, or train a model on this sensor with geonp train"
         )
     values, valid = sample()
-    return Normalizer.fit(values, valid)
+    try:
+        own = Normalizer.fit(values, valid, prior_spread=relative_spread(stored))
+    except NoValidPixelsError:
+        if fits:  # the sample missed the observed pixels of a band: nothing says the units differ
+            return Normalizer.from_dict(stored)
+        raise
+    if fits and same_units(Normalizer.from_dict(stored), own):
+        return Normalizer.from_dict(stored)
+    return own
 
 
 def fill_model(model: Any, *, references: bool = False) -> Any:
@@ -308,6 +335,7 @@ class BlockJob:
     references: tuple[Any, ...] = ()  # other dates (geonp.io.references.Reference), multi-date models
     reference_days: tuple[float, ...] = ()  # their date offsets from the target's date
     reference_lines: ReferenceLines | None = None  # the reference regression (geonp.reference_fit)
+    class_reach: float | None = None  # a class raster: nearest-class fill of this reach, no model (geonp.class_fill)
 
 
 class BlockRunner:
@@ -333,6 +361,8 @@ class BlockRunner:
 
     def _halos(self) -> list[tuple[int, int | None]]:
         """``(halo, search limit)`` to try in turn: narrow first where it can be enough, then full."""
+        if self.job.class_reach is not None:  # nearest-class fill (geonp.class_fill)
+            return [(class_fill.halo(self.job.class_reach), None)]
         opts = self.job.opts
         margin = 2 * opts.overlap + opts.tile_size
         # the reference regression's estimate of a pixel looks up to ESTIMATE_REACH pixels around it
@@ -373,10 +403,14 @@ class BlockRunner:
             win = Window(hc0, hr0, hc1 - hc0, hr1 - hr0)
             raw, ok = self.read(win)
             region = (r0 - hr0, r1 - hr0, c0 - hc0, c1 - hc0)
-            fillable = None if job.sources is None else job.sources.fillable(win)
             refs = [(*ref.read(self.info, win), days) for ref, days in zip(job.references, job.reference_days,
                                                                           strict=True)]
+            # inside the footprint, or observed by a reference (evidence that it is inside the scene)
+            fillable = None if job.sources is None else job.sources.fillable(win, [r[1] for r in refs])
             t_read += time.perf_counter() - t0
+            if job.class_reach is not None:  # a class raster: the nearest observed class, no model
+                mean, std = class_fill.nearest_class(raw, ok, region, reach=job.class_reach, fillable=fillable)
+                break
             try:
                 mean, std = predict_region(self.predictor, raw, ok, region, origin=(hr0, hc0),
                                            norm=self.norm, max_distance=job.max_distance,
@@ -391,6 +425,7 @@ class BlockRunner:
         core_raw = cast(read_window(self.src, core_win, list(job.bands)), job.dtype)
         core_ok = ok[:, region[0]:region[1], region[2]:region[3]]
         has_pred = np.isfinite(mean) & ~core_ok
+        beyond = _beyond_max_distance(ok, region, fillable, job.max_distance)
         out = core_raw.copy()
         out[has_pred] = cast(mean[has_pred], job.dtype)
         # Unfilled pixels get nodata (NaN for floats without one), predictions equal to nodata
@@ -405,7 +440,20 @@ class BlockRunner:
         timings = {k: v - before[k] for k, v in self.predictor.timings.items()}
         timings["read"] = t_read
         timings["cast"] = time.perf_counter() - t0
-        return BlockResult(block, out, std_out, int(has_pred.sum()), done[0], timings, valid)
+        return BlockResult(block, out, std_out, int(has_pred.sum()), done[0], timings, valid, beyond)
+
+
+def _beyond_max_distance(observed: np.ndarray, region: Block, fillable: np.ndarray | None,
+                         max_distance: float | None) -> int:
+    """Gap pixels of a block's region (all bands) inside the footprint but beyond ``max_distance``."""
+    if max_distance is None:
+        return 0
+    r0, r1, c0, c1 = region
+    far = np.stack([~within(obs, max_distance) for obs in observed])[:, r0:r1, c0:c1]
+    far &= ~observed[:, r0:r1, c0:c1]
+    if fillable is not None:
+        far &= fillable[None, r0:r1, c0:c1]
+    return int(far.sum())
 
 
 def read_target(src: Any, info: RasterInfo, job: BlockJob, win: Window) -> tuple[np.ndarray, np.ndarray]:
@@ -451,9 +499,14 @@ def _trim_heap() -> None:
         pass
 
 
-def _init_worker() -> None:
+def _init_worker(parent_pid: int | None = None) -> None:
+    """Set up a pool worker: one torch thread, a small GDAL cache, and an end with its parent."""
     import torch
 
+    from geonp.interrupts import guard_worker
+
+    if parent_pid is not None:
+        guard_worker(parent_pid)  # never outlive the fill, even a SIGKILLed one; Ctrl-C is the parent's
     os.environ["GDAL_CACHEMAX"] = str(GDAL_CACHE_MB)  # before this process's GDAL starts
     torch.set_num_threads(1)
 
@@ -472,6 +525,9 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
 
     In this process ``progress`` moves as model batches finish; elsewhere, as blocks finish.
     ``loaded`` is the model already loaded in this process (other processes load it once each).
+    Ctrl-C, SIGTERM (as KeyboardInterrupt), an error or a caller that stops early ends the
+    worker processes at once, not after their blocks; they never outlive this process
+    (:mod:`geonp.interrupts`).
     """
     if scheduler is not None:
         yield from _run_dask(job, blocks, scheduler, progress)
@@ -486,28 +542,34 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
         finally:
             runner.close()
         return
+    from geonp.interrupts import stop_pool
+
     ctx = multiprocessing.get_context("spawn")
-    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker) as pool:
-        pending: set[cf.Future[BlockResult]] = set()
-        todo = iter(blocks)
-        try:
-            while True:
-                # a bounded queue: results wait in memory for at most 2 blocks per worker
-                for block in todo:
-                    pending.add(pool.submit(run_block, job, block))
-                    if len(pending) >= 2 * workers:
-                        break
-                if not pending:
-                    return
-                finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
-                for future in finished:
-                    result = future.result()
-                    if progress is not None:
-                        progress(result.done)
-                    yield result
-        finally:
-            for future in pending:
-                future.cancel()
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                                  initargs=(os.getpid(),))
+    pending: set[cf.Future[BlockResult]] = set()
+    todo = iter(blocks)
+    try:
+        while True:
+            # a bounded queue: results wait in memory for at most 2 blocks per worker
+            for block in todo:
+                pending.add(pool.submit(run_block, job, block))
+                if len(pending) >= 2 * workers:
+                    break
+            if not pending:
+                break
+            finished, pending = cf.wait(pending, return_when=cf.FIRST_COMPLETED)
+            for future in finished:
+                result = future.result()
+                if progress is not None:
+                    progress(result.done)
+                yield result
+    except BaseException:
+        # Ctrl-C or SIGTERM (KeyboardInterrupt), a failed block, or the caller stopped early
+        # (GeneratorExit): end the workers now instead of waiting for the blocks they are on.
+        stop_pool(pool)
+        raise
+    pool.shutdown(wait=True)
 
 
 def _run_dask(job: BlockJob, blocks: list[Block], scheduler: str,
@@ -519,6 +581,7 @@ def _run_dask(job: BlockJob, blocks: list[Block], scheduler: str,
     from geonp.dask_client import connect
 
     client = connect(scheduler)
+    futures: list[Any] = []
     try:
         futures = client.map(run_block, [job] * len(blocks), blocks, pure=False)
         for future in as_completed(futures):
@@ -526,6 +589,9 @@ def _run_dask(job: BlockJob, blocks: list[Block], scheduler: str,
             if progress is not None:
                 progress(result.done)
             yield result
+    except BaseException:
+        client.cancel(futures)  # the blocks not started yet are dropped (results only: no file)
+        raise
     finally:
         client.close()
 

@@ -56,21 +56,35 @@ def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | Non
 
 def sample_for_stats(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
                      gaps_from: Callable[[Window], np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
-    """Up to 16 windows of 256 px spread over the raster, for normalisation statistics."""
+    """Up to 16 windows of 256 px spread over the raster, for normalisation statistics.
+
+    A band the windows see no observed pixel of (a sparse raster) is searched for in strips of
+    the whole raster, until every band has one or the raster ends.
+    """
     size = 256
     rows = np.linspace(0, max(0, info.height - size), 4).astype(int)
     cols = np.linspace(0, max(0, info.width - size), 4).astype(int)
     vals, oks = [], []
+
+    def take(win: Window) -> None:
+        arr, ok = read_observed(src, win, bands, info=info, nodata=nodata)
+        gap = gaps_from(win)
+        if gap is not None:
+            ok &= ~gap[None]
+        keep = ok.reshape(len(bands), -1).any(axis=0) if vals else slice(None)
+        vals.append(arr.reshape(len(bands), -1)[:, keep])
+        oks.append(ok.reshape(len(bands), -1)[:, keep])
+
     for r in sorted(set(rows)):
         for c in sorted(set(cols)):
-            win = Window(c, r, min(size, info.width), min(size, info.height))
-            arr, ok = read_observed(src, win, bands, info=info, nodata=nodata)
-            gap = gaps_from(win)
-            if gap is not None:
-                ok &= ~gap[None]
-            vals.append(arr.reshape(len(bands), -1))
-            oks.append(ok.reshape(len(bands), -1))
+            take(Window(c, r, min(size, info.width), min(size, info.height)))
+    strip = max(1, (1 << 20) // max(1, info.width))
+    for r0 in range(0, info.height, strip):
+        if np.concatenate(oks, 1).any(axis=1).all():
+            break
+        take(Window(0, r0, info.width, min(strip, info.height - r0)))
     return np.concatenate(vals, 1), np.concatenate(oks, 1)
+
 
 
 # CPU seconds per gap pixel at 256 context pixels, one thread of the 2-core development CPU

