@@ -26,14 +26,19 @@ from tests.hardening._stuck import assert_ended, start_stuck_run, wait_until_bus
 SIZE = 192  # several blocks of 64 px
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
-def test_signal_mid_run_leaves_no_file(tmp_path, tiny_model, sig) -> None:
+def _cloudy_scene(tmp_path):
+    """A cloudy raster to fill, its checksum and an empty output folder."""
     arr = smooth_field((SIZE, SIZE)).astype("float32")
     arr[cloud_mask((SIZE, SIZE), coverage=0.3, rng=1)] = -9999
     src = write_raster(tmp_path / "scene.tif", arr, nodata=-9999)
-    digest = checksums([src])
     out_dir = tmp_path / "out"
     out_dir.mkdir()
+    return src, checksums([src]), out_dir
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=["SIGTERM", "SIGHUP"])
+def test_signal_mid_run_leaves_no_file(tmp_path, tiny_model, sig) -> None:
+    src, digest, out_dir = _cloudy_scene(tmp_path)
     args = ["fill", src, out_dir / "filled.tif", "--model", tiny_model, "--block-size", "64",
             "--device", "cpu"]
     marker = tmp_path / "reached"
@@ -81,12 +86,7 @@ def assert_interrupted(proc: subprocess.Popen, err: str, sig: signal.Signals, na
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
 def test_a_signal_stops_a_fill_whose_workers_are_busy(tmp_path, tiny_model, sig) -> None:
     """The fill stops at once, not after the blocks its workers are on; its workers end with it."""
-    arr = smooth_field((SIZE, SIZE)).astype("float32")
-    arr[cloud_mask((SIZE, SIZE), coverage=0.3, rng=1)] = -9999
-    src = write_raster(tmp_path / "scene.tif", arr, nodata=-9999)
-    digest = checksums([src])
-    out_dir = tmp_path / "out"
-    out_dir.mkdir()
+    src, digest, out_dir = _cloudy_scene(tmp_path)
     proc, busy = start_stuck_run(tmp_path, ["fill", src, out_dir / "filled.tif", "--model", tiny_model,
                                             "--block-size", "64", "--device", "cpu", "--workers", "2"])
     try:
