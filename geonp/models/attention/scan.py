@@ -14,7 +14,8 @@ from typing import Any
 
 import torch
 
-from geonp.models.attention.bias import BiasTiles
+from geonp.models.attention.bias import BiasTiles, DistanceCache
+from geonp.models.attention.flex import LookupTables, fused_grid_attention, resolve_mode
 from geonp.models.attention.softmax import BiasedSoftmaxAttention
 
 
@@ -205,6 +206,10 @@ class ScanAttention(BiasedSoftmaxAttention):
         bias: kernel bias module or None.
         q_chunk: queries per tile.
         k_chunk: keys per tile.
+        fused: inference on pixel grids through the fused kernel of :mod:`.flex` (``"flex"``),
+            never (``"off"``), or as ``$GEONP_FUSED_ATTENTION`` says, else the faster measured
+            path for the device (``"auto"``). Where the fused kernel cannot run (gradients, a
+            bias with dates, off-grid points, no compiler) scan attention runs, silently.
     """
 
     def __init__(
@@ -215,11 +220,32 @@ class ScanAttention(BiasedSoftmaxAttention):
         bias: Any = None,
         q_chunk: int = 1024,
         k_chunk: int = 1024,
+        fused: str = "auto",
     ) -> None:
         """Build the module; the arguments are described in the class docstring."""
         super().__init__(dim, num_heads, bias=bias)
         self.q_chunk = q_chunk
         self.k_chunk = k_chunk
+        self.fused = fused
+        self._tables = LookupTables()
+
+    def attend_fused(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        key_valid: torch.Tensor | None,
+        cache: DistanceCache | None,
+    ) -> torch.Tensor | None:
+        """The fused kernel (:func:`.flex.fused_grid_attention`) at inference where it applies, else None."""
+        if self.bias is None or resolve_mode(self.fused, q.device) == "off":
+            return None
+        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *self.bias.parameters())):
+            return None  # training: scan attention's own backward
+        return fused_grid_attention(q, k, v, bias=self.bias, q_pos=q_pos, k_pos=k_pos, key_valid=key_valid,
+                                    tables=self._tables, cache=cache)
 
     def attend(
         self,

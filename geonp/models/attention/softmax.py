@@ -47,8 +47,24 @@ class BiasedSoftmaxAttention(nn.Module):
         ``cache`` shares squared distances between the layers of one forward pass.
         """
         q, k, v = self.proj.qkv(x_q, x_kv)
-        tiles = self.bias.tiles(q_pos, k_pos, key_valid, cache=cache) if self.bias is not None else None
-        return self.proj.merge(self.attend(q, k, v, tiles, key_valid))
+        out = self.attend_fused(q, k, v, q_pos, k_pos, key_valid, cache)
+        if out is None:
+            tiles = self.bias.tiles(q_pos, k_pos, key_valid, cache=cache) if self.bias is not None else None
+            out = self.attend(q, k, v, tiles, key_valid)
+        return self.proj.merge(out)
+
+    def attend_fused(
+        self,
+        q: torch.Tensor,
+        k: torch.Tensor,
+        v: torch.Tensor,
+        q_pos: torch.Tensor,
+        k_pos: torch.Tensor,
+        key_valid: torch.Tensor | None,
+        cache: DistanceCache | None,
+    ) -> torch.Tensor | None:
+        """A kernel that computes the bias from the positions itself, or None (then :meth:`attend`)."""
+        return None
 
     def attend(
         self,
