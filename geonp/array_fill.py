@@ -235,11 +235,7 @@ def _inside(footprint: Any, window: Window, references: Sequence[np.ndarray], no
     scene) where the footprint is only the collar's shape (:mod:`geonp.io.footprint`)."""
     if footprint is None:
         return None
-    inside = footprint.fillable(window)
-    if footprint.kind == "hull":
-        for ref in references:
-            inside |= valid_mask(ref, nodata=nodata).any(axis=0)
-    return inside
+    return footprint.fillable(window, [valid_mask(ref, nodata=nodata) for ref in references])
 
 
 def _valid(values: Any, nodata: float | None) -> Any:

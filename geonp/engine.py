@@ -173,6 +173,18 @@ def within(observed: np.ndarray, max_distance: float | None) -> np.ndarray:
     return ndimage.distance_transform_edt(~observed) <= max_distance
 
 
+def fill_targets(observed: np.ndarray, max_distance: float | None, fillable: np.ndarray | None) -> np.ndarray:
+    """The pixels a block's fill predicts: gaps within ``max_distance`` of data, inside ``fillable``.
+
+    Gaps in the halo stay in: they shape the context choice and the tile splits of the tiles near
+    the region's edge exactly as in the neighbouring block, which keeps blocks seamless.
+    """
+    to_fill = np.stack([~obs & within(obs, max_distance) for obs in observed])
+    if fillable is not None:
+        to_fill &= fillable
+    return to_fill
+
+
 def predict_region(
     predictor: Predictor,
     raw: np.ndarray,
@@ -188,6 +200,7 @@ def predict_region(
     fillable: np.ndarray | None = None,
     references: list[tuple[np.ndarray, np.ndarray, float]] | None = None,
     lines: ReferenceLines | None = None,
+    to_fill: np.ndarray | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of one block's region, in the bands' units.
 
@@ -215,17 +228,16 @@ def predict_region(
             a band's floor and ceiling where the target is saturated
             (:meth:`~geonp.reference_fit.ReferenceLines.within_saturation`).
 
+        to_fill: :func:`fill_targets` of ``observed``, ``max_distance`` and ``fillable`` when the
+            caller has it already (computed here otherwise).
+
     Returns:
         ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
 
     Raises:
         HaloTooSmall: a tile needs context beyond ``limit``.
     """
-    # Gaps in the halo stay in to_fill: they shape the context choice and the tile splits of the
-    # tiles near the region's edge exactly as in the neighbouring block, which keeps blocks seamless.
-    to_fill = np.stack([~obs & within(obs, max_distance) for obs in observed])
-    if fillable is not None:
-        to_fill &= fillable
+    to_fill = fill_targets(observed, max_distance, fillable) if to_fill is None else to_fill
     refs = [BlockReference(norm.apply(np.where(ok, vals, 0.0)), ok, days) for vals, ok, days in references or ()]
     mean, std = _predict_normed(predictor, raw, observed, to_fill, region, origin=origin, norm=norm,
                                 calibration=None, progress=progress, limit=limit, references=refs)
@@ -408,6 +420,7 @@ class BlockRunner:
             # inside the footprint, or observed by a reference (evidence that it is inside the scene)
             fillable = None if job.sources is None else job.sources.fillable(win, [r[1] for r in refs])
             t_read += time.perf_counter() - t0
+            to_fill = fill_targets(ok, job.max_distance, fillable)
             if job.class_reach is not None:  # a class raster: the nearest observed class, no model
                 mean, std = class_fill.nearest_class(raw, ok, region, reach=job.class_reach, fillable=fillable)
                 break
@@ -415,7 +428,8 @@ class BlockRunner:
                 mean, std = predict_region(self.predictor, raw, ok, region, origin=(hr0, hc0),
                                            norm=self.norm, max_distance=job.max_distance,
                                            calibration=job.calibration, progress=count, limit=limit,
-                                           fillable=fillable, references=refs, lines=job.reference_lines)
+                                           fillable=fillable, references=refs, lines=job.reference_lines,
+                                           to_fill=to_fill)
                 break
             except HaloTooSmall:
                 continue
@@ -425,7 +439,7 @@ class BlockRunner:
         core_raw = cast(read_window(self.src, core_win, list(job.bands)), job.dtype)
         core_ok = ok[:, region[0]:region[1], region[2]:region[3]]
         has_pred = np.isfinite(mean) & ~core_ok
-        beyond = _beyond_max_distance(ok, region, fillable, job.max_distance)
+        beyond = _beyond_max_distance(ok, region, fillable, to_fill)
         out = core_raw.copy()
         out[has_pred] = cast(mean[has_pred], job.dtype)
         # Unfilled pixels get nodata (NaN for floats without one), predictions equal to nodata
@@ -444,13 +458,11 @@ class BlockRunner:
 
 
 def _beyond_max_distance(observed: np.ndarray, region: Block, fillable: np.ndarray | None,
-                         max_distance: float | None) -> int:
-    """Gap pixels of a block's region (all bands) inside the footprint but beyond ``max_distance``."""
-    if max_distance is None:
-        return 0
+                         to_fill: np.ndarray) -> int:
+    """Gap pixels of a block's region (all bands) inside the footprint that :func:`fill_targets`
+    leaves out: those beyond ``--max-distance``."""
     r0, r1, c0, c1 = region
-    far = np.stack([~within(obs, max_distance) for obs in observed])[:, r0:r1, c0:c1]
-    far &= ~observed[:, r0:r1, c0:c1]
+    far = ~observed[:, r0:r1, c0:c1] & ~to_fill[:, r0:r1, c0:c1]
     if fillable is not None:
         far &= fillable[None, r0:r1, c0:c1]
     return int(far.sum())

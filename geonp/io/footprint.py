@@ -103,12 +103,15 @@ class Footprint:
 
     __hash__ = None  # type: ignore[assignment]
 
-    def fillable(self, window: Window) -> np.ndarray:
+    def fillable(self, window: Window, observed_by: Sequence[np.ndarray] = ()) -> np.ndarray:
         """Tell which pixels of a window lie inside the footprint.
 
         Args:
             window: A window of the raster's grid with integer offsets and size; it may hang
                 over the raster's edge (pixels outside the raster are never fillable).
+            observed_by: Other dates' observed flags ``[bands, h, w]`` on the window: a pixel
+                one of them observes is inside the scene, where the footprint is only the
+                collar's shape (kind ``"hull"``; ``--footprint FILE`` decides alone).
 
         Returns:
             Boolean array ``[window.height, window.width]``, True = inside the footprint.
@@ -127,8 +130,11 @@ class Footprint:
             return inside & _read_footprint_file(self.source, self.like, window)
         y = rows[:, None] + 0.5
         x = cols[None, :] + 0.5
+        on_grid = inside.copy()
         for a, b, c in self.half_planes:
             inside &= a * x + b * y + c <= 1e-6 * (abs(a) + abs(b) + abs(c) + 1.0)
+        for ok in observed_by:
+            inside |= on_grid & ok.any(axis=0)
         return inside
 
     def describe(self) -> str:

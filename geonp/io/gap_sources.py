@@ -98,14 +98,10 @@ class GapSources:
             observed_by: The references' observed flags ``[bands, h, w]`` on this window, when
                 the caller has read them already (read here otherwise).
         """
-        inside = self.footprint.fillable(window)
-        if self.footprint.kind != "hull" or not self.references:
-            return inside
         if observed_by is None:
-            observed_by = [ref.read(self.info, window)[1] for ref in self.references]
-        for ok in observed_by:
-            inside |= ok.any(axis=0)
-        return inside
+            observed_by = ([ref.read(self.info, window)[1] for ref in self.references]
+                           if self.footprint.kind == "hull" else [])
+        return self.footprint.fillable(window, observed_by)
 
     @property
     def outside_evidence(self) -> str:

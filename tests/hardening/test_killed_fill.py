@@ -50,10 +50,19 @@ def _partials(directory: Path) -> list[Path]:
 def _kill_at(args: list, marker: Path, point: str, *, paused: Callable[[], None] | None = None) -> None:
     """Run ``geonp ARGS`` until it reaches ``point``, call ``paused()`` there, then SIGKILL it."""
     proc = start_paused_run(args, marker, point)
-    try:
+
+    def reached() -> None:
         wait_for_marker(proc, marker)
         if paused is not None:
             paused()
+
+    _sigkill(proc, reached)
+
+
+def _sigkill(proc, before: Callable[[], None]) -> None:
+    """Call ``before()``, then SIGKILL ``proc`` (killed anyway if ``before`` fails)."""
+    try:
+        before()
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
     finally:
@@ -111,17 +120,14 @@ def test_the_workers_of_a_killed_fill_end_with_it(tmp_path, tiny_model):
     out_dir.mkdir()
     out = out_dir / "filled.tif"
     proc, busy = start_stuck_run(tmp_path, ["-q", "fill", src, out, "--model", tiny_model, *OPTS, "--workers", "2"])
-    try:
-        processes = wait_until_busy(proc, busy, 2)
+    processes = []
+
+    def busy_workers() -> None:
+        processes.extend(wait_until_busy(proc, busy, 2))
         workers = [p for p in processes if str(p.pid) in {n.name for n in busy.iterdir()}]
         assert len(workers) == 2
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(30)
-    assert proc.returncode == -signal.SIGKILL
+
+    _sigkill(proc, busy_workers)
     assert_ended(processes)  # by pid: the busy workers (and multiprocessing's helper) are gone
     assert [p.name for p in out_dir.iterdir()] != [] and not out.exists()
     assert {p.name for p in out_dir.iterdir()} == {p.name for p in _partials(out_dir)}
