@@ -1,16 +1,17 @@
-"""Fill a 1024x1024 3-band Landsat crop with ~30 % cloud gaps: geonp against GDAL FillNodata.
+"""``geonp fill`` against GDAL FillNodata on cloud blobs, SLC-off stripes and random dropped pixels.
 
-Both methods fill the same hidden pixels of a crop of the shared Landsat 8 scene that the default
-model never saw in training (the held-out test columns); the script prints, for geonp on the CPU
-and (where present) on CUDA, whole-process seconds, seconds per megapixel of band-gaps, peak RSS
-(this process and its worker processes), peak CUDA memory, a time breakdown by stage (read,
-context, model, blend, cast, write; summed over worker processes) and RMSE, and GDAL FillNodata in
-the same run; then geonp's peak memory on larger synthetic rasters with the same gap fraction (each
-size in its own process) to show it does not grow with the raster.
+Each gap kind hides pixels of a crop of the shared Landsat 8 scene (1024² for clouds and stripes,
+512² with 90 % of the pixels dropped); ``geonp fill`` runs as a whole process (the command users
+run) with ``--queries lattice`` (the default) and ``--queries every`` (every gap pixel predicted by
+every overlapping tile), on the CPU and (where present) CUDA, and GDAL FillNodata on the same gaps
+in the same run. The script prints seconds, seconds per megapixel of band-gaps, ratios to GDAL
+and to ``every``, the peak RSS of the largest process (workers included), RMSE and the 95 %
+coverage of the std raster; then geonp's peak memory on larger synthetic rasters (each size in its
+own process) to show that it does not grow with the raster.
 
-    python benchmarks/fill.py                      # 1024x1024 crop + 2048² and 8192² memory runs
+    python benchmarks/fill.py                      # the comparison + 2048² and 8192² memory runs
     python benchmarks/fill.py --sizes ""           # the comparison only
-    python benchmarks/fill.py --sizes "" --devices cpu --workers 1   # one process, for profiling
+    python benchmarks/fill.py --kinds cloud --size 512 --sizes ""   # a quick look
 """
 
 from __future__ import annotations
@@ -49,22 +50,6 @@ def crop_window(src: Any, size: int) -> Window:
     a 1024-wide crop overlaps its training and validation columns.
     """
     return Window(src.width - size, min(640, src.height - size), size, size)
-
-
-def make_crop(path: Path, size: int, coverage: float, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    from geonp.data.gap_shapes import cloud_mask
-
-    with rasterio.open(SCENE) as src:
-        win = crop_window(src, size)
-        arr = src.read(window=win)
-        profile = src.profile | {"width": size, "height": size, "transform": src.window_transform(win), "nodata": 0}
-    footprint = (arr > 0).all(0)
-    gap = cloud_mask((size, size), coverage=coverage, rng=seed) & footprint
-    cloudy = arr.copy()
-    cloudy[:, gap] = 0
-    with rasterio.open(path, "w", **profile) as dst:
-        dst.write(cloudy)
-    return arr, gap
 
 
 def synthetic(path: Path, size: int, coverage: float) -> None:
@@ -114,6 +99,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--coverage", type=float, default=0.3)
+    parser.add_argument("--kinds", default=",".join(KINDS), help="gap kinds of the comparison: cloud,stripe,random")
     parser.add_argument("--model", default="default")
     parser.add_argument("--sizes", default="2048,8192", help="synthetic sizes for the memory runs")
     parser.add_argument("--memory-coverage", type=float, default=0.02, help="gap fraction of the memory runs")
@@ -151,54 +137,87 @@ def memory_runs(args: argparse.Namespace, devices: list[str], tmp: Path) -> None
                   f"{r['worker_peak_mb']:>10.0f}", flush=True)
 
 
-def compare(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
-    """geonp (each device) and GDAL FillNodata on the same hidden pixels of a Landsat crop."""
-    truth, gap = make_crop(tmp / "crop.tif", args.size, args.coverage, seed=1)
-    bands = truth.shape[0]
-    runs = {}
-    for device in devices:
-        g = child_fill(args, tmp / "crop.tif", tmp / f"geonp_{device}.tif", device)
-        with rasterio.open(tmp / f"geonp_{device}.tif") as f:
-            pred = f.read().astype(float)
-        g["rmse"] = float(np.sqrt(((pred[:, gap] - truth[:, gap]) ** 2).mean()))
-        runs[device] = (g, pred)
+KINDS = ("cloud", "stripe", "random")
+
+
+def gap_mask(kind: str, size: int, coverage: float, seed: int) -> np.ndarray:
+    """Cloud blobs (with their shadows' shapes), SLC-off-like stripes, or 90 % random dropped pixels."""
+    from geonp.data.gap_shapes import cloud_mask
+    from geonp.data.gaps import make_mask
+
+    rng = np.random.default_rng(seed)
+    if kind == "cloud":
+        return cloud_mask((size, size), coverage=coverage, rng=seed)
+    if kind == "random":
+        return rng.random((size, size)) < 0.9
+    return make_mask("stripe", (size, size), coverage=coverage, rng=rng)
+
+
+def write_crop(path: Path, size: int, gap: np.ndarray) -> np.ndarray:
+    """The scene's crop with ``gap`` set to nodata 0; returns the truth."""
     with rasterio.open(SCENE) as src:
-        held = np.zeros_like(gap)
-        held[:, max(0, args.size - round(0.2 * src.width)):] = True  # columns of the held-out region
-    # GDAL FillNodata, same pixels, same process-isolated peak memory measure
-    code = (
-        "import json,resource,time,numpy as np,rasterio; from rasterio.fill import fillnodata\n"
-        f"src=rasterio.open({str(tmp / 'crop.tif')!r}); a=src.read(); t=time.perf_counter()\n"
-        "out=np.stack([fillnodata(b.astype('float32'), mask=(b>0).astype('uint8'), max_search_distance=2000, smoothing_iterations=0) for b in a])\n"
-        "print(json.dumps({'seconds': time.perf_counter()-t, 'peak_mb': resource.getrusage(resource.RUSAGE_SELF).ru_maxrss/1024}))\n"
-        f"np.save({str(tmp / 'gdal.npy')!r}, out)"
-    )
-    d = json.loads(subprocess.run([sys.executable, "-c", code], check=True, capture_output=True, text=True).stdout)
-    gdal = np.load(tmp / "gdal.npy").astype(float)
-    rmse_gdal = float(np.sqrt(((gdal[:, gap] - truth[:, gap]) ** 2).mean()))
-    mpx = gap.sum() * bands / 1e6
-    print(f"\nfill {args.size}x{args.size}, {bands} bands, {gap.mean():.1%} cloud gaps ({mpx:.2f} Mpx of gaps over all bands), "
-          f"the rightmost {args.size} columns of {SCENE.name} (its last 408 columns were held out from training)")
-    print(f"{'method':<22}{'process s':>10}{'fill s':>8}{'s/Mpx':>8}{'peak MB':>9}{'worker MB':>10}{'CUDA MB':>9}"
-          f"{'RMSE (DN)':>11}")
-    for device, (g, _) in runs.items():
-        name = f"geonp {args.model} {device} x{g['workers']}"
-        print(f"{name:<22}{g['process_seconds']:>10.1f}{g['seconds']:>8.1f}{g['process_seconds'] / mpx:>8.1f}"
-              f"{g['peak_mb']:>9.0f}{g['worker_peak_mb']:>10.0f}{g['cuda_mb']:>9.0f}{g['rmse']:>11.1f}")
-    print(f"{'GDAL FillNodata':<22}{d['seconds']:>10.1f}{d['seconds']:>8.1f}{d['seconds'] / mpx:>8.1f}"
-          f"{d['peak_mb']:>9.0f}{0:>10.0f}{0:>9.0f}{rmse_gdal:>11.1f}")
-    for device, (g, _) in runs.items():
-        parts = ", ".join(f"{k} {v:.1f}" for k, v in sorted(g["timings"].items(), key=lambda kv: -kv[1]))
-        print(f"time by stage, {device} (seconds summed over {g['workers']} process(es)): {parts}")
-    g, pred = runs[devices[0]]
-    rmse_geonp = g["rmse"]
-    hg = gap & held
-    rh_g = float(np.sqrt(((pred[:, hg] - truth[:, hg]) ** 2).mean()))
-    rh_d = float(np.sqrt(((gdal[:, hg] - truth[:, hg]) ** 2).mean()))
-    print(f"RMSE on the held-out columns only ({hg.sum()} gap px per band): geonp {rh_g:.1f}, GDAL {rh_d:.1f} "
-          f"({100 * (1 - rh_g / rh_d):+.1f} %)")
-    print(f"ratios geonp ({devices[0]})/GDAL: time x{g['process_seconds'] / d['seconds']:.0f}, RMSE x{rmse_geonp / rmse_gdal:.3f} "
-          f"({100 * (1 - rmse_geonp / rmse_gdal):+.1f} % RMSE reduction)")
+        win = crop_window(src, size)
+        arr = src.read(window=win)
+        profile = src.profile | {"width": size, "height": size, "transform": src.window_transform(win), "nodata": 0}
+    cloudy = arr.copy()
+    cloudy[:, gap] = 0
+    with rasterio.open(path, "w", **profile) as dst:
+        dst.write(cloudy)
+    return arr
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Run a command; its wall seconds and the peak RSS (MB) of its largest process (workers included)."""
+    code = ("import json,resource,subprocess,sys,time; t=time.perf_counter(); subprocess.run(sys.argv[1:], check=True, "
+            "capture_output=True); print(json.dumps([time.perf_counter()-t, "
+            "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024]))")
+    out = subprocess.run([sys.executable, "-c", code, *cmd], check=True, capture_output=True, text=True).stdout
+    seconds, mb = json.loads(out)
+    return seconds, mb
+
+
+def compare(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
+    """``geonp fill`` (lattice and every-pixel queries) and GDAL FillNodata on the same hidden pixels."""
+    geonp_cmd = [sys.executable, "-m", "geonp_cli", "-q", "fill"]
+    print(f"whole processes on crops of {SCENE.name} (rightmost columns, from row 640; its last 408 columns "
+          f"were held out from training); GDAL FillNodata on the same gaps; {args.model} model")
+    print(f"{'gaps':<8}{'method':<24}{'s':>7}{'s/Mpx':>8}{'÷GDAL':>7}{'÷every':>7}{'peak MB':>9}{'RMSE':>8}"
+          f"{'÷GDAL':>7}{'cov95':>7}")
+    for kind in args.kinds.split(","):
+        size = args.size if kind != "random" else min(args.size, 512)
+        gap = gap_mask(kind, size, args.coverage, seed=1)
+        truth = write_crop(tmp / f"{kind}.tif", size, gap)
+        gap &= (truth > 0).all(0)
+        mpx = gap.sum() * truth.shape[0] / 1e6
+        gdal_s, gdal_mb = timed([sys.executable, "-c", _GDAL, str(tmp / f"{kind}.tif"), str(tmp / "gdal.npy")])
+        gdal = np.load(tmp / "gdal.npy").astype(float)
+        rmse_gdal = float(np.sqrt(((gdal[:, gap] - truth[:, gap]) ** 2).mean()))
+        rows = {}
+        for device in devices:
+            for queries in ("lattice", "every"):
+                out = tmp / f"{kind}_{queries}_{device}.tif"
+                seconds, mb = timed(geonp_cmd + [str(tmp / f"{kind}.tif"), str(out), "--model", args.model,
+                                                 "--queries", queries, "--device", device, "--overwrite"]
+                                    + (["--workers", str(args.workers)] if args.workers else []))
+                with rasterio.open(out) as f, rasterio.open(str(out)[:-4] + "_std.tif") as g:
+                    pred, std = f.read().astype(float), g.read().astype(float)
+                err = pred[:, gap] - truth[:, gap]
+                rows[(device, queries)] = (seconds, mb, float(np.sqrt((err**2).mean())),
+                                           float((np.abs(err) <= 1.96 * std[:, gap]).mean()))
+        print(f"{kind:<8}{'GDAL FillNodata':<24}{gdal_s:7.1f}{gdal_s / mpx:8.2f}{1:7.0f}{'':>7}{gdal_mb:9.0f}"
+              f"{rmse_gdal:8.1f}{1:7.3f}{'':>7}   ({mpx:.2f} Mpx of band-gaps, {size}x{size})")
+        for (device, queries), (seconds, mb, rmse, cov) in rows.items():
+            every = rows[(device, "every")][0]
+            print(f"{kind:<8}{f'geonp {queries} {device}':<24}{seconds:7.1f}{seconds / mpx:8.1f}{seconds / gdal_s:7.0f}"
+                  f"{seconds / every:7.2f}{mb:9.0f}{rmse:8.1f}{rmse / rmse_gdal:7.3f}{cov:7.3f}", flush=True)
+
+
+_GDAL = (
+    "import sys,numpy as np,rasterio; from rasterio.fill import fillnodata\n"
+    "a=rasterio.open(sys.argv[1]).read()\n"
+    "np.save(sys.argv[2], np.stack([fillnodata(b.astype('float32'), mask=(b>0).astype('uint8'), "
+    "max_search_distance=2000, smoothing_iterations=0) for b in a]))"
+)
 
 
 if __name__ == "__main__":

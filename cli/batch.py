@@ -17,6 +17,8 @@ from geonp_cli.options import CountBar, fill_config_options
 @click.option("--neighbours", type=click.IntRange(min=0), default=0,
               help="Multi-date: fill each raster with the K dates of the same grid in INPUT_DIR nearest to it in "
                    "time as references (dates from tags or names; QA files beside the rasters give clouds).")
+@click.option("--max-days", type=click.FloatRange(min=0), default=None,
+              help="With --neighbours: take only dates at most this many days away (default: any).")
 @click.option("--qa-kind", type=click.Choice(["landsat-c2", "sentinel2-scl", "fmask"]),
               help="With --neighbours: how the QA files beside the rasters (<raster>_fmask.tif, _qa, _QA_PIXEL, "
                    "_SCL) are read.")
@@ -48,6 +50,7 @@ def batch(ctx: click.Context, input_dir: str, output_dir: str, bands: tuple[int,
       geonp batch archive/ filled/ --pattern "*_SR.tif" -r --workers 8 --co COMPRESS=ZSTD
       geonp batch scenes/ filled/ --scheduler tcp://10.0.0.5:8786
       geonp batch landsat_dates/ filled/ --neighbours 2 --qa-kind fmask
+      geonp batch landsat_dates/ filled/ --neighbours 2 --max-days 48 --qa-kind fmask
     """
     import geonp
 

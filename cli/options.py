@@ -77,6 +77,9 @@ def _fill_option_list() -> list[F]:
                      help="With --reference: regression = where a reference sees a gap pixel, weigh the "
                           "model's fill with the reference's per-band regression line, corrected by its error on "
                           "similar pixels nearby; none = references are only context of the multi-date model."),
+        click.option("--queries", type=click.Choice(["lattice", "every"]), default=d.queries, show_default=True,
+                     help="lattice = predict gap pixels near data each and read deeper ones off a lattice of "
+                          "predictions (faster); every = predict every gap pixel in every overlapping tile."),
     ]
 
 

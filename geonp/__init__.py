@@ -3,7 +3,8 @@
 Public API (``help(geonp.NAME)`` for each):
 
 - ``fill_raster(input, output, ...)``: fill a raster file; write the filled raster and its std.
-- ``fill(dataarray, ...)``: fill an xarray DataArray (numpy or Dask); returns filled and std.
+- ``fill(dataarray, ...)``: fill an xarray DataArray (numpy or Dask), one date or a cube with a
+  ``time`` dimension (each date from its nearest dates); returns filled and std.
 - ``fill_array(values, valid, ...)``: fill a numpy array ``[bands, h, w]``.
 - ``fill_many(input_dir, output_dir, ...)``: fill every raster of a directory (``geonp batch``).
 - ``load_model(name_or_dir)``, ``list_models()``: the built-in and trained models.
@@ -29,7 +30,7 @@ from geonp._version import __version__
 
 #: Public name -> the module that defines it (``module:name`` where the module names it otherwise).
 _LAZY = {
-    "fill": "geonp.array_fill",
+    "fill": "geonp.cube",  # one date (geonp.array_fill.fill) or a cube with a time dimension
     "fill_array": "geonp.array_fill",
     "fill_raster": "geonp.inference",
     "load_model": "geonp.model_files.registry",

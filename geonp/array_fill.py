@@ -111,7 +111,8 @@ def _predict(values: np.ndarray, valid: np.ndarray, cfg: FillConfig, region: tup
     """The model's ``(mean, std)`` on the gaps of ``region`` (NaN elsewhere), in the bands' units."""
     loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=bool(refs)), references=bool(refs))
     engine.check_per_band(loaded)
-    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
+    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius,
+                               cfg.queries)
     predictor = Predictor(loaded.module, opts, resolve_device(cfg.device), batch_rows=cfg.batch_rows)
     n = values.shape[0]
     norm = engine.normalizer_for(loaded, n, lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
@@ -166,6 +167,9 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
          **options: Any) -> Any:
     """Fill the gaps of an ``xarray.DataArray`` (``[band,] y, x``); lazy when it is Dask-backed.
 
+    ``geonp.fill`` is :func:`geonp.cube.fill`: it fills a data cube with a ``time`` dimension
+    (:func:`geonp.cube.fill_cube`) and hands one date to this function.
+
     Missing pixels are NaN/Inf, ``nodata`` (default ``da.rio.nodata`` or ``da.attrs["_FillValue"]``).
     A Dask-backed array is filled chunk by chunk: each output chunk reads its input chunk with a
     halo of ``search_radius + tile_size + 2 * overlap`` pixels, so tiles align across chunks and the
@@ -193,19 +197,11 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
     squeeze = da.ndim == 2
     arr3 = da.expand_dims("band") if squeeze else da
     cfg = FillConfig.of(config, **options)
-    nodata = cfg.nodata
-    if nodata is None:
-        nodata = arr3.attrs.get("_FillValue", arr3.attrs.get("nodata"))
-        with contextlib.suppress(Exception):  # rioxarray not imported or no CRS: keep the attrs' value
-            nodata = arr3.rio.nodata if arr3.rio.nodata is not None else nodata
+    nodata = nodata_of(arr3, cfg)
     refs = _xarray_references(references, arr3)
-    if cfg.categorical == "nearest":  # no model: the halo is the class fill's reach
+    if cfg.categorical == "nearest":
         _refuse_references_for_classes(refs)
-        halo = class_fill.halo(class_fill.reach(cfg.max_distance, cfg.search_radius))
-    else:
-        loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=bool(refs)), references=bool(refs))
-        opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
-        halo = max(opts.halo, ESTIMATE_REACH if refs else 0)
+    halo = fill_halo(cfg, references=bool(refs))
     data = arr3.data
     footprint = None
     if not cfg.fill_outside:  # the same footprint rule as fill_raster (geonp.io.footprint)
@@ -227,6 +223,26 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
     if squeeze:
         ds = ds.isel(band=0, drop=True)
     return ds
+
+
+def nodata_of(da: Any, cfg: FillConfig) -> float | None:
+    """The nodata value in force for ``da``: the option's, else ``rio.nodata``, ``_FillValue`` or ``nodata``."""
+    nodata = cfg.nodata
+    if nodata is None:
+        nodata = da.attrs.get("_FillValue", da.attrs.get("nodata"))
+        with contextlib.suppress(Exception):  # rioxarray not imported or no CRS: keep the attrs' value
+            nodata = da.rio.nodata if da.rio.nodata is not None else nodata
+    return nodata
+
+
+def fill_halo(cfg: FillConfig, *, references: bool) -> int:
+    """Pixels each Dask chunk is read with around it, so that the fill does not depend on the chunks."""
+    if cfg.categorical == "nearest":  # no model: the halo is the class fill's reach
+        return class_fill.halo(class_fill.reach(cfg.max_distance, cfg.search_radius))
+    loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=references), references=references)
+    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius,
+                               cfg.queries)
+    return max(opts.halo, ESTIMATE_REACH if references else 0)
 
 
 def _inside(footprint: Any, window: Window, references: Sequence[np.ndarray], nodata: float | None
@@ -277,61 +293,99 @@ def _xarray_references(references: Sequence[tuple[Any, float]], like: Any) -> li
     return out
 
 
-def _lines_of_dask(data: Any, nodata: float | None, cfg: FillConfig, references: list[tuple[Any, float]]
-                   ) -> ReferenceLines | None:
-    """The reference regression's lines over the whole Dask array (summed chunk by chunk; one pass)."""
+#: The reference regression's sums are taken on windows of this many pixels a side, aligned on the
+#: grid, and added in one fixed order: float sums then come out the same bit for bit whatever the
+#: chunks (summed chunk by chunk, their order and grouping would follow the chunks).
+STATS_WINDOW = 512
+
+
+def _window_sums(block: np.ndarray, *refs: np.ndarray, nodata: float | None, ref_nodata: float | None) -> LineStats:
+    """The regression's sums over one window of the target (``[bands, h, w]``) and its references."""
+    values = np.ascontiguousarray(block, dtype=np.float64)
+    stats = LineStats.empty(len(refs), values.shape[0])
+    ref_values = [np.ascontiguousarray(r, dtype=np.float64) for r in refs]
+    stats.add(values, _valid(values, nodata), [(r, valid_mask(r, nodata=ref_nodata)) for r in ref_values])
+    return stats
+
+
+def _lines_of_sums(parts: Sequence[LineStats]) -> ReferenceLines | None:
+    """Add the windows' sums in their order and fit the lines."""
+    return functools.reduce(operator.add, parts).lines()
+
+
+def _lines_of_dask(data: Any, nodata: float | None, cfg: FillConfig, references: Sequence[tuple[Any, float]]
+                   ) -> Any:
+    """The reference regression's lines over the whole Dask array, lazily (a ``dask.delayed`` reduction).
+
+    The sums are taken on fixed windows of the grid (:data:`STATS_WINDOW`), whatever the chunks,
+    and added in row-major order, so that the lines do not depend on the chunking, bit for bit.
+    """
     import dask
 
-    @dask.delayed(pure=True)
-    def sums(block: np.ndarray, *refs: np.ndarray) -> LineStats:
-        values = np.asarray(block, dtype=np.float64)
-        stats = LineStats.empty(len(refs), values.shape[0])
-        stats.add(values, _valid(values, nodata), [(r, valid_mask(r, nodata=cfg.nodata)) for r in map(np.asarray, refs)])
-        return stats
+    _, h, w = data.shape
+    parts = []
+    for r0 in range(0, h, STATS_WINDOW):
+        for c0 in range(0, w, STATS_WINDOW):
+            win = (slice(None), slice(r0, min(h, r0 + STATS_WINDOW)), slice(c0, min(w, c0 + STATS_WINDOW)))
+            parts.append(dask.delayed(_window_sums, pure=True)(data[win], *(r[win] for r, _ in references),
+                                                                 nodata=nodata, ref_nodata=cfg.nodata))
+    return dask.delayed(_lines_of_sums, pure=True)(parts)
 
-    aligned = [r.rechunk(data.chunks) for r, _ in references]
-    parts = [sums(*blocks) for blocks in zip(data.to_delayed().ravel(), *(r.to_delayed().ravel() for r in aligned),
-                                             strict=True)]
-    return functools.reduce(operator.add, dask.compute(*parts)).lines()
+
+def _fill_chunk(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int], footprint: Any,
+                lines: ReferenceLines | None, *refs: np.ndarray, nodata: float | None, cfg: FillConfig,
+                days: Sequence[float]) -> np.ndarray:
+    """Fill one output chunk from its input read with a halo: ``[2, bands, h, w]`` (filled, std)."""
+    values = np.asarray(block, dtype=np.float64)
+    ref_values = [np.asarray(r, dtype=np.float64) for r in refs]
+    inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), ref_values, cfg.nodata)
+    filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region,
+                             fillable=inside, reference_lines=lines,
+                             references=[(r, None, d) for r, d in zip(ref_values, days, strict=True)])
+    return np.stack([filled, std.astype(np.float64)])
 
 
 def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int, footprint: Any = None,
-               references: list[tuple[Any, float]] = ()) -> tuple[Any, Any]:
-    """Build lazy filled/std arrays, one delayed task per output chunk (input read with a halo)."""
+               references: Sequence[tuple[Any, float]] = (), blocks: int | None = None) -> tuple[Any, Any]:
+    """Build lazy filled/std arrays, one delayed task per output chunk (input read with a halo).
+
+    ``footprint`` may be a :class:`~geonp.io.footprint.Footprint` or a ``dask.delayed`` one; the
+    reference regression's lines are a Dask reduction over the whole array (:func:`_lines_of_dask`)
+    that every chunk's task waits for: nothing is computed here. ``blocks``: fill squares of this
+    many pixels on the grid (``fill_raster``'s blocks) whatever the input's chunks, so that the
+    model's batches, and the result, do not depend on them (None: the input's chunks).
+    """
     import dask
     import dask.array as dsa
+    from dask.delayed import Delayed
 
     data = data.rechunk({0: -1})
     references = [(r.rechunk(data.chunks) if hasattr(r, "dask") else dsa.from_array(r, chunks=data.chunks), days)
                   for r, days in references]
-    lines = _lines_of_dask(data, nodata, cfg, references) if references and cfg.reference_fit == "regression" else None
-    days = [d for _, d in references]
+    regression = bool(references) and cfg.reference_fit == "regression"
+    lines = _lines_of_dask(data, nodata, cfg, references) if regression else None
+    if footprint is not None and not isinstance(footprint, Delayed):
+        footprint = dask.delayed(footprint)  # one key that every chunk's task shares
+    # not pure: a pure task's key hashes its arguments, and the options may hold a loaded model
+    one = dask.delayed(_fill_chunk, pure=False)
+    days = [float(d) for _, d in references]
     _, h, w = data.shape
-    row_edges = np.cumsum((0,) + data.chunks[1])
-    col_edges = np.cumsum((0,) + data.chunks[2])
-
-    @dask.delayed(pure=True)
-    def one(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int], *refs: np.ndarray) -> np.ndarray:
-        values = np.asarray(block, dtype=np.float64)
-        ref_values = [np.asarray(r, dtype=np.float64) for r in refs]
-        inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), ref_values, cfg.nodata)
-        filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region,
-                                 fillable=inside, reference_lines=lines,
-                                 references=[(r, None, d) for r, d in zip(ref_values, days, strict=True)])
-        return np.stack([filled, std.astype(np.float64)])
-
+    if blocks is None:
+        row_edges, col_edges = np.cumsum((0,) + data.chunks[1]), np.cumsum((0,) + data.chunks[2])
+    else:
+        row_edges, col_edges = np.r_[0:h:blocks, h], np.r_[0:w:blocks, w]
     rows = []
     for i in range(len(row_edges) - 1):
         cols = []
         for j in range(len(col_edges) - 1):
             r0, r1, c0, c1 = row_edges[i], row_edges[i + 1], col_edges[j], col_edges[j + 1]
             hr0, hr1, hc0, hc1 = max(0, r0 - halo), min(h, r1 + halo), max(0, c0 - halo), min(w, c1 + halo)
-            block = data[:, hr0:hr1, hc0:hc1]
-            region = (r0 - hr0, r1 - hr0, c0 - hc0, c1 - hc0)
+            region = (int(r0 - hr0), int(r1 - hr0), int(c0 - hc0), int(c1 - hc0))
             shape = (2, data.shape[0], r1 - r0, c1 - c0)
             refs = [r[:, hr0:hr1, hc0:hc1] for r, _ in references]
-            cols.append(dsa.from_delayed(one(block, int(hr0), int(hc0), region, *refs), shape=shape,
-                                         dtype=np.float64))
+            task = one(data[:, hr0:hr1, hc0:hc1], int(hr0), int(hc0), region, footprint, lines, *refs,
+                       nodata=nodata, cfg=cfg, days=days)
+            cols.append(dsa.from_delayed(task, shape=shape, dtype=np.float64))
         rows.append(cols)
-    both = dsa.block([[c for c in row] for row in rows]) if rows else None
+    both = dsa.block(rows)
     return both[0], both[1].astype(np.float32)

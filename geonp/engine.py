@@ -11,8 +11,11 @@ The gap count and the dry-run plan that come before are :mod:`geonp.survey`.
 
 from __future__ import annotations
 
+import dataclasses
+
 import concurrent.futures as cf
 import ctypes
+import dataclasses
 import logging
 import multiprocessing
 import os
@@ -73,18 +76,28 @@ DEFAULT_OVERLAP = 16
 
 
 def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, overlap: int | None,
-                 search_radius: int) -> TileOptions:
+                 search_radius: int, queries: str = "lattice") -> TileOptions:
     """Tiling options: tile size, overlap, context cap and context geometry as the model was trained.
 
-    The model card's ``task_shape`` gives what the arguments leave as None.
+    The model card's ``task_shape`` gives what the arguments leave as None; ``queries`` (a
+    :class:`~geonp.config.FillConfig` field) the query lattice and near blend margin.
     """
     shape = loaded.card.task_shape or {}
     spec = ContextSpec.from_dict(shape)
     overlap = int(shape.get("overlap", DEFAULT_OVERLAP)) if overlap is None else overlap
-    return TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap,
+    opts = TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap,
                        max_context=int(max_context or spec.n_near), search_radius=search_radius,
                        n_far=spec.n_far, rings=spec.rings, sectors=spec.sectors, n_ref=spec.n_ref,
                        ref_margin=spec.ref_margin, temporal=loaded.config.temporal)
+    return lattice_options(opts) if queries == "lattice" else opts
+
+
+def lattice_options(opts: TileOptions) -> TileOptions:
+    """``opts`` with the query lattice, the near blend margin and the far context of
+    ``queries="lattice"`` (:mod:`geonp.lattice`; chosen by ``benchmarks/lattice.py``)."""
+    from geonp.lattice import FAR_CONTEXT, LATTICE, NEAR_OVERLAP
+
+    return dataclasses.replace(opts, lattice=LATTICE, near_overlap=NEAR_OVERLAP, n_far=min(FAR_CONTEXT, opts.n_far))
 
 
 def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:

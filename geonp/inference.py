@@ -234,7 +234,8 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
     t0 = time.perf_counter()
     cfg = dataclasses.replace(cfg, model=engine.fill_model(cfg.model, references=bool(references.paths)))
     loaded = engine.load_for_fill(cfg.model, references=bool(references.paths))
-    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius)
+    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius,
+                               cfg.queries)
     co = parse_creation_options(cfg.creation_options)
     std_co = co if cfg.std_creation_options is None else parse_creation_options(cfg.std_creation_options)
     out_path = Path(output)

@@ -294,9 +294,10 @@ def _plan(report: JobReport, inputs: list[Path], manifest: Manifest, *, key: str
     return tasks
 
 
-def _neighbour_plan(in_dir: Path, pattern: str, recursive: bool, k: int, qa_kind: str | None
-                    ) -> tuple[list[Path], dict[Path, dict[str, Any]]]:
-    """``--neighbours K``: the dated rasters of the folder, each with its K nearest same-grid dates."""
+def _neighbour_plan(in_dir: Path, pattern: str, recursive: bool, k: int, qa_kind: str | None,
+                    max_days: float | None = None) -> tuple[list[Path], dict[Path, dict[str, Any]]]:
+    """``--neighbours K``: the dated rasters of the folder, each with its K nearest same-grid dates
+    (within ``max_days``; the rule of :func:`geonp.io.timeseries.nearest_dates`, as a cube's fill)."""
     from geonp.io.timeseries import neighbours_by_grid, scan_series
 
     if recursive:
@@ -305,7 +306,7 @@ def _neighbour_plan(in_dir: Path, pattern: str, recursive: bool, k: int, qa_kind
     if any(d.qa for d in series) and qa_kind is None:
         raise ConfigError("the folder holds QA files beside the rasters; say how to read them with --qa-kind")
     per_file: dict[Path, dict[str, Any]] = {}
-    for raster, refs in neighbours_by_grid(series, k):
+    for raster, refs in neighbours_by_grid(series, k, max_days=max_days):
         opts: dict[str, Any] = {"references": tuple(r.path for r in refs)}
         if qa_kind is not None:
             opts.update(qa=raster.qa, qa_kind=qa_kind, reference_qa=tuple(r.qa for r in refs))
@@ -337,6 +338,7 @@ def fill_many(
     on_cluster: Callable[[str | None], None] | None = None,
     neighbours: int = 0,
     qa_kind: str | None = None,
+    max_days: float | None = None,
     **fill_options: Any,
 ) -> JobReport:
     """Fill every raster of a directory in parallel on a Dask cluster.
@@ -365,6 +367,8 @@ def fill_many(
             QA files beside the rasters (``<raster>_fmask.tif``, ``_qa``, ``_QA_PIXEL``, ``_SCL``)
             give each date's clouds and are not filled themselves.
         qa_kind: how those QA files are read (needed when there are any).
+        max_days: with ``neighbours``, take only dates at most this many days away (None: any);
+            a raster without such a date is filled from its own pixels (by the same model).
         **fill_options: options of :func:`geonp.inference.fill_raster`: ``model`` (a name or a
             directory), ``nodata``, ``bands``, ``device``, ``tile_size``, ``overlap``,
             ``max_context``, ``search_radius``, ``max_distance``, ``block_size``,
@@ -391,11 +395,12 @@ def fill_many(
         raise ConfigError(f"no file {where} {in_dir} matches {pattern!r}; {hint}.")
     per_file: dict[Path, dict[str, Any]] = {}
     if neighbours:
-        inputs, per_file = _neighbour_plan(in_dir, pattern, recursive, neighbours, qa_kind)
+        inputs, per_file = _neighbour_plan(in_dir, pattern, recursive, neighbours, qa_kind, max_days)
         fill_options = {**fill_options, "model": fill_options.get("model") or "multidate"}
     model_path, passed, effective = _fill_options(fill_options)
     if neighbours:
-        effective = {**effective, "neighbours": neighbours, "qa_kind": qa_kind}
+        effective = {**effective, "neighbours": neighbours, "qa_kind": qa_kind,
+                     **({"max_days": max_days} if max_days is not None else {})}
     try:
         out_dir.mkdir(exist_ok=True)
     except OSError as err:

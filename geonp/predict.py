@@ -17,8 +17,9 @@ steps that training and filling share where they can:
 from __future__ import annotations
 
 import copy
+import functools
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -27,7 +28,8 @@ from scipy import ndimage
 
 from geonp.context import ContextSpec
 from geonp.data.tasks import ReferenceBand, Task, collate, context_points, positions, standardize
-from geonp.tiling import Tile, pixel_weights
+from geonp.lattice import TileTargets, read_off, spacing_map, tile_targets
+from geonp.tiling import Tile
 
 
 @dataclass(frozen=True)
@@ -45,6 +47,9 @@ class TileOptions:
         n_ref: multi-date: pixels per reference date and tile.
         ref_margin: multi-date: pixels beyond the query window a reference contributes.
         temporal: the model takes dates (3-D coordinates: row, col, days from the target's date).
+        near_overlap: blend margin of gap pixels near data (None: ``overlap``; :mod:`geonp.lattice`).
+        lattice: ``(distance, spacing)`` pairs: beyond each distance to data, gap pixels are read
+            off a lattice of that spacing (:mod:`geonp.lattice`); empty: every pixel predicted.
     """
 
     tile_size: int = 48
@@ -57,6 +62,8 @@ class TileOptions:
     n_ref: int = 1024
     ref_margin: int = 4
     temporal: bool = False
+    near_overlap: int | None = None
+    lattice: tuple[tuple[float, int], ...] = ()
 
     def __post_init__(self) -> None:
         """Check the fields; a bad value raises ValueError naming it."""
@@ -108,6 +115,8 @@ class TileTask:
             output.
         weights: ``[Nt]`` blend weight of each target (1 on the tile core).
         core: targets on the tile's core (each gap pixel is on exactly one core).
+        src: ``[n_out, 4]`` rows of the task's targets each output is read off, or None (output
+            ``i`` is target ``i``); coef: their bilinear weights (:mod:`geonp.lattice`).
     """
 
     band: int
@@ -115,6 +124,8 @@ class TileTask:
     index: np.ndarray
     weights: np.ndarray
     core: int
+    src: np.ndarray | None = None
+    coef: np.ndarray | None = None
 
 
 _MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
@@ -161,15 +172,18 @@ def band_tasks(
     *,
     origin: tuple[int, int],
     opts: TileOptions,
-    band: int = 0,
+    band: int | Sequence[int] = 0,
     limit: int | None = None,
     references: Sequence[ReferenceBand] = (),
+    spacing: np.ndarray | None = None,
 ) -> list[TileTask]:
-    """The tasks of one band of a block.
+    """The tasks of one band of a block, or of bands that share one gap pattern.
 
     Args:
-        values: ``[h, w]`` normalised values of the block (anything where not observed); the block
-            stops at the raster's edge, since tiles clip their query windows to it.
+        values: ``[h, w]`` normalised values of the block (anything where not observed), or
+            ``[len(band), h, w]`` for bands that share ``observed`` and ``to_fill``: their tiles,
+            context pixels and targets are worked out once; the block stops at the raster's edge,
+            since tiles clip their query windows to it.
         observed: bool ``[h, w]``, True where a pixel may serve as context.
         to_fill: bool ``[h, w]``, True where a prediction is wanted (halo included: it shapes the
             context choice and the splits of tiles near the region's edge as in the neighbouring
@@ -177,18 +191,50 @@ def band_tasks(
         region: ``(r0, r1, c0, c1)`` of the block's own pixels (the rest is halo).
         origin: the block's offset in the full raster.
         opts: tiling options.
-        band: the band's index in the block (for the output index).
+        band: the band's index in the block (for the output index), or the indices of the bands
+            of ``values [bands, h, w]``.
         limit: the largest context search radius the block array holds
             (:func:`geonp.context.select_context`).
-        references: this band of other dates (multi-date models; ``opts.temporal``).
+        references: this band of other dates (multi-date models; ``opts.temporal``; one band).
+        spacing: lattice spacing per pixel (:func:`geonp.lattice.spacing_map`), or None.
 
     Returns:
-        One task per tile (or split tile) with gap pixels in the region and some context.
+        Per tile (or split tile) with gap pixels in the region and some context, one task per band.
     """
+    bands = [band] if isinstance(band, int | np.integer) else list(band)
+    values = values[None] if values.ndim == 2 else values
     r0, r1, c0, c1 = region
-    h, w = observed.shape
     rh, rw = r1 - r0, c1 - c0
     out: list[TileTask] = []
+    for window, tt, spec in _tile_geometry(observed, to_fill, region, origin, opts, spacing):
+        qr0, qr1, qc0, qc1 = window
+        # the rule training uses (geonp.data.tasks.context_points)
+        crow, ccol, days, y, n_target = context_points(values, observed, to_fill, window, spec, origin=origin,
+                                                       limit=limit, references=references)
+        if crow.size == 0:
+            continue
+        # Coordinates relative to the query window's corner: what training patches look like, and
+        # for translation-invariant models (scan) the same result as absolute coordinates, with
+        # small squared-distance tables for the bias.
+        timed = opts.temporal
+        xc = positions(crow, ccol, (qr0, qc0), days if timed else None)
+        xt = positions(tt.rows, tt.cols, (qr0, qc0), np.zeros(tt.rows.size) if timed else None)
+        core = int(np.count_nonzero(tt.weights >= 1.0))
+        for j, b in enumerate(bands):
+            # band by band: the same arithmetic whether a band shares its geometry or not
+            yc, _, shift, scale = standardize(np.ascontiguousarray(y[:, j:j + 1]), None, n_target)
+            task = Task(xc=xc, yc=yc.astype(np.float32), xt=xt, yt=None, shift=shift, scale=scale)
+            index = (b * rh + (tt.out_rows - r0)) * rw + (tt.out_cols - c0)
+            out.append(TileTask(b, task, index.astype(np.int64), tt.weights, core, tt.src, tt.coef))
+    return out
+
+
+def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int, int, int, int],
+                   origin: tuple[int, int], opts: TileOptions, spacing: np.ndarray | None
+                   ) -> Iterator[tuple[tuple[int, int, int, int], TileTargets, ContextSpec]]:
+    """Each tile's query window, targets and context geometry (what depends on the gap pattern alone)."""
+    r0, r1, c0, c1 = region
+    h, w = observed.shape
     work = list(reversed(block_tiles(region, origin, opts)))
     while work:
         tile = work.pop()
@@ -205,26 +251,12 @@ def band_tasks(
             # this tile's pixels only, so every block splits alike).
             work.extend(reversed(_quarters(tile)))
             continue
-        # the rule training uses (geonp.data.tasks.context_points)
-        crow, ccol, days, y, n_target = context_points(values[None], observed, to_fill, (qr0, qr1, qc0, qc1),
-                                                       opts.context, origin=origin, limit=limit,
-                                                       references=references)
-        if crow.size == 0:
-            continue
         trow, tcol = np.nonzero(to_fill[rr0:rr1, cc0:cc1])
-        trow, tcol = trow + rr0, tcol + cc0
-        wts = pixel_weights(trow, tcol, tile)
-        yc, _, shift, scale = standardize(y, None, n_target)
-        # Coordinates relative to the query window's corner: what training patches look like, and
-        # for translation-invariant models (scan) the same result as absolute coordinates, with
-        # small squared-distance tables for the bias.
-        timed = opts.temporal
-        task = Task(xc=positions(crow, ccol, (qr0, qc0), days if timed else None), yc=yc.astype(np.float32),
-                    xt=positions(trow, tcol, (qr0, qc0), np.zeros(trow.size) if timed else None), yt=None,
-                    shift=shift, scale=scale)
-        index = (band * rh + (trow - r0)) * rw + (tcol - c0)
-        out.append(TileTask(band, task, index.astype(np.int64), wts, int(np.count_nonzero(wts >= 1.0))))
-    return out
+        tt = tile_targets(trow + rr0, tcol + cc0, tile, spacing=spacing, near_overlap=opts.near_overlap,
+                          origin=origin, shape=(h, w))
+        if tt.out_rows.size == 0:  # its gaps lie beyond its margins (near data: a narrower one)
+            continue
+        yield (qr0, qr1, qc0, qc1), tt, opts.context
 
 
 def block_tasks(
@@ -240,17 +272,35 @@ def block_tasks(
 ) -> list[TileTask]:
     """The tasks of every band of a block (``values``, ``observed``, ``to_fill``: ``[bands, h, w]``).
 
-    ``references``: other dates on the block's window (multi-date models only).
+    ``references``: other dates on the block's window (multi-date models only). Bands with the
+    same gap pattern (the common case: a cloud hides every band) share their tiles' geometry.
     """
     if references and not opts.temporal:
         raise ValueError("references need a multi-date model (TileOptions.temporal)")
     tasks: list[TileTask] = []
-    for b in range(values.shape[0]):
+    for group in _pattern_groups(observed, to_fill, shared=not references):
+        b = group[0]
         refs = [ReferenceBand(r.values[b][None], r.observed[b], r.days) for r in references]
         if to_fill[b].any() and (observed[b].any() or any(r.observed.any() for r in refs)):
-            tasks += band_tasks(values[b], observed[b], to_fill[b], region, origin=origin, opts=opts, band=b,
-                                limit=limit, references=refs)
+            # a pixel a reference observes is near data too
+            seen = functools.reduce(np.logical_or, [r.observed for r in refs], observed[b])
+            tasks += band_tasks(values[group], observed[b], to_fill[b], region, origin=origin, opts=opts,
+                                band=group, limit=limit, references=refs, spacing=spacing_map(seen, opts.lattice))
     return tasks
+
+
+def _pattern_groups(observed: np.ndarray, to_fill: np.ndarray, *, shared: bool) -> list[list[int]]:
+    """Band indices grouped by gap pattern (equal ``observed`` and ``to_fill``); one band per group
+    unless ``shared``."""
+    groups: list[list[int]] = []
+    for b in range(observed.shape[0]):
+        same = next((g for g in groups if shared and np.array_equal(observed[g[0]], observed[b])
+                     and np.array_equal(to_fill[g[0]], to_fill[b])), None)
+        if same is None:
+            groups.append([b])
+        else:
+            same.append(b)
+    return groups
 
 
 def pack(sizes: Sequence[int], batch_rows: int, *, max_tiles: int = 1024) -> list[list[int]]:
@@ -360,6 +410,10 @@ class Predictor:
             wts = torch.from_numpy(np.concatenate([t.weights for t in group])).to(dev)
             m = (mean[..., 0] * scale + shift)[valid].double()
             s = (std[..., 0] * scale)[valid].double()
+            if any(t.src is not None for t in group):
+                src, coef = _read_off_rows(group)
+                src, coef = torch.from_numpy(src).to(dev), torch.from_numpy(coef).to(dev)
+                m, s = (m[src] * coef).sum(1), (s[src] * coef).sum(1)
             acc.index_add_(1, index, torch.stack([wts * m, wts * s, wts]))
             self.timings["blend"] += time.perf_counter() - t1
             if progress is not None:
@@ -368,6 +422,21 @@ class Predictor:
         out = _normalise_blend(acc.cpu().numpy(), shape)
         self.timings["blend"] += time.perf_counter() - t0
         return out
+
+
+def _read_off_rows(group: Sequence[TileTask]) -> tuple[np.ndarray, np.ndarray]:
+    """``src``/``coef`` of a batch's tasks as rows of its concatenated targets (identity where None)."""
+    srcs, coefs, offset = [], [], 0
+    for t in group:
+        n = t.task.xt.shape[0]
+        if t.src is None:
+            srcs.append(np.repeat(np.arange(offset, offset + n)[:, None], 4, 1))
+            coefs.append(np.tile([1.0, 0.0, 0.0, 0.0], (n, 1)))
+        else:
+            srcs.append(t.src + offset)
+            coefs.append(t.coef)
+        offset += n
+    return np.concatenate(srcs), np.concatenate(coefs)
 
 
 def _normalise_blend(acc: np.ndarray, shape: tuple[int, int, int]) -> tuple[np.ndarray, np.ndarray]:
@@ -386,8 +455,8 @@ def reference_predict(module: torch.nn.Module, tasks: Sequence[TileTask], shape:
         b = collate([t.task])
         with torch.no_grad():
             mean, std = module(b.xc, b.yc, b.xt, b.context_valid)
-        m = mean[0, :, 0].double().numpy() * t.task.scale[0] + t.task.shift[0]
-        s = std[0, :, 0].double().numpy() * t.task.scale[0]
+        m = read_off(mean[0, :, 0].double().numpy() * t.task.scale[0] + t.task.shift[0], t.src, t.coef)
+        s = read_off(std[0, :, 0].double().numpy() * t.task.scale[0], t.src, t.coef)
         np.add.at(acc[0], t.index, t.weights * m)
         np.add.at(acc[1], t.index, t.weights * s)
         np.add.at(acc[2], t.index, t.weights)

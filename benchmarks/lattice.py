@@ -1,0 +1,123 @@
+"""Choose the query lattice and context size by measurement: time against RMSE and coverage.
+
+On the default model's held-out test columns of the shared Landsat 8 scene (a 408-px wide crop
+the model never saw), each gap kind of ``geonp evaluate`` hides ~30 % of the pixels; every
+configuration below fills the same hidden pixels with the default model through the fill's
+engine (``geonp.engine.predict_region``, the function ``geonp fill`` runs per block) and the
+script prints seconds, band-gap pixels per second, RMSE (DN), 95 % coverage and NLL, and each
+configuration's time and RMSE as ratios to ``every`` (every gap pixel predicted by every
+overlapping tile) in the same run. GDAL FillNodata's RMSE on the same pixels is the peer.
+
+    python benchmarks/lattice.py                        # all kinds, all configurations
+    python benchmarks/lattice.py --kinds cloud --rows 256 --configs every,lattice
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+from pathlib import Path
+
+import numpy as np
+import rasterio
+import torch
+from rasterio.windows import Window
+
+SCENE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "landsat8_224078_20200518_b234.tif"
+TEST_COLUMNS = (1633, 2041)  # the default model's held-out test split (its card)
+
+CONFIGS = {
+    "every": {"queries": "every"},
+    "lattice": {},  # the default: lattice, near margin 4, far context 48
+    "lattice-far96": {"n_far": 96},  # the card's far context
+    "lattice-only": {"n_far": 96, "near_overlap": None},  # the lattice alone
+    "ctx128": {"max_context": 128},  # a smaller near context: cheaper, std too small near data
+    "lattice-coarse": {"lattice": ((6.0, 2), (12.0, 4), (24.0, 8), (48.0, 16))},
+}
+
+
+def read_crop(rows: int) -> np.ndarray:
+    with rasterio.open(SCENE) as src:
+        c0, c1 = TEST_COLUMNS
+        return src.read(window=Window(c0, 640, c1 - c0, rows)).astype(np.float64)
+
+
+def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, float, float]:
+    from geonp import engine
+    from geonp.model_files.registry import cached_model
+    from geonp.predict import Predictor
+
+    loaded = cached_model("default", "cpu")
+    spec = CONFIGS[name]
+    opts = engine.tile_options(loaded, None, spec.get("max_context"), None, 512, spec.get("queries", "lattice"))
+    opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "n_far", "near_overlap")})
+    observed = np.broadcast_to(~gap, truth.shape).copy() & (truth > 0)
+    n = truth.shape[0]
+    norm = engine.normalizer_for(loaded, n, lambda: (truth.reshape(n, -1), observed.reshape(n, -1)))
+    t0 = time.perf_counter()
+    mean, std = engine.predict_region(Predictor(loaded.module, opts), np.where(observed, truth, 0.0), observed,
+                                      (0, truth.shape[1], 0, truth.shape[2]), origin=(0, 0), norm=norm,
+                                      max_distance=None, calibration=loaded.calibration)
+    seconds = time.perf_counter() - t0
+    return mean, std, seconds, pairs(observed, opts)
+
+
+def pairs(observed: np.ndarray, opts: object) -> float:
+    """Attention pairs per layer (context x context + targets x context, over all tasks), in millions:
+    the model's cost, independent of the machine's load."""
+    from geonp.predict import block_tasks
+
+    tasks = block_tasks(np.zeros(observed.shape), observed, ~observed, (0, observed.shape[1], 0, observed.shape[2]),
+                        origin=(0, 0), opts=opts)
+    return sum(t.task.xc.shape[0] * (t.task.xc.shape[0] + t.task.xt.shape[0]) for t in tasks) / 1e6
+
+
+def scores(truth: np.ndarray, mean: np.ndarray, std: np.ndarray, gap: np.ndarray) -> tuple[float, float, float]:
+    y, m, s = truth[:, gap], mean[:, gap], std[:, gap]
+    ok = np.isfinite(m)
+    err = (m - y)[ok]
+    z = np.abs(err) / s[ok]
+    nll = 0.5 * np.log(2 * np.pi * s[ok] ** 2) + 0.5 * z**2
+    return float(np.sqrt(np.mean(err**2))), float(np.mean(z <= 1.959964)), float(np.mean(nll))
+
+
+def gdal_rmse(truth: np.ndarray, gap: np.ndarray) -> float:
+    from geonp.baselines import fillnodata_baseline
+
+    valid = np.broadcast_to(~gap, truth.shape) & (truth > 0)
+    mean = fillnodata_baseline(np.where(valid, truth, 0.0), valid).mean
+    return float(np.sqrt(np.mean((mean[:, gap] - truth[:, gap]) ** 2)))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--kinds", default="cloud,stripe,random,scene_cloud")
+    parser.add_argument("--rows", type=int, default=512)
+    parser.add_argument("--coverage", type=float, default=0.3)
+    parser.add_argument("--configs", default=",".join(CONFIGS))
+    parser.add_argument("--threads", type=int, default=1)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    from geonp.evaluation.run import simulate_masks
+
+    truth = read_crop(args.rows)
+    footprint = (truth > 0).all(0)
+    print(f"{truth.shape[2]}x{truth.shape[1]} px, {truth.shape[0]} bands, {args.threads} thread(s)")
+    print(f"{'kind':<12}{'config':<22}{'s':>7}{'kpx/s':>8}{'time÷every':>11}{'pairs÷every':>12}{'RMSE':>8}{'÷every':>8}"
+          f"{'÷GDAL':>7}{'cov95':>7}{'NLL':>7}")
+    for kind, gap in simulate_masks(truth.shape[1:], args.kinds.split(","), coverage=args.coverage, seed=0):
+        gap = gap & footprint
+        base = gdal_rmse(truth, gap)
+        first: tuple[float, float, float] | None = None
+        for name in args.configs.split(","):
+            mean, std, seconds, cost = fill(truth, gap, name)
+            rmse, cov, nll = scores(truth, mean, std, gap)
+            first = first or (seconds, rmse, cost)
+            rate = gap.sum() * truth.shape[0] / seconds / 1e3
+            print(f"{kind:<12}{name:<22}{seconds:7.1f}{rate:8.1f}{seconds / first[0]:11.2f}{cost / first[2]:12.2f}{rmse:8.1f}"
+                  f"{rmse / first[1]:8.3f}{rmse / base:7.3f}{cov:7.3f}{nll:7.2f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()

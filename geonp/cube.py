@@ -1,0 +1,218 @@
+"""Fill a data cube ``(time, [band,] y, x)`` from its own dates, lazily on Dask (``geonp.fill(cube)``).
+
+odc-stac and stackstac load STAC items as one lazy ``DataArray`` with a ``time`` dimension. Each
+date of such a cube is filled as :func:`geonp.fill` fills one date with references: its
+``neighbours`` nearest other dates of the cube (within ``max_days``) are the references, chosen
+by the rule ``geonp batch --neighbours`` uses (:func:`geonp.io.timeseries.nearest_dates`), and
+the date is filled block by block (:func:`geonp.array_fill._fill_dask`), each block read with a
+halo. Nothing is computed when the cube is Dask-backed. The result is the same bit for bit
+whatever the cube's chunks: the blocks are ``block_size`` squares of the grid, as
+:func:`geonp.fill_raster` lays them (so the model's batches are the same), and the reference
+regression's lines of a date are a Dask reduction over fixed windows of the grid
+(:func:`geonp.array_fill._lines_of_dask`), which the date's blocks wait for. A cube held in
+memory is filled at once.
+"""
+
+from __future__ import annotations
+
+import datetime
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from geonp.array_fill import _fill_dask, fill_halo, nodata_of
+from geonp.config import FillConfig
+from geonp.errors import ConfigError, InputRasterError
+from geonp.io.masks import valid_mask
+from geonp.io.timeseries import nearest_dates
+
+__all__ = ["cube_neighbours", "fill", "fill_cube"]
+
+
+def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tuple[Any, float]] = (),
+         neighbours: int | None = None, max_days: float | None = None, mask: Any = None, **options: Any) -> Any:
+    """Fill the gaps of an ``xarray.DataArray``: one date, or every date of a data cube; lazy on Dask.
+
+    A DataArray with a ``time`` dimension (``time, [band,] y, x``, as odc-stac and stackstac load
+    STAC items) is a cube: every date is filled from its ``neighbours`` (default 2) nearest other
+    dates within ``max_days``, its gaps from NaN/nodata or the ``mask`` cube (:func:`fill_cube`).
+    Any other (``[band,] y, x``) is one date, filled from its own pixels and the ``references``
+    given (:func:`geonp.array_fill.fill`, whose docstring tells the options and the result).
+
+    Raises:
+        ConfigError: ``references`` with a cube, or ``neighbours``/``max_days``/``mask`` with one date.
+    """
+    from geonp import array_fill
+
+    if "time" in da.dims:
+        if references:
+            raise ConfigError("a cube's references are its own dates; drop references=, or choose them with "
+                              "neighbours= and max_days=")
+        return fill_cube(da, config, neighbours=2 if neighbours is None else neighbours, max_days=max_days,
+                         mask=mask, **options)
+    if neighbours is not None or max_days is not None or mask is not None:
+        raise ConfigError(f"neighbours=, max_days= and mask= fill a cube with a time dimension; this DataArray has "
+                          f"dims {da.dims}: give one date's references with references=[(DataArray, days)]")
+    return array_fill.fill(da, config, references=references, **options)
+
+
+def cube_neighbours(times: Sequence[Any], k: int, *, max_days: float | None = None
+                    ) -> list[list[tuple[int, float]]]:
+    """Pick each date's references among the other dates of a cube (:func:`nearest_dates`).
+
+    Args:
+        times: The cube's ``datetime64`` time coordinate.
+        k: References per date.
+        max_days: Take only dates at most this many days away (None: any).
+
+    Returns:
+        Per date, ``(index, days)`` of its references, nearest first (at equal distance the
+        earlier date first, then the lower index), ``days`` the offset from the date
+        (negative = before it; fractional where the times hold hours).
+    """
+    stamps = np.asarray(times, dtype="datetime64[us]")
+    moments = [t.astype(datetime.datetime) for t in stamps]
+    out = []
+    for i, moment in enumerate(moments):
+        others = [j for j in range(len(moments)) if j != i]
+        picked = nearest_dates([moments[j] for j in others], moment, k, max_days=max_days)
+        out.append([(others[p], float((stamps[others[p]] - stamps[i]) / np.timedelta64(1, "D"))) for p in picked])
+    return out
+
+
+def _check_time(cube: Any) -> np.ndarray:
+    """The cube's time coordinate, refused with what to do when it is missing or holds no dates."""
+    if "time" not in cube.coords:
+        raise InputRasterError("the cube's time dimension has no coordinate; give each date its acquisition time: "
+                               "cube.assign_coords(time=pd.to_datetime([...]))")
+    times = cube["time"].values
+    if not np.issubdtype(times.dtype, np.datetime64):
+        raise InputRasterError(f"the cube's time coordinate holds {times.dtype} values, not datetime64 dates; "
+                               "convert it: cube.assign_coords(time=pd.to_datetime(cube.time.values))")
+    if np.isnat(times).any():
+        raise InputRasterError(f"the cube's time coordinate has NaT at position(s) {np.flatnonzero(np.isnat(times)).tolist()}; "
+                               "date those slices or drop them (cube.dropna('time'))")
+    return times
+
+
+def _as_cube4(cube: Any) -> tuple[Any, bool]:
+    """The cube as ``(time, band, y, x)`` (a band added when it has none), and whether one was added."""
+    cube = cube.transpose("time", ...)
+    if cube.ndim not in (3, 4):
+        raise InputRasterError(f"expected a cube with dims (time, band, y, x) or (time, y, x), got {cube.dims}; "
+                               "select or stack the other dimensions first")
+    if cube.ndim == 3:
+        return cube.expand_dims("band", axis=1), True
+    return cube, False
+
+
+def _gaps_as_nan(cube4: Any, nodata: float | None, mask: Any) -> Any:
+    """The cube's values as a float64 Dask array ``[time, band, y, x]``, NaN on every gap.
+
+    Gaps: NaN/Inf, ``nodata``, and where ``mask`` (dims among the cube's, same sizes) is True or
+    non-zero.
+    """
+    import dask.array as dsa
+
+    data = cube4.data
+    if not hasattr(data, "dask"):
+        data = dsa.from_array(np.asarray(data), chunks=(1, -1, -1, -1))
+    data = data.astype(np.float64)
+    observed = data.map_blocks(lambda b: valid_mask(b, nodata=nodata), dtype=bool)
+    if mask is not None:
+        observed = observed & ~_mask_cube(mask, cube4).rechunk(data.chunks)
+    return dsa.where(observed, data, np.nan)
+
+
+def _mask_cube(mask: Any, cube4: Any) -> Any:
+    """The mask as a bool Dask array shaped like ``cube4`` (True = gap), or a one-line error."""
+    import dask.array as dsa
+    import xarray as xr
+
+    if not isinstance(mask, xr.DataArray):
+        raise ConfigError("mask= takes an xarray DataArray with the cube's dims (time, [band,] y, x); True or "
+                          "non-zero = gap")
+    extra = [d for d in mask.dims if d not in cube4.dims]
+    wrong = {d: (mask.sizes[d], cube4.sizes[d]) for d in mask.dims if d in cube4.dims and mask.sizes[d] != cube4.sizes[d]}
+    if extra or wrong:
+        raise InputRasterError(f"the mask cube has dims {dict(mask.sizes)}, the cube {dict(cube4.sizes)}; give it "
+                               "the cube's dims and sizes (the band dim may be left out)")
+    gap = mask != 0  # NaN counts as gap, as any non-zero value
+    gap = gap.transpose(*[d for d in cube4.dims if d in gap.dims]).broadcast_like(cube4).transpose(*cube4.dims)
+    data = gap.data
+    return data if hasattr(data, "dask") else dsa.from_array(np.asarray(data))
+
+
+def _footprint(date: Any) -> Any:
+    """A date's data footprint (:func:`geonp.io.footprint.footprint_of_array`), as a ``dask.delayed``."""
+    import dask
+    import dask.array as dsa
+
+    from geonp.io.footprint import footprint_of_array
+
+    return dask.delayed(footprint_of_array)(dsa.isfinite(date).any(axis=0))
+
+
+def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int = 2, max_days: float | None = None,
+              mask: Any = None, **options: Any) -> Any:
+    """Fill every date of a data cube from its nearest other dates, lazily when it is Dask-backed.
+
+    Each date is filled as ``geonp.fill(date, references=[(other_date, days), ...])`` fills it,
+    with the ``neighbours`` other dates nearest in time (within ``max_days``; at equal distance
+    the earlier first) as references, by the rule of ``geonp batch --neighbours``
+    (:func:`cube_neighbours`). A date without such a date, or a cube of one date, is filled
+    from its own pixels: with the ``multidate`` model (as ``geonp batch --neighbours`` does) in a
+    cube of several dates, with ``default`` in a cube of one (single-date filling). Other
+    models: ``model=``.
+
+    Args:
+        cube: ``xarray.DataArray`` with dims ``(time, band, y, x)`` or ``(time, y, x)`` (any
+            order) and a ``datetime64`` time coordinate; Dask-backed for a lazy fill (any
+            chunks: each ``block_size`` block of a date is read with a halo from them).
+        config: Fill options (:class:`~geonp.config.FillConfig`); keywords override its fields.
+        neighbours: References per date (0: each date alone).
+        max_days: Take only references at most this many days away (None: any).
+        mask: Optional ``DataArray`` of gaps (True or non-zero = gap, e.g. a decoded QA band),
+            with the cube's dims (``band`` may be left out) and sizes; gaps also come from
+            NaN/Inf and nodata (``rio.nodata``, ``_FillValue`` or ``nodata=``).
+        **options: :class:`~geonp.config.FillConfig` fields.
+
+    Returns:
+        An ``xarray.Dataset`` with ``filled`` (the cube's dtype, nodata, CRS, attributes) and
+        ``uncertainty`` (float32 std: 0 on observed pixels, NaN where nothing was filled), both
+        with the cube's dims and coordinates, chunked by date and ``block_size`` squares; lazy
+        for a Dask-backed cube (:func:`geonp.xarray_result.build_result`).
+
+    Raises:
+        InputRasterError: no datetime64 time coordinate, other dims, or a mask of other dims.
+        ConfigError: a negative ``neighbours`` or ``max_days``, or ``categorical="nearest"``.
+    """
+    import dask.array as dsa
+
+    from geonp.xarray_result import build_result
+
+    cfg = FillConfig.of(config, **options)
+    if cfg.categorical == "nearest":
+        raise ConfigError("categorical='nearest' fills one date from its own classes; fill each date of the cube "
+                          "with geonp.fill(cube.isel(time=i), categorical='nearest')")
+    times = _check_time(cube)
+    cube4, added_band = _as_cube4(cube)
+    nodata = nodata_of(cube4, cfg)
+    data = _gaps_as_nan(cube4, nodata, mask)
+    plan = cube_neighbours(times, neighbours, max_days=max_days)
+    several = len(times) > 1
+    filled, std = [], []
+    for i, refs in enumerate(plan):
+        date_cfg = FillConfig.of(cfg, model=cfg.model if cfg.model is not None else ("multidate" if several else "default"))
+        references = [(data[j], days) for j, days in refs]
+        footprint = None if cfg.fill_outside else _footprint(data[i])
+        f, s = _fill_dask(data[i], nodata, date_cfg, halo=fill_halo(date_cfg, references=bool(refs)),
+                          footprint=footprint, references=references, blocks=cfg.block_size)
+        filled.append(f)
+        std.append(s)
+    ds = build_result(dsa.stack(filled), dsa.stack(std), cube4, nodata=nodata)
+    if added_band:
+        ds = ds.isel({cube4.dims[1]: 0}, drop=True)
+    ds = ds.transpose(*cube.dims, ...)
+    return ds if hasattr(cube.data, "dask") else ds.compute()

@@ -1,0 +1,140 @@
+"""``geonp.fill`` on a data cube ``(time, band, y, x)``: every date filled from its nearest dates, on Dask."""
+
+import datetime
+
+import numpy as np
+import pytest
+import rioxarray  # noqa: F401 - the .rio accessor
+import xarray as xr
+
+import geonp
+from geonp import array_fill
+from geonp.cube import cube_neighbours
+from geonp.data.gap_shapes import cloud_mask
+from geonp.errors import ConfigError, InputRasterError
+from geonp.io.timeseries import DatedRaster, nearest
+
+from .conftest import smooth_field
+
+H = W = 64
+NODATA = -9999
+TIMES = np.array(["2020-03-01", "2020-03-17", "2020-04-18"], dtype="datetime64[ns]")
+BASE = (1400.0, 2800.0, 1300.0)  # red, NIR, SWIR1 reflectance x 10,000, as the multidate model's units
+
+
+def _cube(times=TIMES):
+    """An int16 cube with nodata holes (one per date) and a CRS; the dates differ smoothly."""
+    rng = np.random.default_rng(0)
+    base = np.stack([smooth_field((H, W), seed=b, scale=300, offset=BASE[b]) for b in range(3)])
+    vals = np.stack([base * (1 + 0.04 * t) + 25 * t for t in range(len(times))]).astype(np.int16)
+    for t in range(len(times)):
+        r0, c0 = rng.integers(4, 40, 2)
+        vals[t, :, r0:r0 + 8, c0:c0 + 8] = NODATA
+    cube = xr.DataArray(vals, dims=("time", "band", "y", "x"),
+                        coords={"time": times, "band": ["red", "nir", "swir1"],
+                                "y": 4_400_000.0 - 30 * np.arange(H), "x": 500_000.0 + 30 * np.arange(W)},
+                        attrs={"scale_factor": 0.0001, "units": "reflectance"})
+    return cube.rio.write_crs("EPSG:32613").rio.write_nodata(NODATA)
+
+
+def _clouds():
+    """A mask cube ``(time, y, x)``: a simulated cloud with its shadow per date, True = gap."""
+    masks = np.zeros((len(TIMES), H, W), dtype=bool)
+    for t in range(len(TIMES)):  # in a 24 px patch: few model tiles keep the test fast
+        masks[t, 36:60, 8 + 16 * t:32 + 16 * t] = cloud_mask((24, 24), coverage=0.2, rng=t)
+    return xr.DataArray(masks, dims=("time", "y", "x"), coords={"time": TIMES})
+
+
+@pytest.fixture(scope="module")
+def client(cluster):
+    import distributed
+
+    with distributed.Client(cluster) as c:
+        yield c
+
+
+@pytest.fixture(scope="module")
+def masked_fill(client):
+    """The cube filled on the cluster, its clouds given as a mask cube (chunks 32 x 32)."""
+    ds = geonp.fill(_cube().chunk({"time": 1, "y": 32, "x": 32}), mask=_clouds())
+    assert hasattr(ds["filled"].data, "dask")  # lazy until computed
+    return ds.compute()
+
+
+def test_each_date_equals_a_single_date_fill_with_the_same_references(masked_fill, client):
+    cube, clouds = _cube(), _clouds()
+    hidden = cube.where(~clouds, NODATA).astype(np.int16).rio.write_nodata(NODATA)  # the clouds as nodata
+    plan = cube_neighbours(TIMES, 2)
+    assert plan == [[(1, 16.0), (2, 48.0)], [(0, -16.0), (2, 32.0)], [(1, -32.0), (0, -48.0)]]
+    dates = [geonp.fill(hidden.isel(time=t).chunk(), references=[(hidden.isel(time=j).chunk(), d) for j, d in refs])
+             for t, refs in enumerate(plan)]
+    dates = xr.concat(dates, dim="time").compute()  # one compute: the dates run in parallel
+    np.testing.assert_array_equal(masked_fill["filled"].values, dates["filled"].values)
+    np.testing.assert_array_equal(masked_fill["uncertainty"].values, dates["uncertainty"].values)
+    # the mask is honoured: cloud pixels are predicted (std > 0), the clear ones copied bit for bit
+    gaps = np.broadcast_to(clouds.values[:, None], cube.shape) | (cube.values == NODATA)
+    std = masked_fill["uncertainty"].values
+    assert (std[gaps] > 0).mean() > 0.99 and (std[~gaps] == 0).all()
+    np.testing.assert_array_equal(masked_fill["filled"].values[~gaps], cube.values[~gaps])
+    assert (masked_fill["filled"].values[gaps] != cube.values[gaps]).mean() > 0.9
+
+
+def test_the_result_keeps_dims_coords_attrs_crs_and_nodata(masked_fill):
+    cube = _cube()
+    for name in ("filled", "uncertainty"):
+        assert masked_fill[name].dims == ("time", "band", "y", "x") and masked_fill[name].shape == cube.shape
+    for dim in ("time", "band", "y", "x"):
+        np.testing.assert_array_equal(masked_fill[dim].values, cube[dim].values)
+    assert masked_fill["filled"].dtype == np.int16 and masked_fill["filled"].rio.nodata == NODATA
+    assert masked_fill["filled"].attrs["scale_factor"] == 0.0001 and masked_fill["uncertainty"].attrs["units"] == "reflectance"
+    assert masked_fill.rio.crs.to_epsg() == 32613
+    np.testing.assert_array_equal(masked_fill["filled"].rio.transform(), cube.rio.transform())
+
+
+def test_two_chunkings_give_the_same_result_bit_for_bit(client, monkeypatch):
+    monkeypatch.setattr(array_fill, "STATS_WINDOW", 24)  # the regression's sums over several windows
+    cube = _cube()
+    a = geonp.fill(cube.chunk({"time": 1, "y": 32, "x": 32}), block_size=40)
+    b = geonp.fill(cube.chunk({"time": 2, "y": 64, "x": 20}), block_size=40)
+    assert a["filled"].chunks == b["filled"].chunks == ((1, 1, 1), (3,), (40, 24), (40, 24))
+    a, b = a.compute(), b.compute()
+    np.testing.assert_array_equal(a["filled"].values, b["filled"].values)
+    np.testing.assert_array_equal(a["uncertainty"].values, b["uncertainty"].values)
+    assert (a["uncertainty"].values > 0).sum() == (cube.values == NODATA).sum()  # every hole filled
+
+
+def test_a_one_date_cube_is_a_single_date_fill(client):
+    cube = _cube(TIMES[:1])
+    ds = geonp.fill(cube.chunk({"y": 64, "x": 64}))
+    alone = geonp.fill(cube.isel(time=0).chunk({"y": 64, "x": 64}))
+    assert ds["filled"].dims == ("time", "band", "y", "x")
+    np.testing.assert_array_equal(ds["filled"].values[0], alone["filled"].values)
+    np.testing.assert_array_equal(ds["uncertainty"].values[0], alone["uncertainty"].values)
+    assert (ds["uncertainty"].values[0][cube.values[0] == NODATA] > 0).all()
+
+
+def test_a_time_coordinate_that_is_missing_or_not_dates_is_refused():
+    cube = _cube()
+    with pytest.raises(InputRasterError, match=r"time dimension has no coordinate; .*assign_coords\(time="):
+        geonp.fill(cube.drop_vars("time"))
+    with pytest.raises(InputRasterError, match="holds int64 values, not datetime64 dates; convert it"):
+        geonp.fill(cube.assign_coords(time=[0, 1, 2]))
+    with pytest.raises(ConfigError, match="a cube's references are its own dates"):
+        geonp.fill(cube, references=[(cube.isel(time=0), 3)])
+    with pytest.raises(InputRasterError, match="the mask cube has dims"):
+        geonp.fill(cube, mask=_clouds().isel(x=slice(0, 10)))
+    with pytest.raises(ConfigError, match="neighbours=, max_days= and mask= fill a cube"):
+        geonp.fill(cube.isel(time=0), neighbours=2)
+
+
+def test_neighbours_follow_max_days_and_the_batch_tie_rule():
+    times = np.array(["2020-01-01", "2020-01-11", "2020-01-21", "2020-03-01"], dtype="datetime64[ns]")
+    assert cube_neighbours(times, 2) == [[(1, 10.0), (2, 20.0)], [(0, -10.0), (2, 10.0)],
+                                         [(1, -10.0), (0, -20.0)], [(2, -40.0), (1, -50.0)]]
+    assert cube_neighbours(times, 2, max_days=15) == [[(1, 10.0)], [(0, -10.0), (2, 10.0)], [(1, -10.0)], []]
+    # the same choice as geonp batch --neighbours (geonp.io.timeseries.nearest) on dated files
+    series = [DatedRaster(f"d{i}.tif", t.astype("datetime64[D]").astype(datetime.date)) for i, t in enumerate(times)]
+    for i, refs in enumerate(cube_neighbours(times, 2, max_days=15)):
+        assert [r.path for r in nearest(series, series[i], 2, max_days=15)] == [f"d{j}.tif" for j, _ in refs]
+    with pytest.raises(ConfigError, match="--max-days -1 is negative"):
+        cube_neighbours(times, 2, max_days=-1)
