@@ -66,6 +66,7 @@ def main() -> None:
     parser.add_argument("--min-distance", type=float, default=20.0)
     parser.add_argument("--overlap", type=int, nargs="+", default=[None],
                         help="tile blend margins to compare (default: the model's)")
+    parser.add_argument("--queries", nargs="+", default=["lattice", "every"], help="fill modes to compare")
     args = parser.parse_args()
     col, row, w, h = args.window
     with open_raster(SCENE) as src:
@@ -77,21 +78,21 @@ def main() -> None:
     print(
         f"window {args.window}, scene-scale cloud {args.coverage:.0%}, pairs >= {args.min_distance:g} px from data"
     )
-    print("model  tile  overlap  border_jump  inside_jump  ratio  border_pairs  rmse  seconds")
-    for path in args.models:
+    print("model  queries  tile  overlap  border_jump  inside_jump  ratio  border_pairs  rmse  seconds")
+    for path, overlap, queries in ((p, o, q) for p in args.models for o in args.overlap for q in args.queries):
         lm = load_model(path)
-        for overlap in args.overlap:
-            opts = tile_options(lm, None, None, overlap, 512)
-            t0 = time.perf_counter()
-            mean, _ = fill_array(np.where(context, values, np.nan), context, model=lm, overlap=overlap)
-            seconds = time.perf_counter() - t0
-            ratios = [seam_ratio(mean[b], gap & valid[b], far, opts.tile_size) for b in range(3)]
-            bj = float(np.mean([r[0] for r in ratios]))
-            ij = float(np.mean([r[1] for r in ratios]))
-            hidden = gap[None] & valid
-            rmse = float(np.sqrt(np.mean((mean[hidden] - values[hidden]) ** 2)))
-            print(f"{path}  {opts.tile_size}  {opts.overlap}  {bj:.2f}  {ij:.2f}  {bj / ij:.2f}  {ratios[0][2]}  "
-                  f"{rmse:.1f}  {seconds:.0f}", flush=True)
+        opts = tile_options(lm, None, None, overlap, 512)
+        t0 = time.perf_counter()
+        mean, _ = fill_array(np.where(context, values, np.nan), context, model=lm, overlap=overlap,
+                             queries=queries)
+        seconds = time.perf_counter() - t0
+        ratios = [seam_ratio(mean[b], gap & valid[b], far, opts.tile_size) for b in range(3)]
+        bj = float(np.mean([r[0] for r in ratios]))
+        ij = float(np.mean([r[1] for r in ratios]))
+        hidden = gap[None] & valid
+        rmse = float(np.sqrt(np.mean((mean[hidden] - values[hidden]) ** 2)))
+        print(f"{path}  {queries}  {opts.tile_size}  {opts.overlap}  {bj:.2f}  {ij:.2f}  {bj / ij:.2f}  {ratios[0][2]}  "
+              f"{rmse:.1f}  {seconds:.0f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -67,6 +67,7 @@ def fit(
     best_val_nll: float = math.inf,
     on_validate: Callable[[dict[str, float], bool, FitResult], None] | None = None,
     progress: Callable[[int, int, float], None] | None = None,
+    average_gradients: Callable[[float], float] | None = None,
 ) -> FitResult:
     """Train ``model`` on the Gaussian NLL of its target points.
 
@@ -81,6 +82,9 @@ def fit(
         on_validate: called after each validation with ``(record, is_best, result)``; use it to
             save checkpoints and write metrics.
         progress: called every step with ``(step, total, train_nll)``.
+        average_gradients: data-parallel training (:mod:`geonp.training.parallel`): called after
+            each backward pass with this process's loss; averages the gradients over the
+            processes in place and returns the mean loss.
 
     Returns:
         A :class:`FitResult`; the model keeps its *last* weights, ``best_state`` the best ones.
@@ -104,13 +108,16 @@ def fit(
             raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower the learning rate")
         opt.zero_grad(set_to_none=True)
         loss.backward()
+        value = float(loss.detach())
+        if average_gradients is not None:
+            value = average_gradients(value)
         nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
-        running += float(loss.detach())
+        running += value
         n_running += 1
         result.step = step + 1
         if progress is not None:
-            progress(step + 1, cfg.steps, float(loss.detach()))
+            progress(step + 1, cfg.steps, value)
         if (step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps:
             val = evaluate_nll(model, val_batches, device) if val_batches else math.nan
             record = {

@@ -376,8 +376,12 @@ def test_fuzz_train_config_yaml(text, train_raster, tmp_path_factory, monkeypatc
         steps, seconds, best_val_nll, best_step, output = 1, 0.0, 0.0, 1, "stub"
 
     def fake_train(*args, **kwargs):  # the real signature, without the training
+        from geonp.config import load_recipe
+
         signature.bind(*args, **kwargs)
-        assert isinstance(kwargs["model"], ModelConfig) and isinstance(kwargs["training"], TrainConfig)
+        recipe = load_recipe(kwargs["recipe"])  # the library's validation, as train() runs it first
+        ModelConfig.from_dict(recipe["model"])
+        TrainConfig.from_dict(recipe["training"])
         return Report()
 
     monkeypatch.setattr(geonp, "train", fake_train, raising=False)

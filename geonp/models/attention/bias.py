@@ -26,6 +26,8 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from geonp.models.attention.gather import gather_table
+
 # Largest squared-distance table the grid path builds (entries per head); beyond it the direct
 # path is used. 4M entries x 4 heads x 4 bytes = 64 MB.
 _MAX_TABLE = 4_000_000
@@ -124,20 +126,13 @@ def _grid_sq(qi: torch.Tensor, ki: torch.Tensor, key_valid: torch.Tensor | None,
 def _gather(table: torch.Tensor, index: torch.Tensor, *, clamp: bool = False) -> torch.Tensor:
     """``table [H, T]`` at ``index [B, Qc, Kc]``; with ``clamp``, indices beyond ``T - 1`` read the last entry.
 
-    Returns the bias tile ``[B, H, Qc, Kc]``. Without gradients each head is one
-    ``index_select`` into a contiguous ``[H, B, Qc, Kc]`` buffer (a permuted view of which is
-    returned), about 3x faster on the CPU than advanced indexing; with gradients (training)
-    advanced indexing, whose backward autograd knows.
+    Returns the bias tile ``[B, H, Qc, Kc]`` through :func:`~geonp.models.attention.gather.gather_table`:
+    one ``index_select`` per head (about 3x faster on the CPU than advanced indexing), and with
+    gradients (training) one ``index_add_`` per head in the backward.
     """
     if clamp:
         index = index.clamp_max(table.shape[1] - 1)
-    if torch.is_grad_enabled() and table.requires_grad:
-        return table[:, index.long()].permute(1, 0, 2, 3)
-    out = table.new_empty((table.shape[0], *index.shape))
-    flat = index.reshape(-1)
-    for h in range(table.shape[0]):
-        torch.index_select(table[h], 0, flat, out=out[h].view(-1))
-    return out.permute(1, 0, 2, 3)
+    return gather_table(table, index)
 
 
 @dataclass

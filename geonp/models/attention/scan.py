@@ -19,6 +19,12 @@ from geonp.models.attention.flex import LookupTables, fused_grid_attention, reso
 from geonp.models.attention.softmax import BiasedSoftmaxAttention
 
 
+# Largest Nq·Nk trained by the one-tile path, whose probabilities [B, H, Nq, Nk] are kept for the
+# backward of every layer (64 MB per layer at B·H = 64); larger attention uses the scan backward,
+# which keeps O(Nq + Nk) per layer.
+_ONE_TILE_PAIRS = 512 * 512
+
+
 def _chunks(n: int, size: int) -> list[slice]:
     return [slice(i, min(i + size, n)) for i in range(0, n, size)]
 
@@ -65,6 +71,47 @@ def _single_block_forward(
         # a row with no valid key is all -inf: softmax gives NaN there; the convention is zero
         out = torch.where(key_valid.any(-1)[:, None, None, None], out, 0.0)
     return out
+
+
+def _one_tile_attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles | None, key_valid: torch.Tensor | None,
+) -> torch.Tensor:
+    """Training when the whole logit matrix is no bigger than one scan tile: plain autograd ops.
+
+    The same numbers as the online softmax, but the backward reuses the saved probabilities
+    instead of recomputing every tile (bias gather, logits, exp), and the bias is added inside
+    the matrix product (``baddbmm``) and normalised by one fused softmax: about half the passes
+    over the ``[B, H, Nq, Nk]`` pairs of :class:`_ScanAttentionFn`, measured on the CPU
+    (benchmarks/train_speed.py). Memory is that one tile, kept for the backward (hence
+    ``_ONE_TILE_PAIRS``).
+    """
+    b, h, nq, d = q.shape
+    nk = k.shape[2]
+    # head-major [H·B, ...]: the bias gather writes [H, B, Qc, Kc] (gather_table), so the bias,
+    # the logits and their gradients flow through the products without a copy; q, k, v (D wide)
+    # are the cheap ones to reorder
+    qf = q.transpose(0, 1).reshape(h * b, nq, d)  # [H·B, Nq, D]
+    kt = k.transpose(0, 1).reshape(h * b, nk, d).transpose(1, 2)  # [H·B, D, Nk]
+    vf = v.transpose(0, 1).reshape(h * b, nk, v.shape[-1])  # [H·B, Nk, Dv]
+    if tiles is None:
+        s = torch.bmm(qf, kt) * d**-0.5  # [H·B, Nq, Nk]
+    else:
+        bias = tiles.fn(tiles.tensors, slice(0, nq), slice(0, nk))  # [B, H, Nq, Nk]
+        bias = bias.transpose(0, 1).reshape(h * b, nq, nk)  # a view when gathered head-major
+        s = torch.baddbmm(bias, qf, kt, alpha=d**-0.5)  # bias + q·kᵀ/√D
+    s = s.view(h, b, nq, nk)
+    mask_kv = key_valid is not None and not (tiles is not None and tiles.masks_keys)
+    if mask_kv:
+        s = s.masked_fill(~key_valid[None, :, None, :], float("-inf"))
+    has_key = None if key_valid is None or bool(key_valid.any(-1).all()) else key_valid.any(-1)[None, :, None, None]
+    if has_key is not None:
+        # where() twice: a row with no valid key is all -inf, whose softmax (and gradient) is NaN
+        s = torch.where(has_key, s, 0.0)
+    p = torch.softmax(s, dim=-1)  # [H, B, Nq, Nk]
+    if has_key is not None:
+        p = torch.where(has_key, p, 0.0)
+    out = torch.bmm(p.view(h * b, nq, nk), vf)  # [H·B, Nq, Dv]
+    return out.view(h, b, nq, -1).transpose(0, 1)  # [B, H, Nq, Dv]
 
 
 def _scan_forward(
@@ -171,6 +218,10 @@ def scan_attention(
 ) -> torch.Tensor:
     """Exact biased softmax attention computed tile by tile.
 
+    With gradients, attention no larger than one tile (and ``_ONE_TILE_PAIRS``) is computed by
+    :func:`_one_tile_attention`, which keeps its probabilities for the backward; larger
+    attention by the online softmax with a recomputing backward (linear memory).
+
     Args:
         q: ``[B, H, Nq, D]``.
         k: ``[B, H, Nk, D]``.
@@ -194,6 +245,8 @@ def scan_attention(
         if k.shape[2] <= k_chunk:
             return _single_block_forward(q, k, v, bias, key_valid, q_chunk)
         return _scan_forward(q, k, v, bias, key_valid, q_chunk, k_chunk)[0]
+    if q.shape[2] * k.shape[2] <= min(q_chunk * k_chunk, _ONE_TILE_PAIRS):
+        return _one_tile_attention(q, k, v, bias, key_valid)
     return _ScanAttentionFn.apply(q, k, v, key_valid, bias, q_chunk, k_chunk, *bias_tensors)
 
 
