@@ -90,9 +90,8 @@ def test_a_handful_of_pixels_gives_a_std_of_the_bands_spread(default_model, shap
     mean, std = fill_array(values, observed, model=default_model, fill_outside=True, device="cpu")
     gap = ~observed
     assert np.isfinite(mean[0][gap]).all()
-    # it was 0.006-0.012 DN everywhere here; the band's natural spread is 100s of DN (the default
-    # model's band 1: 342 DN): at least more than half of it everywhere
-    assert std[0][gap].min() > 0.55 * 342.0, std[0][gap].min()
+    # it was 0.006-0.012 DN everywhere here; the band's natural spread is 100s of DN
+    assert std[0][gap].min() > 250.0, std[0][gap].min()
     assert std[0][gap].max() < 1500.0, std[0][gap].max()
     # the same pixels in 3 bands use the model's stored training statistics: the 1-band fill,
     # normalised by its own pixels and the prior, is as unsure (median within 15 %)
