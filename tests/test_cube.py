@@ -138,3 +138,26 @@ def test_neighbours_follow_max_days_and_the_batch_tie_rule():
         assert [r.path for r in nearest(series, series[i], 2, max_days=15)] == [f"d{j}.tif" for j, _ in refs]
     with pytest.raises(ConfigError, match="--max-days -1 is negative"):
         cube_neighbours(times, 2, max_days=-1)
+
+
+def test_a_date_under_full_cloud_is_filled_from_its_references_alone(client):
+    """A date with no clear pixel (common in a series) is filled from its neighbours, not refused."""
+    cube = _cube()
+    cube[1] = NODATA
+    ds = geonp.fill(cube.chunk({"time": 1, "y": 32, "x": 32}), neighbours=2).compute()
+    filled = ds["filled"].isel(time=1).values
+    assert (filled != NODATA).all()
+    assert np.isfinite(ds["uncertainty"].isel(time=1).values).all()
+    # it follows its references: between the dates before and after it (the series drifts slowly)
+    truth = _cube().isel(time=1).values.astype(float)
+    known = truth != NODATA  # the date's own nodata hole has no truth
+    assert np.abs(filled - truth)[known].mean() < 0.1 * truth[known].std()
+
+
+def test_fill_array_with_no_pixel_of_its_own_and_a_reference():
+    ref = np.stack([smooth_field((24, 24), seed=b, scale=300, offset=BASE[b]) for b in range(3)])
+    values = np.full_like(ref, np.nan)
+    filled, std = geonp.fill_array(values, np.isfinite(values), references=[(ref, None, -16.0)])
+    assert np.isfinite(filled).all() and (std > 0).all()
+    with pytest.raises(geonp.errors.NoValidPixelsError):
+        geonp.fill_array(values, np.isfinite(values))
