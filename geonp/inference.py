@@ -288,7 +288,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         else:
             gap_pixels, obs_pixels, gap_tiles = survey.count_gaps(src, info, band_list, nodata_v, gaps_from,
                                                                   blocks, opts.tile_size, sources.fillable, outside)
-        if obs_pixels == 0:
+        if obs_pixels == 0 and not references.paths:  # a date under cloud is filled from its references
             raise NoValidPixelsError(
                 f"{input} has no observed pixel in band(s) {band_list} (nodata={nodata_v}); nothing to fill "
                 "from. Check --nodata, --band or --mask"
