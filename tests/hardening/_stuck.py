@@ -10,6 +10,7 @@ sleep.
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -71,8 +72,11 @@ def start_stuck_run(tmp_path, args) -> tuple[subprocess.Popen, Path]:
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "GEONP_TEST_BUSY": str(busy),
            "DASK_LOGGING__DISTRIBUTED": "error",
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(root), os.environ.get("PYTHONPATH", "")])}
+    # Ctrl-C as a terminal delivers it: a test run started in the background (``pytest &``) ignores
+    # SIGINT, and a child inherits that, so its Ctrl-C would never arrive
     proc = subprocess.Popen([sys.executable, "-c", STUCK_RUN, *map(str, args)], env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+                            stderr=subprocess.PIPE, text=True, start_new_session=True,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     return proc, busy
 
 
