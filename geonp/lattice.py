@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from geonp.tiling import Tile
+from geonp.tiling import Tile, core_offsets, pixel_weights
 
 #: Default lattice: beyond each distance to data (pixels), the spacing (pixels) of the nodes
 #: queried there. Chosen by ``benchmarks/lattice.py`` (RMSE and 95 % coverage against predicting
@@ -75,12 +75,6 @@ class TileTargets:
     coef: np.ndarray | None = None
 
 
-def _chebyshev_from_core(rows: np.ndarray, cols: np.ndarray, tile: Tile) -> tuple[np.ndarray, np.ndarray]:
-    dr = np.maximum(np.maximum(tile.row - rows, rows - (tile.row + tile.height - 1)), 0)
-    dc = np.maximum(np.maximum(tile.col - cols, cols - (tile.col + tile.width - 1)), 0)
-    return dr, dc
-
-
 def tile_targets(rows: np.ndarray, cols: np.ndarray, tile: Tile, *, spacing: np.ndarray | None,
                  near_overlap: int | None, origin: tuple[int, int], shape: tuple[int, int]) -> TileTargets:
     """The targets of a tile whose query window holds the gap pixels ``rows, cols`` (block coordinates).
@@ -98,10 +92,10 @@ def tile_targets(rows: np.ndarray, cols: np.ndarray, tile: Tile, *, spacing: np.
     near = o if near_overlap is None else min(near_overlap, o)
     step = np.ones(rows.shape, np.int64) if spacing is None else spacing[rows, cols].astype(np.int64)
     margin = np.where(step > 1, o, near)
-    dr, dc = _chebyshev_from_core(rows, cols, tile)
+    dr, dc = core_offsets(rows, cols, tile)
     keep = (dr <= margin) & (dc <= margin)
-    rows, cols, step, margin, dr, dc = (a[keep] for a in (rows, cols, step, margin, dr, dc))
-    weights = (1.0 - dr / (margin + 1)) * (1.0 - dc / (margin + 1))
+    rows, cols, step, margin = (a[keep] for a in (rows, cols, step, margin))
+    weights = pixel_weights(rows, cols, tile, margin)
     if not (step > 1).any():
         return TileTargets(rows, cols, rows, cols, weights)
     lr0, lc0, lr1, lc1, fr, fc = _cells(rows, cols, step, origin)

@@ -65,11 +65,21 @@ def make_tiles(height: int, width: int, *, tile_size: int, overlap: int = 0) -> 
     ]
 
 
-def pixel_weights(rows: np.ndarray, cols: np.ndarray, tile: Tile) -> np.ndarray:
-    """Blend weight of pixels ``(rows, cols)`` for a tile: 1 on its core, linear fall-off into the overlap."""
-    o = tile.overlap
+def core_offsets(rows: np.ndarray, cols: np.ndarray, tile: Tile) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and columns by which pixels ``(rows, cols)`` lie outside a tile's core (0 on it)."""
     dr = np.maximum(np.maximum(tile.row - rows, rows - (tile.row + tile.height - 1)), 0)
     dc = np.maximum(np.maximum(tile.col - cols, cols - (tile.col + tile.width - 1)), 0)
+    return dr, dc
+
+
+def pixel_weights(rows: np.ndarray, cols: np.ndarray, tile: Tile, margin: int | np.ndarray | None = None
+                  ) -> np.ndarray:
+    """Blend weight of pixels ``(rows, cols)`` for a tile: 1 on its core, linear fall-off into the overlap.
+
+    ``margin``: the blend margin, per pixel or for all (None: the tile's overlap).
+    """
+    o = tile.overlap if margin is None else margin
+    dr, dc = core_offsets(rows, cols, tile)
     return (1.0 - dr / (o + 1)) * (1.0 - dc / (o + 1))
 
 
