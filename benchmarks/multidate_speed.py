@@ -35,8 +35,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from fill import make_crop
 
 import geonp
-from geonp.baselines import fillnodata_baseline
 from geonp.data.gap_shapes import cloud_mask
+from geonp.evaluation.baselines import fillnodata_baseline
 
 
 def reference_of(truth: np.ndarray, seed: int) -> np.ndarray:

@@ -1,12 +1,12 @@
 """Time the reference regression's estimate with and without its residual correction, by gap pattern.
 
-The residual correction (``geonp/reference_fit.py``) also estimates the observed pixels within
+The residual correction (``geonp/filling/references.py``) also estimates the observed pixels within
 8 px of a gap, so its cost depends on how the gaps lie: one wide cloud has a thin ring of such
 pixels around many gap pixels; scattered dropped pixels put nearly every pixel of the raster in
 the ring. This script takes a crop of the shared Landsat 8 scene and a synthetic reference date
 (``multidate_speed.reference_of``: gain, offset and a smooth change), hides the crop's
 pixels under three patterns (simulated clouds, stripes, random pixels), and times
-:meth:`~geonp.reference_fit.ReferenceLines.estimate` on them with the correction and without it
+:meth:`~geonp.filling.references.ReferenceLines.estimate` on them with the correction and without it
 (session 6's similar pixels alone), in the same run, on one thread, with one synthetic reference
 and with two (every reference observing a gap pixel estimates it, so two cost about twice one).
 It prints seconds, µs per gap pixel and the ratio; compare the µs with the multi-date model's
@@ -31,7 +31,7 @@ from fill import SCENE, crop_window
 from multidate_speed import reference_of
 
 from geonp.data.gap_shapes import cloud_mask, random_mask, stripe_mask
-from geonp.reference_fit import fit_regression
+from geonp.filling.references import fit_regression
 
 
 def crop(size: int) -> np.ndarray:

@@ -30,19 +30,19 @@ from geonp._version import __version__
 
 #: Public name -> the module that defines it (``module:name`` where the module names it otherwise).
 _LAZY = {
-    "fill": "geonp.cube",  # one date (geonp.array_fill.fill) or a cube with a time dimension
-    "fill_array": "geonp.array_fill",
-    "fill_raster": "geonp.inference",
+    "fill": "geonp.filling.cube",  # one date (geonp.filling.arrays.fill) or a cube with a time dimension
+    "fill_array": "geonp.filling.arrays",
+    "fill_raster": "geonp.filling.raster",
     "load_model": "geonp.model_files.registry",
     "list_models": "geonp.model_files.registry",
     "train": "geonp.training.raster",
     "evaluate": "geonp.evaluation",
-    "fill_many": "geonp.jobs",
+    "fill_many": "geonp.batch.jobs",
     "FillConfig": "geonp.config",
     "TaskShape": "geonp.training.windows",
     "train_series": "geonp.training.multidate",
     "SeriesRecipe": "geonp.training.multidate",
-    "ContextSpec": "geonp.context",
+    "ContextSpec": "geonp.tasks.context",
     "parse_date": "geonp.io.dates",
     "scan_series": "geonp.io.timeseries",
     "default_uncertainty_path": "geonp.io.paths",

@@ -73,6 +73,8 @@ class ModelConfig:
             other dates enter as context (references), a temporal kernel bias joins the spatial
             one (``dim_x`` is then 3).
         time_length_scale: typical date difference in days (initialises the temporal bias).
+        query_prior: TNP-KR queries carry an inverse-distance estimate of the context and their
+            distance to data; the mean is a learned correction to it (single-date models).
     """
 
     arch: Literal["tnpkr", "tnpd", "cmanp"] = "tnpkr"
@@ -93,6 +95,7 @@ class ModelConfig:
     num_latents: int = 64
     temporal: bool = False
     time_length_scale: float = 32.0
+    query_prior: bool = False
 
     def __post_init__(self) -> None:
         """Check the values; a bad one raises ConfigError naming it."""
@@ -120,6 +123,10 @@ class ModelConfig:
                               f"dim_x 3 (row, col, days); got arch={self.arch}, attention={self.attention}, "
                               f"bias={self.bias}, dim_x={self.dim_x}")
         _check_number("time_length_scale", self.time_length_scale, low=0.0, low_open=True)
+        if not isinstance(self.query_prior, bool):
+            raise ConfigError(f"query_prior={self.query_prior!r} must be true or false")
+        if self.query_prior and (self.arch != "tnpkr" or self.temporal):
+            raise ConfigError("query_prior=true needs arch tnpkr and a single-date model (temporal false)")
         if not isinstance(self.coord_unit, str):
             raise ConfigError(f"coord_unit={self.coord_unit!r} must be a string such as 'pixel'")
 
@@ -187,7 +194,7 @@ class FillConfig:
     """Every option of a fill, declared once: the API, ``geonp fill`` and ``geonp batch`` use it.
 
     The click options (``geonp_cli.options.fill_options``) are generated from these fields and
-    their defaults, and ``geonp.jobs`` keys its resume records on them.
+    their defaults, and ``geonp.batch.jobs`` keys its resume records on them.
 
     Attributes:
         model: built-in model name or model directory (the API also takes a loaded model); None =
@@ -211,7 +218,7 @@ class FillConfig:
         fill_outside: also fill gaps outside the data footprint (a scene's nodata collar).
         reference_fit: with references, ``regression``: where a reference observes a gap pixel,
             the fill weighs the model's with the reference's per-band regression line, corrected
-            by the line's error on similar pixels nearby (:mod:`geonp.reference_fit`); ``none``:
+            by the line's error on similar pixels nearby (:mod:`geonp.filling.references`); ``none``:
             references are only context of the model.
         categorical: how a class raster (land cover, a classification: values are labels, not
             measurements) is filled. ``auto``: a raster with a colour table is refused (its
@@ -220,12 +227,12 @@ class FillConfig:
             colour table or not; each gap pixel inside the footprint gets the class of the
             nearest observed pixel of its band, up to ``max_distance`` (else ``search_radius``)
             pixels away, no model runs, and the std raster holds 0 on those pixels, tagged as
-            having no std (:mod:`geonp.class_fill`). ``continuous``: fill with the model even
+            having no std (:mod:`geonp.filling.classes`). ``continuous``: fill with the model even
             when a colour table is present (its values are measurements drawn with a colour
             ramp). The colour table is kept in every case.
         queries: ``lattice``: gap pixels within a few pixels of data are predicted each, deeper
             ones read off a lattice of predictions whose spacing grows with the distance to data,
-            and pixels near data are blended over a narrower margin (:mod:`geonp.lattice`);
+            and pixels near data are blended over a narrower margin (:mod:`geonp.tasks.lattice`);
             ``every``: every gap pixel predicted by every tile whose query window holds it (slower;
             the reference the lattice is measured against).
     """

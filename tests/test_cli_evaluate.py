@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from geonp_cli.main import cli
 
 from geonp.data.synthetic import gp_grid_field
-from geonp.metrics import METRICS
+from geonp.evaluation.metrics import METRICS
 
 HEADER = ("method", "mask", "band", "RMSE", "MAE", "R2", "NLL", "CRPS", "cov90", "cov95", "cal.err", "seconds")
 

@@ -7,17 +7,17 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from geonp.calibration import (
+from geonp.data.tasks import PRIOR_COUNT, context_points, standardize, window_task
+from geonp.filling.calibration import (
     DISTANCE_BIN_EDGES,
     apply_std_calibration,
     distance_bin_factors,
     distance_to_observed,
     std_factor,
 )
-from geonp.context import ContextSpec, HaloTooSmall, ring_edges, select_context
-from geonp.data.tasks import PRIOR_COUNT, context_points, standardize, window_task
-from geonp.predict import TileOptions
-from geonp.tiling import nearest_context
+from geonp.filling.predict import TileOptions
+from geonp.tasks.context import ContextSpec, HaloTooSmall, ring_edges, select_context
+from geonp.tasks.tiling import nearest_context
 
 
 def _box_distance(rows, cols, qb):
@@ -167,7 +167,7 @@ def test_training_and_fill_share_select_context():
 
 
 def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):
-    from geonp.engine import tile_options
+    from geonp.filling.engine import tile_options
     from geonp.model_files.registry import load_model
 
     lm = load_model(tiny_model)

@@ -9,11 +9,11 @@ import rasterio
 from affine import Affine
 from rasterio.windows import Window
 
-from geonp.baselines import fillnodata_baseline, kriging_baseline
 from geonp.data.synthetic import gp_grid_field
 from geonp.errors import ConfigError, MissingDependencyError
 from geonp.evaluation import evaluate, simulate_masks
-from geonp.metrics import METRICS
+from geonp.evaluation.baselines import fillnodata_baseline, kriging_baseline
+from geonp.evaluation.metrics import METRICS
 
 SAMPLE = Path(__file__).resolve().parents[1] / "sample_data" / "landsat8_clean.tif"
 ROW_KEYS = {"method", "mask", "band", "n", "unfilled", "seconds", *METRICS}
@@ -166,7 +166,7 @@ def test_baseline_functions_directly():
 
 
 def test_calibrate_writes_std_scale_and_helps(smooth_tif, tiny_model, tmp_path):
-    from geonp.inference import fill_array
+    from geonp.filling.arrays import fill_array
     from geonp.model_files.registry import load_model
 
     model_dir = tmp_path / "tiny_copy"
@@ -197,7 +197,7 @@ def test_calibrate_writes_std_scale_and_helps(smooth_tif, tiny_model, tmp_path):
     assert sum(b["n"] for b in by_dist) == calibrated["n"]
     assert all(b["coverage95"] is None or 0.0 <= b["coverage95"] <= 1.0 for b in by_dist)
     # geonp fill now multiplies its std by the stored scale (the engine applies the distance bins
-    # with geonp.calibration.apply_std_calibration; fill_array does not yet)
+    # with geonp.filling.calibration.apply_std_calibration; fill_array does not yet)
     assert load_model(model_dir).calibration["std_scale"] == cal["std_scale"]
     with rasterio.open(smooth_tif) as src:
         values = src.read([2]).astype(float)

@@ -6,10 +6,14 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from geonp.calibration import DISTANCE_BIN_EDGES, apply_std_calibration, distance_to_observed
 from geonp.data.synthetic import gp_grid_field, gp_posterior
-from geonp.inference import fill_array
-from geonp.metrics import binned_scores
+from geonp.evaluation.metrics import binned_scores
+from geonp.filling.calibration import (
+    DISTANCE_BIN_EDGES,
+    apply_std_calibration,
+    distance_to_observed,
+)
+from geonp.filling.arrays import fill_array
 from geonp.model_files.registry import load_model
 
 BINS = (1.0, 2.0, 4.0, 8.0, 16.0)

@@ -19,12 +19,18 @@ import rasterio
 from click.testing import CliRunner
 from geonp_cli.main import cli
 
-from geonp.engine import normalizer_for
-from geonp.inference import fill_array
+from geonp.filling.engine import normalizer_for
+from geonp.filling.arrays import fill_array
+from geonp.filling.survey import sample_for_stats
 from geonp.io.raster import open_raster, raster_info
 from geonp.model_files.registry import load_model
-from geonp.normalize import DEFAULT_PRIOR_SPREAD, PRIOR_PIXELS, Normalizer, relative_spread, same_units
-from geonp.survey import sample_for_stats
+from geonp.tasks.normalize import (
+    DEFAULT_PRIOR_SPREAD,
+    PRIOR_PIXELS,
+    Normalizer,
+    relative_spread,
+    same_units,
+)
 from tests.conftest import write_raster
 
 VALUE = 8000.0  # a Landsat-like uint16 digital number

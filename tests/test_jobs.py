@@ -12,10 +12,11 @@ import rasterio
 from affine import Affine
 
 import geonp
-from geonp import jobs
+from geonp.batch import jobs
+from geonp.batch.manifest import MANIFEST_NAME
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, OutputError
-from geonp.inference import fill_raster
+from geonp.filling.raster import fill_raster
 
 distributed = pytest.importorskip("distributed")
 
@@ -98,7 +99,7 @@ def test_good_files_filled_bad_files_reported(scenes, tmp_path, tiny_model, clus
             assert dst.nodata == src.nodata or (np.isnan(dst.nodata) and np.isnan(src.nodata))
     assert not (out / "corrupt.tif").exists() and not (out / "notes.tif").exists()
     assert not list(out.rglob(".*geonp-partial*"))
-    manifest = json.loads((out / jobs.MANIFEST_NAME).read_text())
+    manifest = json.loads((out / MANIFEST_NAME).read_text())
     files = {f["name"]: f for f in manifest["files"]}
     assert {n: f["status"] for n, f in files.items()} == status
     assert files["notes.tif"]["reason"] == reasons["notes.tif"]
@@ -186,12 +187,12 @@ def test_model_loaded_once_per_worker(tmp_path, tiny_model, cluster):
 
 
 def test_fill_one_reports_unexpected_errors(monkeypatch, tmp_path):
-    import geonp.inference
+    import geonp.filling.raster
 
     def boom(*args, **kwargs):
         raise RuntimeError("boom\nsecond line")
 
-    monkeypatch.setattr(geonp.inference, "fill_raster", boom)
+    monkeypatch.setattr(geonp.filling.raster, "fill_raster", boom)
     monkeypatch.setattr("geonp.model_files.registry.cached_model", lambda path, device: object())
     task = jobs._FileTask("a.tif", str(tmp_path / "a.tif"), str(tmp_path / "o" / "a.tif"),
                           str(tmp_path / "o" / "a_std.tif"), "m", False, ())
@@ -228,7 +229,7 @@ def test_errors_before_any_work(tmp_path, tiny_model, cluster):
         geonp.fill_many(src, tmp_path / "out", model=geonp.load_model(tiny_model))
     with pytest.raises(ConfigError, match="COMPRES"):
         geonp.fill_many(src, tmp_path / "out", model=str(tiny_model), creation_options=["COMPRES=ZSTD"])
-    assert not list(tmp_path.rglob(jobs.MANIFEST_NAME))
+    assert not list(tmp_path.rglob(MANIFEST_NAME))
 
 
 def test_output_paths_and_inputs(tmp_path):
@@ -247,8 +248,8 @@ def test_unreadable_manifest_is_ignored(tmp_path, tiny_model, cluster):
     src, out = tmp_path / "in", tmp_path / "out"
     write_scene(src / "a.tif", 1)
     out.mkdir()
-    (out / jobs.MANIFEST_NAME).write_text("{not json")
+    (out / MANIFEST_NAME).write_text("{not json")
     report = run(src, out, tiny_model, cluster)
     assert report.counts["done"] == 1
-    assert json.loads((out / jobs.MANIFEST_NAME).read_text())["files"][0]["status"] == "done"
+    assert json.loads((out / MANIFEST_NAME).read_text())["files"][0]["status"] == "done"
     assert os.path.getsize(out / "a.tif") > 0

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from geonp.data.synthetic import gp_grid_field, gp_posterior
-from geonp.metrics import (
+from geonp.evaluation.metrics import (
     DEFAULT_LEVELS,
     METRICS,
     binned_scores,

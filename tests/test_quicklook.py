@@ -11,7 +11,7 @@ from geonp_cli.main import cli
 from PIL import Image
 from rasterio.enums import ColorInterp
 
-from geonp.quicklook import GAP_RGB, _display, rgb_bands, std_label
+from geonp.io.quicklook import GAP_RGB, _display, rgb_bands, std_label
 from tests.conftest import smooth_field, write_raster
 
 
@@ -57,7 +57,7 @@ def _magenta(png: Path) -> int:
 
 def test_pixels_the_output_masks_are_shown_as_unfilled(tmp_path: Path) -> None:
     """The filled panel uses fill's rule for a missing pixel: the internal mask counts too."""
-    from geonp.quicklook import write_quicklook
+    from geonp.io.quicklook import write_quicklook
 
     arr = np.stack([smooth_field((48, 48), seed=s) for s in range(3)]).astype("float32")
     std = np.zeros_like(arr)

@@ -216,7 +216,7 @@ def _sparse_raster(path: Path, size: int, data: tuple[slice, slice], gap: tuple[
 
 
 def _counts(path: Path, rows=None):
-    from geonp import engine, survey
+    from geonp.filling import engine, survey
     from geonp.io.gap_sources import build_gap_sources
     from geonp.io.raster import open_raster, raster_info
 
@@ -235,7 +235,7 @@ def _counts(path: Path, rows=None):
 
 
 def test_huge_raster_counts_are_estimated_from_rows(tmp_path):
-    from geonp import survey
+    from geonp.filling import survey
 
     path = _sparse_raster(tmp_path / "big.tif", 2000, (slice(500, 1500), slice(200, 1800)),
                           (slice(700, 1100), slice(400, 900)))
@@ -250,7 +250,7 @@ def test_huge_raster_counts_are_estimated_from_rows(tmp_path):
 
 
 def test_estimate_falls_back_to_counting_when_the_sample_sees_no_data(tmp_path):
-    from geonp import survey
+    from geonp.filling import survey
 
     # data only in rows 3..6, between the sampled rows 10, 30, 50...
     path = _sparse_raster(tmp_path / "thin.tif", 2000, (slice(3, 7), slice(0, 2000)), (slice(4, 5), slice(0, 10)))
@@ -264,9 +264,9 @@ def test_estimate_falls_back_to_counting_when_the_sample_sees_no_data(tmp_path):
 def test_plan_says_when_counts_are_estimated(tmp_path):
     import dataclasses
 
-    from geonp import engine, survey
+    from geonp.filling import engine, survey
+    from geonp.filling.predict import TileOptions
     from geonp.io.raster import open_raster, raster_info
-    from geonp.predict import TileOptions
 
     with open_raster(scene(tmp_path / "in.tif")) as src:
         info = dataclasses.replace(raster_info(src), width=100_000, height=100_000)
@@ -317,7 +317,7 @@ def test_models_prints_scores_as_short_lines_and_tables():
 
 def test_quicklook_of_a_raster_with_a_collar_warns_nothing(tmp_path, tiny_model):
     import geonp
-    from geonp.quicklook import _mean_over_bands, write_quicklook
+    from geonp.io.quicklook import _mean_over_bands, write_quicklook
 
     arr = smooth_field((48, 48)).astype("float32")
     r, c = np.mgrid[0:48, 0:48]

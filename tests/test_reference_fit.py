@@ -1,11 +1,11 @@
-"""The reference regression of multi-date fills (geonp.reference_fit): lines, their order, the prior."""
+"""The reference regression of multi-date fills (geonp.filling.references): lines, their order, the prior."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from geonp.reference_fit import (
+from geonp.filling.references import (
     ESTIMATE_REACH,
     MIN_SHARED_PIXELS,
     RESIDUAL_RADIUS,

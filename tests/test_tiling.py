@@ -2,7 +2,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from geonp.tiling import Tile, blend_weights, make_tiles, nearest_context, pixel_weights
+from geonp.tasks.tiling import Tile, make_tiles, nearest_context, pixel_weights
 
 
 @settings(max_examples=60, deadline=None)
@@ -15,20 +15,21 @@ def test_tiles_cover_every_pixel_once_and_stay_in_bounds(h, w, size, overlap):
         cover[t.row : t.row + t.height, t.col : t.col + t.width] += 1
         r0, r1, c0, c1 = t.query_bounds((h, w))
         assert 0 <= r0 < r1 <= h and 0 <= c0 < c1 <= w
-        weights = blend_weights(t, (h, w))
-        assert weights.shape == (r1 - r0, c1 - c0) and (weights > 0).all()
+        rows, cols = np.mgrid[r0:r1, c0:c1]
+        assert (pixel_weights(rows, cols, t) > 0).all()  # every query pixel counts in the blend
     assert (cover == 1).all()
     assert tiles == sorted(tiles)
 
 
-def test_blend_weights_are_one_on_core_and_ramp_in_overlap():
+def test_pixel_weights_are_one_on_core_and_ramp_in_overlap():
     t = Tile(10, 10, 4, 4, overlap=2)
-    w = blend_weights(t, (30, 30))
+    r0, r1, c0, c1 = t.query_bounds((30, 30))
+    rows, cols = np.mgrid[r0:r1, c0:c1]
+    w = pixel_weights(rows, cols, t)
     assert w.shape == (8, 8)
     np.testing.assert_allclose(w[2:6, 2:6], 1.0)
     np.testing.assert_allclose(w[0, 2:6], 1 / 3)
     np.testing.assert_allclose(w[1, 2:6], 2 / 3)
-    rows, cols = np.mgrid[8:16, 8:16]
     np.testing.assert_allclose(pixel_weights(rows.ravel(), cols.ravel(), t).reshape(8, 8), w)
 
 

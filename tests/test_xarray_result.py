@@ -10,7 +10,7 @@ import rasterio
 import rioxarray
 import xarray as xr
 
-from geonp.xarray_result import build_result
+from geonp.filling.xarray_result import build_result
 from tests.conftest import write_raster
 
 
@@ -66,7 +66,7 @@ def test_lazy_input_stays_lazy(tmp_path: Path) -> None:
 
 def test_accessor_and_api_fill_return_typed_filled(tmp_path: Path, tiny_model) -> None:
     import geonp
-    import geonp.xarray_result
+    import geonp.filling.xarray_result
 
     arr = np.full((1, 32, 32), 1000, "uint16")
     arr[0] += (np.arange(32) * 10).astype("uint16")[None, :]

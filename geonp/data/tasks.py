@@ -1,7 +1,7 @@
 """Raster windows to neural-process tasks (numpy), and padding of tasks into a :class:`Batch`.
 
 A task mirrors what ``geonp fill`` does on a tile: targets are the gap pixels of a query window,
-context is chosen by :func:`geonp.context.select_context` (the nearest observed pixels plus,
+context is chosen by :func:`geonp.tasks.context.select_context` (the nearest observed pixels plus,
 with ``n_far``, pixels spread over distance and direction), and coordinates are (row, col) in
 pixels relative to the query window's corner.
 """
@@ -13,8 +13,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from geonp.context import ContextSpec, select_context, select_reference_context
 from geonp.data.batch import Batch
+from geonp.tasks.context import ContextSpec, select_context, select_reference_context
 
 # Floor of the context std used to standardise a task, in globally normalised units: a tile of
 # near-constant context (open water) must not blow its small noise up to unit variance.
@@ -29,7 +29,7 @@ PRIOR_COUNT = 2.0
 class Task:
     """One task in numpy (coordinates in pixels, values standardised by the context).
 
-    Values are first normalised per band (:class:`~geonp.normalize.Normalizer`), then shifted and
+    Values are first normalised per band (:class:`~geonp.tasks.normalize.Normalizer`), then shifted and
     scaled by the mean and std of the task's own context (``shift``, ``scale``), so the model sees
     every task at the same scale whatever the sensor, band or landscape. Predictions go back with
     ``mean * scale + shift`` and ``std * scale``.
@@ -97,8 +97,8 @@ def context_points(
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The context of a query window, for training and filling alike.
 
-    The target date's pixels come from :func:`geonp.context.select_context`; each reference adds
-    the pixels :func:`geonp.context.select_reference_context` picks, matched to the target by
+    The target date's pixels come from :func:`geonp.tasks.context.select_context`; each reference adds
+    the pixels :func:`geonp.tasks.context.select_reference_context` picks, matched to the target by
     :func:`match_reference` on the target's context pixels it also observes.
 
     Args:
@@ -190,7 +190,7 @@ def window_task(
             nor target).
         is_gap: bool ``[h, w]``, True where a pixel is hidden.
         core: ``(r0, r1, c0, c1)`` query window; targets are its hidden valid pixels.
-        spec: context geometry (:func:`geonp.context.select_context`).
+        spec: context geometry (:func:`geonp.tasks.context.select_context`).
         max_targets: cap on targets (a random subset; targets are independent given the context).
         rng: generator for the target subset.
         origin: the window's offset in its raster (positions are hashed absolutely).

@@ -80,16 +80,16 @@ def run_method(
         device: Device for geonp.
     """
     if method == "fillnodata":
-        from geonp.baselines import fillnodata_baseline
+        from geonp.evaluation.baselines import fillnodata_baseline
 
         res = fillnodata_baseline(inputs, context)
         return res.mean, None
     if method == "kriging":
-        from geonp.baselines import kriging_baseline
+        from geonp.evaluation.baselines import kriging_baseline
 
         res = kriging_baseline(inputs, context, targets=hidden, seed=seed)
         return res.mean, res.std
-    from geonp.inference import fill_array
+    from geonp.filling.arrays import fill_array
 
     # fill uses the model's own context geometry (its far set) and whole calibration
     mean, std32 = fill_array(inputs, context, model=models[method], device=device)

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from geonp.io.atomic import atomic_write_bytes
+from geonp.io.atomic_file import atomic_write_bytes
 
 if TYPE_CHECKING:
     from geonp.evaluation.report import EvaluationReport
@@ -131,7 +131,7 @@ def _binned_axes(ax_cov: Any, ax_err: Any, binned: Mapping[str, list[dict[str, A
     Args:
         ax_cov: axes of the 95 % coverage per bin (methods with a std).
         ax_err: axes of the RMSE (and RMS std) per bin.
-        binned: per method, :func:`geonp.metrics.binned_scores` rows.
+        binned: per method, :func:`geonp.evaluation.metrics.binned_scores` rows.
         scope: what the rows pool, for the titles (``"all masks"``, ``"all dates"``).
     """
     ax_cov.axhspan(0.93, 0.97, color="0.9", label="target 0.93-0.97")
@@ -270,7 +270,7 @@ def write_series_plot(
     Args:
         png: output path (written atomically).
         rmse: per target date (in order), ``(date, {method: RMSE})``.
-        binned: per method, :func:`geonp.metrics.binned_scores` rows of all dates pooled.
+        binned: per method, :func:`geonp.evaluation.metrics.binned_scores` rows of all dates pooled.
     """
     plt = _pyplot()
     fig = plt.figure(figsize=(11, 8), constrained_layout=True)

@@ -11,8 +11,8 @@ from typing import Any
 import numpy as np
 
 from geonp._version import __version__
-from geonp.calibration import DISTANCE_BIN_EDGES
-from geonp.metrics import METRICS
+from geonp.evaluation.metrics import METRICS
+from geonp.filling.calibration import DISTANCE_BIN_EDGES
 
 __all__ = ["EvaluationReport"]
 
@@ -35,7 +35,7 @@ class EvaluationReport:
         rows: one dict per (method, mask, band): ``method``, ``mask``, ``band`` (1-based index,
             or ``"all"`` for the bands pooled), ``n`` (scored pixels), ``unfilled`` (targets the
             method could not reach, scored as the band's observed mean), every metric of
-            :data:`geonp.metrics.METRICS` (None where undefined or, for methods without a std,
+            :data:`geonp.evaluation.metrics.METRICS` (None where undefined or, for methods without a std,
             not applicable), and ``seconds`` (the method's time on that mask, all bands).
         scored_on: which hidden pixels were scored (all, or the held-out half under calibration).
         curves: per method, the calibration curve pooled over masks and bands:
@@ -43,7 +43,7 @@ class EvaluationReport:
         calibration: with ``calibrate=True``, per geonp method: ``path``, ``std_scale``,
             ``previous_std_scale``, ``distance_bins``, ``fitted_on``, ``n_fit``; else None.
         binned: per method, per mask (and ``"all"`` masks pooled), the bands pooled, scores per
-            bin of distance to the nearest observed pixel (:func:`geonp.metrics.binned_scores`).
+            bin of distance to the nearest observed pixel (:func:`geonp.evaluation.metrics.binned_scores`).
         seconds: wall time of the whole evaluation.
         scatter: per method with a std, a sample of ``{"abs_error", "std"}`` arrays for the
             error-vs-std plot (not in the JSON).

@@ -22,7 +22,6 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
-from geonp.calibration import distance_bin_factors, distance_to_observed
 from geonp.data.gaps import MASK_KINDS, make_mask
 from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.evaluation.methods import load_models, run_method
@@ -39,7 +38,8 @@ from geonp.evaluation.scoring import (
     scaled,
     score_rows,
 )
-from geonp.io.atomic import atomic_write_text
+from geonp.filling.calibration import distance_bin_factors, distance_to_observed
+from geonp.io.atomic_file import atomic_write_text
 from geonp.io.masks import read_mask_file, resolve_nodata
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, select_bands
@@ -48,8 +48,6 @@ from geonp.model_files.checkpoint import LoadedModel, write_calibration
 logger = logging.getLogger(__name__)
 
 __all__ = ["EVALUATION_MASK_KINDS", "EvaluationConfig", "evaluate", "simulate_masks"]
-
-__all__ = ["EVALUATION_MASK_KINDS", "EvaluationReport", "evaluate", "simulate_masks"]
 
 #: Simulated gap kinds ``evaluate`` accepts (``borrowed`` needs a real pattern: pass ``mask_file``).
 EVALUATION_MASK_KINDS: tuple[str, ...] = tuple(k for k in MASK_KINDS if k != "borrowed")
@@ -242,7 +240,7 @@ def evaluate(
     t_start = time.perf_counter()
     cfg = EvaluationConfig.of(config, **options)
     if cfg.kriging:
-        from geonp.baselines import require_pykrige
+        from geonp.evaluation.baselines import require_pykrige
 
         require_pykrige()  # fail before the slow part
     clean = _read_clean(raster, cfg)

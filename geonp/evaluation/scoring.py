@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from geonp.calibration import DISTANCE_BIN_EDGES, apply_std_calibration, std_factor
-from geonp.metrics import DEFAULT_LEVELS, binned_scores, calibration_curve, score
+from geonp.evaluation.metrics import DEFAULT_LEVELS, binned_scores, calibration_curve, score
+from geonp.filling.calibration import DISTANCE_BIN_EDGES, apply_std_calibration, std_factor
 
 __all__ = [
     "Scored",
@@ -156,7 +156,7 @@ def refitted_scale(lm: Any, z2: Sequence[np.ndarray]) -> tuple[list[float], list
 
     Returns:
         ``(factor, previous, new)`` per band: the 95 % factor of the errors
-        (:func:`geonp.calibration.std_factor`; robust, not the mean square), the scale ``fill``
+        (:func:`geonp.filling.calibration.std_factor`; robust, not the mean square), the scale ``fill``
         applies now, and their product (rounded) to store.
     """
     factor = [std_factor(z) for z in z2]

@@ -13,7 +13,7 @@ date's QA band; the date is then filled
 
 Scores are computed on the hidden pixels the regression can predict (the same pixels for every
 method) and, for geonp, also on all hidden pixels; every method is also scored per bin of
-distance to the nearest pixel the target date shows (:func:`geonp.metrics.binned_scores`).
+distance to the nearest pixel the target date shows (:func:`geonp.evaluation.metrics.binned_scores`).
 Every step reads and writes real GeoTIFFs through :func:`geonp.fill_raster`, as a user's fill
 would. ``plot=`` draws the RMSE of every date and the binned scores
 (:func:`geonp.evaluation.plot.write_series_plot`).
@@ -33,9 +33,9 @@ from typing import Any
 
 import numpy as np
 
-from geonp.baselines import fillnodata_baseline
-from geonp.calibration import DISTANCE_BIN_EDGES, distance_to_observed
-from geonp.metrics import binned_scores, gaussian_nll, interval_coverage, pool_binned
+from geonp.evaluation.baselines import fillnodata_baseline
+from geonp.evaluation.metrics import binned_scores, gaussian_nll, interval_coverage, pool_binned
+from geonp.filling.calibration import DISTANCE_BIN_EDGES, distance_to_observed
 
 logger = logging.getLogger(__name__)
 
@@ -91,13 +91,13 @@ def reference_regression(target: np.ndarray, target_ok: np.ndarray, ref: np.ndar
         ``[bands, h, w]`` predictions where the reference is observed, NaN elsewhere (and
         everywhere when fewer than 3 pixels are shared).
     """
-    from geonp.reference_fit import fit_regression
+    from geonp.filling.references import fit_regression
 
     ok, seen = np.broadcast_to(target_ok, target.shape), np.broadcast_to(ref_ok, target.shape)
     lines = fit_regression(target, ok, [(ref, seen)], min_pixels=3)
     if lines is None:
         return np.full(target.shape, np.nan)
-    return lines.predict([(ref, seen)])[0]  # the fill's lines (geonp.reference_fit), one reference
+    return lines.predict([(ref, seen)])[0]  # the fill's lines (geonp.filling.references), one reference
 
 
 def cloud_shapes(items: Sequence[Any], qa_kind: str) -> list[np.ndarray | None]:
@@ -172,7 +172,7 @@ def evaluate_series(
             by distance to data (:func:`geonp.evaluation.plot.write_series_plot`).
         targets_until: last target date (None: every date from ``targets_from``).
         calibrate: fit the multi-date fill's std scale per band to these dates' hidden pixels
-            (the 95 % rule of :func:`geonp.calibration.std_factor`, on top of the model's
+            (the 95 % rule of :func:`geonp.filling.calibration.std_factor`, on top of the model's
             present scale) and write it into the model's directory, as ``geonp evaluate
             --calibrate`` does for single-date models. Fit it on dates kept from testing.
     """

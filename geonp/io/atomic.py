@@ -5,7 +5,7 @@ JSON reports, PNGs, model files) is written to a hidden temporary file in the ou
 and moved onto its final name only when it is complete (``os.replace`` is atomic within one file
 system); a raster is first read back in full (GDAL can report success for a file a full disk
 truncated). Files that are not rasters (JSON, PNG, model files) go through
-:mod:`geonp.io.atomic_file`, whose functions are importable from here too. A filled raster and
+:mod:`geonp.io.atomic_file` (no GDAL, so saving a model needs none). A filled raster and
 its std raster are written as one group (:class:`AtomicGroup`): both appear, or neither, the
 filled raster last (see the group for the one window that remains between the two renames). A
 killed run leaves at most a ``.<name>.geonp-partial-<host>-<pid>-*``
@@ -32,15 +32,14 @@ from rasterio.io import DatasetWriter
 from rasterio.windows import Window
 
 from geonp.errors import OutputError
-from geonp.io.atomic_file import (
-    atomic_write_bytes,
-    atomic_write_file,
-    atomic_write_text,
-    fsync_dir,
-    fsync_path,
-)
+from geonp.io.atomic_file import fsync_dir, fsync_path
 from geonp.io.formats import DIRECT_DRIVERS, output_driver, suffix_for
-from geonp.io.partials import note_partials_left, partial_path, remove_stale_partials, unlink_quietly
+from geonp.io.partials import (
+    note_partials_left,
+    partial_path,
+    remove_stale_partials,
+    unlink_quietly,
+)
 from geonp.io.profiles import convert_raster, finalize_cog
 from geonp.io.write_errors import (
     NEARLY_FULL,
@@ -57,14 +56,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "AtomicGroup",
-    "AtomicRasterWriter",
-    "atomic_write_bytes",
-    "atomic_write_file",
-    "atomic_write_text",
-    "verify_raster_file",
-]
+__all__ = ["AtomicGroup", "AtomicRasterWriter", "verify_raster_file"]
 
 
 #: Bytes read at a time when a finished file is read back.

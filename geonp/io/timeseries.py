@@ -122,7 +122,7 @@ def nearest_dates(
     """Pick the ``k`` dates nearest in time to ``target``: the one rule of every multi-date fill.
 
     ``geonp batch --neighbours K`` (:func:`nearest`) and a data cube's fill
-    (:func:`geonp.cube.fill_cube`) both choose a date's references with it.
+    (:func:`geonp.filling.cube.fill_cube`) both choose a date's references with it.
 
     Args:
         dates: The candidate dates (``datetime.date`` or ``datetime.datetime``, all one kind;

@@ -20,7 +20,7 @@ from torch import nn
 from geonp._version import __version__
 from geonp.config import ModelConfig
 from geonp.errors import CheckpointError, ConfigError
-from geonp.io.atomic import atomic_write_file
+from geonp.io.atomic_file import atomic_write_file
 from geonp.model_files.card import ModelCard
 from geonp.model_files.checks import check_model_meta, check_weights_header
 from geonp.models import build_model

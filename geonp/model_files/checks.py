@@ -40,8 +40,8 @@ def _positive_numbers(value: Any) -> bool:
     )
 
 
-#: Architecture keys newer than format 1 (absent in older files = their default: single-date).
-LATER_KEYS = ("temporal", "time_length_scale")
+#: Architecture keys newer than format 1 (absent in older files = their default: single-date, no query prior).
+LATER_KEYS = ("temporal", "time_length_scale", "query_prior")
 
 
 def check_model_meta(meta: dict[str, Any], where: Path) -> None:

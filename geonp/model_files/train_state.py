@@ -16,7 +16,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 
 from geonp.errors import CheckpointError
-from geonp.io.atomic import atomic_write_file
+from geonp.io.atomic_file import atomic_write_file
 
 TRAIN_STATE = "train_state"
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
 from geonp.config import ModelConfig
@@ -23,8 +24,22 @@ def build_model(cfg: ModelConfig) -> nn.Module:
     return TNPKR(
         **common, attention=cfg.attention, bias=cfg.bias, num_basis=cfg.num_basis,
         bias_length_scale=cfg.bias_length_scale, embed_coords=cfg.embed_coords,
-        temporal=cfg.temporal, time_length_scale=cfg.time_length_scale,
+        temporal=cfg.temporal, time_length_scale=cfg.time_length_scale, query_prior=cfg.query_prior,
     )
 
 
-__all__ = ["CMANP", "TNPD", "TNPKR", "build_model"]
+def load_start_weights(module: nn.Module, weights: dict[str, torch.Tensor]) -> None:
+    """Load the weights a training run starts from; strict, except the query prior's parameters.
+
+    A model with the query prior can start from one without it: its prior weights stay at their
+    zero initialisation, so it predicts what the start model predicts until trained. Any other
+    missing, unexpected or mis-shaped weight raises RuntimeError.
+    """
+    optional = set(TNPKR.PRIOR_KEYS) if getattr(module, "query_prior", False) else set()
+    missing, unexpected = module.load_state_dict(weights, strict=False)
+    missing = [k for k in missing if k not in optional]
+    if missing or unexpected:
+        raise RuntimeError(f"missing weights {missing}, unexpected weights {unexpected}")
+
+
+__all__ = ["CMANP", "TNPD", "TNPKR", "build_model", "load_start_weights"]

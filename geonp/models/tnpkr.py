@@ -23,12 +23,46 @@ class ContextState:
         xc: context coordinates ``[B, Nc, P]``.
         valid: ``[B, Nc]`` True for real (not padded) context points.
         cache: squared distances shared by the layers of this pass (None: computed per layer).
+        yc: context values ``[B, Nc, dy]`` (kept for the query prior).
     """
 
     tokens: list[torch.Tensor]
     xc: torch.Tensor
     valid: torch.Tensor | None
     cache: DistanceCache | None = None
+    yc: torch.Tensor | None = None
+
+
+def idw_prior(xt: torch.Tensor, xc: torch.Tensor, yc: torch.Tensor, valid: torch.Tensor | None,
+              *, eps: float = 0.25) -> tuple[torch.Tensor, torch.Tensor]:
+    """Inverse-distance estimate of the context at each query and the distance to the nearest context point.
+
+    ``w_i = 1 / (d_i² + eps)`` over the (valid) context points, as GDAL FillNodata weighs by inverse
+    squared distance. Distances are taken between coordinates centred on the context's mean, so
+    scene-sized pixel coordinates keep float32 precision.
+
+    Args:
+        xt: query coordinates ``[B, Nt, P]``.
+        xc: context coordinates ``[B, Nc, P]``.
+        yc: context values ``[B, Nc, dy]``.
+        valid: ``[B, Nc]`` True for real context points, or None.
+        eps: added to squared distances (coordinate units²).
+
+    Returns:
+        ``(prior [B, Nt, dy], nearest [B, Nt])``: the estimate, and the distance to the nearest
+        valid context point (coordinate units).
+    """
+    centre = xc.mean(dim=1, keepdim=True)
+    a, b = xt - centre, xc - centre
+    d2 = (a.square().sum(-1)[..., :, None] + b.square().sum(-1)[..., None, :]
+          - 2.0 * a @ b.transpose(1, 2)).clamp_min(0.0)  # [B, Nt, Nc]
+    w = 1.0 / (d2 + eps)
+    if valid is not None:
+        keep = valid[:, None, :]
+        w = w * keep.to(w.dtype)
+        d2 = d2.masked_fill(~keep, float("inf"))
+    prior = (w @ yc) / w.sum(-1, keepdim=True).clamp_min(1e-12)
+    return prior, d2.amin(-1).clamp_max(1e12).sqrt()
 
 
 class TokenEmbedding(nn.Module):
@@ -73,6 +107,11 @@ class TNPKR(nn.Module):
         num_heads: attention heads.
         ff_dim: feed-forward hidden width.
         attention: ``"scan"``, ``"dense"``, ``"dka"`` or ``"performer"``.
+        query_prior: give each query an inverse-distance estimate of the context at its place and
+            its distance to the nearest context point (:func:`idw_prior`); the mean is predicted as a
+            learned gain times that estimate plus a correction. Both enter through zero-initialised
+            weights, so a model without the prior loads into one with it and predicts the same
+            until trained (single-date models only).
         bias: kernel bias name (``"rbf"``) or None; used by ``scan`` and ``dense``.
         num_basis: basis functions of the RBF bias.
         bias_length_scale: typical distance in coordinate units (initialises the bias).
@@ -107,12 +146,15 @@ class TNPKR(nn.Module):
         dropout: float = 0.0,
         q_chunk: int = 1024,
         k_chunk: int = 1024,
+        query_prior: bool = False,
     ) -> None:
         """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         if temporal and (dim_x < 2 or attention not in ("scan", "dense") or bias is None):
             raise ValueError("a temporal model needs dim_x >= 2 (space, then days), scan or dense "
                              "attention and a kernel bias")
+        if temporal and query_prior:
+            raise ValueError("query_prior is for single-date models (a temporal model's context mixes dates)")
         self.dim_y, self.dim_x = dim_y, dim_x
         self.temporal = temporal
         self.embed = TokenEmbedding(dim, dim_y, dim_x, embed_coords=embed_coords, hidden=2 * dim,
@@ -126,6 +168,15 @@ class TNPKR(nn.Module):
         ]
         self.blocks = nn.ModuleList(blocks)
         self.head = GaussianHead(dim, dim_y, hidden=2 * dim, sigma_min=sigma_min)
+        self.query_prior = query_prior
+        if query_prior:
+            self.prior_proj = nn.Linear(dim_y + 1, dim)
+            self.prior_gain = nn.Parameter(torch.zeros(dim_y))
+            nn.init.zeros_(self.prior_proj.weight)
+            nn.init.zeros_(self.prior_proj.bias)
+
+    #: Parameters a model without the query prior lacks; they start at zero when it is loaded into one with it.
+    PRIOR_KEYS = ("prior_proj.weight", "prior_proj.bias", "prior_gain")
 
     def encode_context(
         self, xc: torch.Tensor, yc: torch.Tensor, context_valid: torch.Tensor | None = None,
@@ -143,15 +194,22 @@ class TNPKR(nn.Module):
         for block in self.blocks:
             tokens.append(ks)
             ks = block.update_keys(ks, k_pos=xc, key_valid=context_valid, cache=cache)
-        return ContextState(tokens, xc, context_valid, cache)
+        return ContextState(tokens, xc, context_valid, cache, yc)
 
     def decode(self, state: ContextState, xt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Predict targets ``xt [B, Nt, P]`` from an encoded context; ``(mean, std) [B, Nt, dy]``."""
         zeros = xt.new_zeros((*xt.shape[:-1], self.dim_y))  # target values start at 0 (eq. 2)
         qs = self.embed(xt, zeros, observed=False)
+        prior = None
+        if self.query_prior:
+            prior, nearest = idw_prior(xt, state.xc, state.yc, state.valid)
+            qs = qs + self.prior_proj(torch.cat([prior, torch.log1p(nearest)[..., None]], dim=-1))
         for block, ks in zip(self.blocks, state.tokens, strict=True):
             qs = block.update_queries(qs, ks, q_pos=xt, k_pos=state.xc, key_valid=state.valid, cache=state.cache)
-        return self.head(qs)
+        mean, std = self.head(qs)
+        if prior is not None:
+            mean = mean + self.prior_gain * prior
+        return mean, std
 
     def forward(
         self,

@@ -1,6 +1,6 @@
 """Std calibration at the end of ``geonp train``: a trained model ships calibrated.
 
-The model's std is fitted, as ``geonp evaluate --calibrate`` fits it (:mod:`geonp.calibration`),
+The model's std is fitted, as ``geonp evaluate --calibrate`` fits it (:mod:`geonp.filling.calibration`),
 on the validation columns of the first training raster: columns training never read for
 targets, and not the test columns kept for evaluation. Pixels are hidden under the evaluation
 masks, filled by the new model, and half of them fit a per-band std scale and per-distance

@@ -34,7 +34,6 @@ import torch
 
 from geonp._version import __version__
 from geonp.config import ModelConfig, TrainConfig
-from geonp.context import ContextSpec
 from geonp.data.batch import Batch
 from geonp.data.gaps import sample_window_mask
 from geonp.data.synthetic import gp_grid_field
@@ -43,7 +42,8 @@ from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.models import build_model
-from geonp.normalize import Normalizer
+from geonp.tasks.context import ContextSpec
+from geonp.tasks.normalize import Normalizer
 from geonp.training.loop import FitResult, fit
 from geonp.training.raster import best_of, hardware
 from geonp.training.windows import make_batch

@@ -3,7 +3,7 @@
 Windows of ``patch_size`` pixels are read from the training region of each raster; each step hides
 pixels under simulated gaps (:mod:`geonp.data.gaps`), and the model learns to predict the hidden
 pixels of a query window (``core_size``) from the context that
-:func:`geonp.context.select_context` chooses, exactly as ``geonp fill`` chooses it for a tile.
+:func:`geonp.tasks.context.select_context` chooses, exactly as ``geonp fill`` chooses it for a tile.
 With large windows (e.g. 256 px), scene-scale clouds and far context (``n_far``) the tasks look
 like filling: query windows deep inside gaps larger than themselves, context on every side.
 Each band is a separate task (``dim_y = 1``), so a model works on any band count, and rasters of
@@ -40,7 +40,7 @@ from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.model_files.registry import resolve_model_path
 from geonp.model_files.train_state import load_training_state, save_training_state
-from geonp.models import build_model
+from geonp.models import build_model, load_start_weights
 from geonp.training.allocator import keep_freed_memory
 from geonp.training.calibrate import calibrate_on_validation
 from geonp.training.loop import FitResult, fit
@@ -58,7 +58,7 @@ from geonp.training.windows import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TaskShape", "TrainReport", "best_of", "hardware", "make_batch", "train"]
+__all__ = ["TrainReport", "best_of", "hardware", "train"]
 
 
 def hardware() -> str:
@@ -252,7 +252,7 @@ def train(
     if init_from is not None and not resume:
         start_weights = load_checkpoint(resolve_model_path(init_from)).module.state_dict()
         try:
-            module.load_state_dict(start_weights)
+            load_start_weights(module, start_weights)
         except RuntimeError as err:
             raise ConfigError(f"cannot start from {init_from}: its architecture differs from the one asked "
                               f"for; pass the same --dim/--depth/--heads/--ff-dim ({str(err).splitlines()[0]})") from err

@@ -4,7 +4,7 @@ Windows of ``patch_size`` pixels are read from the training (and validation) col
 raster, one :class:`WindowGroup` per band count with its own normalisation; a
 :class:`TaskRecipe` (a :class:`TaskShape`, a gap mix, real gap shapes) turns a window, or a
 simulated GP field, into tasks: one gap mask, then query windows with hidden targets and the
-context :func:`geonp.context.select_context` chooses, as ``geonp fill`` chooses it for a tile.
+context :func:`geonp.tasks.context.select_context` chooses, as ``geonp fill`` chooses it for a tile.
 """
 
 from __future__ import annotations
@@ -17,14 +17,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from geonp.context import ContextSpec
 from geonp.data.batch import Batch
 from geonp.data.datasets import PatchPool, sample_patches, split_columns
 from geonp.data.gaps import sample_training_mask, sample_window_mask
 from geonp.data.synthetic import gp_grid_field
 from geonp.data.tasks import Task, collate, window_task
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
-from geonp.normalize import Normalizer
+from geonp.tasks.context import ContextSpec
+from geonp.tasks.normalize import Normalizer
 
 logger = logging.getLogger(__name__)
 

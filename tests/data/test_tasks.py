@@ -8,7 +8,6 @@ import numpy as np
 import pytest
 import torch
 
-from geonp.context import ContextSpec
 from geonp.data.tasks import (
     PRIOR_COUNT,
     STD_FLOOR,
@@ -18,6 +17,7 @@ from geonp.data.tasks import (
     task_scale,
     window_task,
 )
+from geonp.tasks.context import ContextSpec
 
 
 def test_task_scale_shrinks_the_context_spread_towards_one():

@@ -39,10 +39,10 @@ def run_block(job, block):
 
 
 def fill_one(task):
-    import geonp.engine
-    from geonp import jobs
+    import geonp.filling.engine
+    from geonp.batch import jobs
 
-    geonp.engine.BlockRunner.__call__ = lambda self, block, progress=None: busy()
+    geonp.filling.engine.BlockRunner.__call__ = lambda self, block, progress=None: busy()
     return jobs._fill_one(task)
 '''
 
@@ -52,7 +52,8 @@ STUCK_RUN = r'''
 import sys
 
 import stuck
-from geonp import engine, jobs
+from geonp.batch import jobs
+from geonp.filling import engine
 
 engine.run_block = stuck.run_block
 jobs._fill_one = stuck.fill_one

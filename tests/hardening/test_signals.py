@@ -155,8 +155,8 @@ def test_an_interrupt_carries_what_the_writers_left(tmp_path) -> None:
 
 
 def test_an_interrupted_batch_names_the_partial_files_that_remain(tmp_path) -> None:
+    from geonp.batch.jobs import _left_by_interrupt
     from geonp.io.partials import host_tag, own_partials
-    from geonp.jobs import _left_by_interrupt
 
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
     dead = subprocess.Popen([sys.executable, "-c", "pass"])

@@ -15,7 +15,7 @@ import rioxarray
 import xarray as xr
 
 import geonp
-from geonp.xarray_result import build_result, unused_integer
+from geonp.filling.xarray_result import build_result, unused_integer
 from tests.conftest import smooth_field, write_raster
 
 

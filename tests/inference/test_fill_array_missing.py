@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from geonp.inference import fill_array
+from geonp.filling.arrays import fill_array
 
 
 def test_fill_array_fills_nodata_nan_and_masked_pixels(tiny_model):

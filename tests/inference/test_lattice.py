@@ -1,4 +1,4 @@
-"""The query lattice (geonp.lattice): targets, read-off, its twin, and its fill against predicting every pixel."""
+"""The query lattice (geonp.tasks.lattice): targets, read-off, its twin, and its fill against predicting every pixel."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import dataclasses
 import numpy as np
 
 import geonp
-import geonp.predict as predict
 from geonp.data.gap_shapes import cloud_mask
 from geonp.data.synthetic import gp_grid_field
-from geonp.lattice import LATTICE, read_off, spacing_map, tile_targets
+from geonp.filling import predict
+from geonp.filling.predict import Predictor, TileOptions, block_tasks, reference_predict
 from geonp.model_files.registry import load_model
-from geonp.predict import Predictor, TileOptions, block_tasks, reference_predict
-from geonp.tiling import Tile
+from geonp.tasks.lattice import LATTICE, read_off, spacing_map, tile_targets
+from geonp.tasks.tiling import Tile
 from tests.conftest import smooth_field
 
 LATTICE_OPTS = {"lattice": LATTICE, "near_overlap": 3}
@@ -115,7 +115,7 @@ def test_lattice_fill_matches_every_pixel_fill_on_a_gp_field_with_a_large_hole()
     whole ``queries="lattice"`` mode (lattice, narrow margin near data, smaller context) keeps the
     RMSE within 1 % of ``queries="every"``.
     """
-    from geonp import engine
+    from geonp.filling import engine
 
     field = gp_grid_field((112, 112), kernel="matern52", lengthscale=12.0, rng=3)
     gap = np.zeros((112, 112), bool)

@@ -7,10 +7,17 @@ import pytest
 import rasterio
 
 import geonp
-from geonp.context import HaloTooSmall
 from geonp.data.gap_shapes import cloud_mask
+from geonp.filling.predict import (
+    Predictor,
+    TileOptions,
+    band_tasks,
+    block_tasks,
+    pack,
+    reference_predict,
+)
 from geonp.model_files.registry import load_model
-from geonp.predict import Predictor, TileOptions, band_tasks, block_tasks, pack, reference_predict
+from geonp.tasks.context import HaloTooSmall
 from tests.conftest import DEVICES, smooth_field, write_raster
 
 
@@ -95,7 +102,7 @@ def test_fill_raster_same_on_blocks_workers_and_devices(tmp_path, tiny_model, de
 
 def test_narrow_halo_reads_give_the_same_fill_as_full_halo_reads(tmp_path, tiny_model, monkeypatch):
     """Blocks are read with a narrow halo first; a tile deep in a big gap forces the full halo."""
-    from geonp import engine
+    from geonp.filling import engine
 
     size = 200
     arr = smooth_field((size, size), seed=7).astype("float32")

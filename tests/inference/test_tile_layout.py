@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from geonp.predict import TileOptions, band_tasks
+from geonp.filling.predict import TileOptions, band_tasks
 
 MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
 

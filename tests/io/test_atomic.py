@@ -11,12 +11,8 @@ import rasterio
 import rasterio.errors
 
 from geonp.errors import OutputError
-from geonp.io.atomic import (
-    AtomicRasterWriter,
-    atomic_write_bytes,
-    atomic_write_file,
-    atomic_write_text,
-)
+from geonp.io.atomic import AtomicRasterWriter
+from geonp.io.atomic_file import atomic_write_bytes, atomic_write_file, atomic_write_text
 from geonp.io.profiles import output_profile
 from tests.io.output_helpers import listing, small_profile, src_profile
 
@@ -141,7 +137,7 @@ def test_atomic_write_bytes_disk_full(tmp_path: Path, monkeypatch: pytest.Monkey
     def full(fd: int) -> None:
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr("geonp.io.atomic.os.fsync", full)
+    monkeypatch.setattr("geonp.io.atomic_file.os.fsync", full)
     with pytest.raises(OutputError, match="No space left on device while writing .*report.json"):
         atomic_write_text(path, "new")
     monkeypatch.undo()

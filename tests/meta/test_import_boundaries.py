@@ -3,14 +3,16 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
+#: File or folder -> the third-party packages none of its files may import (anywhere in the file).
 FORBIDDEN = {
     "geonp/models": {"rasterio", "xarray", "rioxarray", "click", "dask"},
     "geonp/io": {"torch"},
-    "geonp/tiling.py": {"torch", "rasterio", "xarray"},
-    "geonp/normalize.py": {"torch", "rasterio"},
-    "geonp/metrics.py": {"torch", "rasterio"},
+    "geonp/tasks": {"torch", "rasterio", "xarray", "rioxarray", "dask"},
+    "geonp/evaluation/metrics.py": {"torch", "rasterio"},
     "geonp/data/gaps.py": {"torch", "rasterio"},
     "geonp/data/gap_shapes.py": {"torch", "rasterio"},
 }
@@ -26,17 +28,34 @@ def _imports(path: Path) -> set[str]:
     return names
 
 
-def test_layers_import_only_what_they_may():
+def third_party_violations(root: Path, rules: dict[str, set[str]]) -> list[str]:
+    """``"file imports [names]"`` for every file under ``root`` that imports a package ``rules`` bans."""
     violations = []
-    for where, banned in FORBIDDEN.items():
-        target = ROOT / where
+    for where, banned in rules.items():
+        target = root / where
         files = [target] if target.is_file() else sorted(target.rglob("*.py"))
-        assert files, where
         for f in files:
             bad = _imports(f) & banned
             if bad:
-                violations.append(f"{f.relative_to(ROOT)} imports {sorted(bad)}")
-    assert violations == []
+                violations.append(f"{f.relative_to(root)} imports {sorted(bad)}")
+    return violations
+
+
+def test_layers_import_only_what_they_may():
+    assert [w for w in FORBIDDEN if not (ROOT / w).exists()] == []
+    assert third_party_violations(ROOT, FORBIDDEN) == []
+
+
+def test_the_third_party_rule_catches_a_planted_import(tmp_path):
+    for rel, text in {"geonp/tasks/tiling.py": "def f():\n    import rasterio\n",
+                      "geonp/tasks/context.py": "import numpy\n",
+                      "geonp/io/raster.py": "from torch import nn\n",
+                      "geonp/models/tnpkr.py": "import xarray as xr\n"}.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
+    assert third_party_violations(tmp_path, FORBIDDEN) == [
+        "geonp/models/tnpkr.py imports ['xarray']", "geonp/io/raster.py imports ['torch']",
+        "geonp/tasks/tiling.py imports ['rasterio']"]
 
 
 def test_cli_imports_no_torch_or_numerics_at_module_level():
@@ -46,6 +65,15 @@ def test_cli_imports_no_torch_or_numerics_at_module_level():
         for node in top:
             names |= {a.name.split(".")[0] for a in node.names} if isinstance(node, ast.Import) else {node.module.split(".")[0]}
         assert not names & {"torch", "numpy", "rasterio", "xarray"}, f
+
+
+def test_loading_a_model_imports_no_gdal():
+    # model_files may use geonp.io's file writers, but not its raster ones (rasterio loads GDAL)
+    code = ("import sys; import geonp.model_files.registry, geonp.tasks.context, geonp.tasks.lattice; "
+            "import geonp.tasks.normalize; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in ('rasterio', 'osgeo')); "
+            "assert bad == [], bad")
+    subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_help_and_version_do_not_import_torch():
@@ -67,10 +95,14 @@ def test_help_and_version_do_not_import_torch():
 #
 # The layers, bottom up:
 #   errors, _version, config            (no geonp imports but errors)
-#   io, tiling, normalize, metrics      (io: io.* and errors only; no torch)
+#   io, tasks, evaluation.metrics       (io: rasterio, never torch; tasks: tiles and context
+#                                        geometry, pure numpy; neither imports another layer)
 #   models                              (torch only: models.*, config, errors)
-#   model_files                         (model directories: models, io, config, errors)
-#   data, context, predict, engine, inference, training, evaluation, jobs, ...
+#   data, model_files                   (training tasks; model directories)
+#   filling                             (read -> gaps -> tasks -> model -> blocks -> write)
+#   batch                               (many files, each a fill)
+#   training, evaluation                (training calibrates with evaluation; evaluation scores
+#                                        fills and multi-date training's series)
 #   geonp (the lazy public API)  <-  geonp_cli (the CLI): geonp, geonp.config, geonp.errors,
 #                                    geonp._version only
 
@@ -78,15 +110,26 @@ PACKAGES = {"geonp": ROOT / "geonp", "geonp_cli": ROOT / "cli"}
 
 #: Module prefix -> the geonp modules (prefixes) it may import.
 ALLOWED = {
-    "geonp.models": ("geonp.models", "geonp.config", "geonp.errors"),
-    "geonp.io": ("geonp.io", "geonp.errors"),
-    "geonp.tiling": ("geonp.errors",),
-    "geonp.normalize": ("geonp.errors",),
-    "geonp.metrics": ("geonp.errors",),
     "geonp.errors": (),
     "geonp.config": ("geonp.errors",),
+    "geonp.io": ("geonp.io", "geonp.errors"),
+    "geonp.tasks": ("geonp.tasks", "geonp.errors"),
+    "geonp.evaluation.metrics": ("geonp.errors",),
+    "geonp.models": ("geonp.models", "geonp.config", "geonp.errors"),
+    "geonp.data": ("geonp.data", "geonp.tasks", "geonp.io", "geonp.errors"),
     "geonp.model_files": ("geonp.model_files", "geonp.models", "geonp.io", "geonp.config",
                           "geonp.errors", "geonp._version"),
+    # "geonp": the accessor ``da.geonp.fill()`` calls the public geonp.fill
+    "geonp.filling": ("geonp.filling", "geonp.tasks", "geonp.data", "geonp.io", "geonp.models",
+                      "geonp.model_files", "geonp.config", "geonp.errors", "geonp._version", "geonp"),
+    "geonp.batch": ("geonp.batch", "geonp.filling", "geonp.io", "geonp.model_files", "geonp.config",
+                    "geonp.errors", "geonp._version"),
+    "geonp.training": ("geonp.training", "geonp.evaluation", "geonp.tasks", "geonp.data", "geonp.io",
+                       "geonp.models", "geonp.model_files", "geonp.config", "geonp.errors",
+                       "geonp._version"),
+    "geonp.evaluation": ("geonp.evaluation", "geonp.training", "geonp.filling", "geonp.tasks",
+                         "geonp.data", "geonp.io", "geonp.models", "geonp.model_files", "geonp.config",
+                         "geonp.errors", "geonp._version", "geonp"),
     "geonp_cli": ("geonp_cli", "geonp", "geonp.config", "geonp.errors", "geonp._version"),
 }
 
@@ -187,8 +230,8 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
 
 def test_geonp_has_no_import_cycle():
     graph = import_graph(PACKAGES)
-    # imports inside functions count: the engine loads models with one (geonp.engine.load_for_fill)
-    assert len(graph) > 60 and "geonp.model_files.registry" in graph["geonp.engine"]
+    # imports inside functions count: the engine loads models with one (geonp.filling.engine.load_for_fill)
+    assert len(graph) > 60 and "geonp.model_files.registry" in graph["geonp.filling.engine"]
     assert find_cycles(graph) == []
 
 
@@ -236,9 +279,34 @@ def test_a_cycle_hidden_in_a_function_is_found(tmp_path):
     assert violations == ["pkg.models.files imports pkg.training"]
 
 
-def test_the_layer_rule_catches_models_importing_above_it():
+def test_every_geonp_module_falls_under_a_layer_rule():
     graph = import_graph(PACKAGES)
-    planted = {**graph, "geonp.models.tnpkr": graph["geonp.models.tnpkr"] | {"geonp.model_files.registry"}}
-    assert layer_violations(planted) == ["geonp.models.tnpkr imports geonp.model_files.registry"]
-    cli = {**graph, "geonp_cli.fill": graph["geonp_cli.fill"] | {"geonp.inference"}}
-    assert layer_violations(cli) == ["geonp_cli.fill imports geonp.inference"]
+    unruled = [m for m in graph if m not in ("geonp", "geonp._version")
+               and not any(m == p or m.startswith(p + ".") for p in ALLOWED)]
+    assert unruled == []
+
+
+@pytest.mark.parametrize(("module", "planted"), [
+    ("geonp.models.tnpkr", "geonp.model_files.registry"),
+    ("geonp.models.tnpkr", "geonp.filling.predict"),
+    ("geonp.models.tnpkr", "geonp.io.raster"),
+    ("geonp.models.tnpkr", "geonp.training.loop"),
+    ("geonp.models.tnpkr", "geonp.batch.jobs"),
+    ("geonp.io.raster", "geonp.filling.engine"),
+    ("geonp.io.raster", "geonp.models.layers"),
+    ("geonp.io.raster", "geonp.training.windows"),
+    ("geonp.tasks.context", "geonp.filling.predict"),
+    ("geonp.tasks.tiling", "geonp.training.windows"),
+    ("geonp.tasks.lattice", "geonp.io.raster"),
+    ("geonp.filling.engine", "geonp.batch.jobs"),
+    ("geonp.filling.predict", "geonp.training.loop"),
+    ("geonp.filling.raster", "geonp.evaluation.run"),
+    ("geonp.batch.jobs", "geonp.training.raster"),
+    ("geonp.training.windows", "geonp.filling.predict"),
+    ("geonp.evaluation.metrics", "geonp.filling.calibration"),
+    ("geonp_cli.fill", "geonp.filling.raster"),
+    ("geonp_cli.batch", "geonp.batch.jobs"),
+])
+def test_the_layer_rule_catches_an_import_from_above(module, planted):
+    graph = import_graph(PACKAGES)
+    assert layer_violations({**graph, module: graph[module] | {planted}}) == [f"{module} imports {planted}"]

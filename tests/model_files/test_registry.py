@@ -90,7 +90,7 @@ def test_cached_model_sees_a_calibration_written_in_the_same_process(tmp_path):
     from rasterio.windows import Window
 
     from geonp import evaluate
-    from geonp.jobs import _FileTask, _fill_one
+    from geonp.batch.jobs import _FileTask, _fill_one
     from geonp.model_files.registry import cached_model
 
     sample = PRETRAINED.parents[1] / "sample_data"
@@ -127,7 +127,7 @@ def test_cached_model_sees_a_calibration_written_in_the_same_process(tmp_path):
     assert gap.any() and np.array_equal(gap, std_before > 0)
     # the std changed as the calibration did, and equals a fill with the model freshly loaded
     assert not np.allclose(std_after[gap], std_before[gap])
-    from geonp.inference import fill_raster
+    from geonp.filling.raster import fill_raster
 
     fill_raster(tmp_path / "in.tif", tmp_path / "fresh.tif", model=load_model(model), device="cpu")
     with rasterio.open(tmp_path / "fresh_std.tif") as src:

@@ -10,12 +10,12 @@ from geonp_cli.main import cli
 from rasterio.warp import Resampling, calculate_default_transform, reproject
 
 import geonp
-from geonp.baselines import fillnodata_baseline
 from geonp.data.tasks import ReferenceBand, context_points, window_task
 from geonp.errors import ConfigError, InputRasterError
+from geonp.evaluation.baselines import fillnodata_baseline
 from geonp.evaluation.series import reference_regression
-from geonp.predict import BlockReference, TileOptions, block_tasks
-from geonp.reference_fit import REGRESSION_WEIGHT
+from geonp.filling.predict import BlockReference, TileOptions, block_tasks
+from geonp.filling.references import REGRESSION_WEIGHT
 
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
 TARGET = LSTS / "LE70350322012129EDC00.tif"  # 2012-05-08, clear

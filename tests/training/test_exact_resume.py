@@ -8,7 +8,8 @@ import torch
 
 from geonp.config import ModelConfig, TrainConfig
 from geonp.model_files.train_state import load_training_state
-from geonp.training.raster import TaskShape, train
+from geonp.training.raster import train
+from geonp.training.windows import TaskShape
 from tests.conftest import smooth_field, write_raster
 
 SMALL = {

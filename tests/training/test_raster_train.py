@@ -10,7 +10,8 @@ from geonp.config import ModelConfig, TrainConfig
 from geonp.data.datasets import sample_patches, split_columns
 from geonp.errors import NoValidPixelsError
 from geonp.model_files.checkpoint import load_checkpoint
-from geonp.training.raster import TaskShape, train
+from geonp.training.raster import train
+from geonp.training.windows import TaskShape
 from tests.conftest import smooth_field, write_raster
 
 SMALL = {
@@ -106,7 +107,7 @@ def test_cli_train_with_config_file(raster, tmp_path):
 
 def test_fill_like_window_recipe_and_fine_tuning(raster, tmp_path):
     """Large windows, far context, several tasks per window, GP windows, starting from a model."""
-    from geonp.context import ContextSpec
+    from geonp.tasks.context import ContextSpec
     from geonp.training import windows
 
     base = dict(SMALL, task_shape=TaskShape(patch_size=64, core_size=16, max_context=24, max_targets=16))

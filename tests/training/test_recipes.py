@@ -19,7 +19,7 @@ def test_shipped_recipes_load_and_the_default_is_the_default_models_architecture
     import json
 
     shipped = json.loads((ROOT / "geonp" / "pretrained" / "default" / "config.json").read_text())
-    assert model.to_dict() == shipped["model"]  # the recipe builds the shipped model's architecture
+    assert model == ModelConfig.from_dict(shipped["model"])  # the recipe builds the shipped model's architecture
     assert default["data"]["n_far"] == 96 and default["data"]["batch_size"] == 16
     assert load_recipe("multidate")["training"]["steps"] == 2600
     assert load_recipe("multidate")["data"]["init_from"] == "default"

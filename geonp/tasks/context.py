@@ -6,7 +6,7 @@ interpolate across the gap nor know how far from data it is. So the context of a
 two sets:
 
 * the **near set**: the ``n_near`` observed pixels nearest to any query pixel (the rule of
-  :func:`geonp.tiling.nearest_context`, ranked by a distance transform of the query pixels), which
+  :func:`geonp.tasks.tiling.nearest_context`, ranked by a distance transform of the query pixels), which
   keeps the immediate neighbours of every gap;
 * the **far set**: up to ``n_far`` more observed pixels spread over distance and direction: the
   plane around the query window is cut into ``rings`` log-spaced distance rings (out to
@@ -16,10 +16,10 @@ two sets:
 
 The choice depends only on absolute pixel positions (lattices are aligned to the raster's grid and
 ties and picks use a fixed per-pixel hash), so two blocks or tiles that see the same pixels choose
-the same context. Training (:mod:`geonp.data.tasks`) and filling (:mod:`geonp.predict`) both call
+the same context. Training (:mod:`geonp.data.tasks`) and filling (:mod:`geonp.filling.predict`) both call
 :func:`select_context`.
 
-The post-hoc std calibration by distance to data is in :mod:`geonp.calibration`.
+The post-hoc std calibration by distance to data is in :mod:`geonp.filling.calibration`.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from typing import Any
 import numpy as np
 from scipy import ndimage
 
-from geonp.tiling import _pixel_jitter, nearest_context
+from geonp.tasks.tiling import _pixel_jitter, nearest_context
 
 __all__ = [
     "ContextSpec",

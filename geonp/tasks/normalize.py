@@ -1,8 +1,8 @@
 """Per-band normalisation of raster values to zero mean and unit std.
 
 The model works on standardised values; a checkpoint stores the normaliser it was trained with
-(``to_dict``) so that ``geonp fill`` maps predictions back into the band's units (``invert``, and
-``invert_std`` for the predictive std). Pure numpy.
+(``to_dict``) so that ``geonp fill`` maps predictions back into the band's units with its ``mean``
+and ``std`` (:func:`geonp.filling.engine.predict_region`). Pure numpy.
 
 A normaliser fitted on a raster's own pixels sets the scale of every fill's std (each tile's
 scale shrinks towards the band's std: :func:`geonp.data.tasks.task_scale`). A handful of pixels,
@@ -262,19 +262,6 @@ class Normalizer:
         """
         arr, mean, std = self._params(values, axis)
         return (arr - mean) / std
-
-    def invert(self, values: np.ndarray, *, axis: int = 0) -> np.ndarray:
-        """Map standardised values back to band units: ``values * std + mean``.
-
-        Args:
-            values: standardised values with the bands on ``axis``.
-            axis: the band axis.
-
-        Returns:
-            Values in the band's units, same shape.
-        """
-        arr, mean, std = self._params(values, axis)
-        return arr * std + mean
 
     def invert_std(self, std: np.ndarray, *, axis: int = 0) -> np.ndarray:
         """Map a standardised predictive std to band units (scale only, no shift).

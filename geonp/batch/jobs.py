@@ -1,6 +1,6 @@
 """``fill_many``: fill every raster of a directory on a Dask cluster (backs ``geonp batch``).
 
-Each file is one Dask task that calls :func:`geonp.inference.fill_raster`, which writes its outputs
+Each file is one Dask task that calls :func:`geonp.filling.raster.fill_raster`, which writes its outputs
 atomically, so a failed or killed task leaves no partial output. Workers load the model once per
 process (:func:`geonp.model_files.registry.cached_model`) and reuse it for every file they get.
 
@@ -14,7 +14,7 @@ Inputs and outputs must be on a file system that every worker sees under the sam
 
 Ctrl-C or SIGTERM stops a batch within seconds: a running file's fill ends once its worker
 closes or its task is cancelled, its writers removing their partial files
-(:class:`geonp.interrupts.DaskTaskGuard`); once the local cluster is closed the main process
+(:class:`geonp.filling.interrupts.DaskTaskGuard`); once the local cluster is closed the main process
 removes what killed workers left and records on the interrupt which partial files remain
 (:func:`geonp.io.partials.note_partials_left`).
 """
@@ -36,12 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from geonp._version import __version__
-from geonp.config import FillConfig
-from geonp.dask_client import dask_session
-from geonp.errors import ConfigError, GeonpError, OutputError, one_line
-from geonp.interrupts import DaskTaskGuard, TaskStopped, leave_ctrl_c_to_parent
-from geonp.io.partials import note_partials_left, partials_in, remove_stale_partials
-from geonp.manifest import (
+from geonp.batch.manifest import (
     MANIFEST_FORMAT,
     MANIFEST_NAME,
     MANIFEST_VERSION,
@@ -52,10 +47,15 @@ from geonp.manifest import (
     now,
     outputs_complete,
 )
+from geonp.config import FillConfig
+from geonp.errors import ConfigError, GeonpError, OutputError, one_line
+from geonp.filling.dask_client import dask_session
+from geonp.filling.interrupts import DaskTaskGuard, TaskStopped, leave_ctrl_c_to_parent
+from geonp.io.partials import note_partials_left, partials_in, remove_stale_partials
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["MANIFEST_NAME", "FileRecord", "JobReport", "fill_many"]  # the records live in geonp.manifest
+__all__ = ["fill_many"]  # its records (FileRecord, JobReport) are geonp.batch.manifest's
 
 #: Options of each file's fill: the fields of FillConfig (``workers`` is the batch's own).
 FILL_OPTIONS = tuple(f.name for f in dataclasses.fields(FillConfig) if f.name != "workers")
@@ -80,7 +80,7 @@ def _fill_one(task: _FileTask) -> dict[str, Any]:
     """Fill one file on a worker; never raises (a failure comes back as its one-line reason)."""
     t0 = time.perf_counter()
     try:
-        from geonp.inference import fill_raster
+        from geonp.filling.raster import fill_raster
         from geonp.model_files.registry import cached_model
 
         Path(task.output).parent.mkdir(parents=True, exist_ok=True)
@@ -369,7 +369,7 @@ def fill_many(
         qa_kind: how those QA files are read (needed when there are any).
         max_days: with ``neighbours``, take only dates at most this many days away (None: any);
             a raster without such a date is filled from its own pixels (by the same model).
-        **fill_options: options of :func:`geonp.inference.fill_raster`: ``model`` (a name or a
+        **fill_options: options of :func:`geonp.filling.raster.fill_raster`: ``model`` (a name or a
             directory), ``nodata``, ``bands``, ``device``, ``tile_size``, ``overlap``,
             ``max_context``, ``search_radius``, ``max_distance``, ``block_size``,
             ``creation_options``, ``cog``, ``overwrite`` (replace outputs this batch did not write).

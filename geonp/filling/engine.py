@@ -6,12 +6,10 @@ size, never on the raster size. Blocks run in this process, in a pool of CPU pro
 thread each: on a small CPU two 1-thread processes give about twice the throughput of one
 2-thread process), or on a Dask cluster. Each process loads the model once and opens the raster
 once (:class:`BlockRunner`). Observed pixels are copied bit for bit; only gaps are written.
-The gap count and the dry-run plan that come before are :mod:`geonp.survey`.
+The gap count and the dry-run plan that come before are :mod:`geonp.filling.survey`.
 """
 
 from __future__ import annotations
-
-import dataclasses
 
 import concurrent.futures as cf
 import ctypes
@@ -29,19 +27,19 @@ import numpy as np
 from rasterio.windows import Window
 from scipy import ndimage
 
-from geonp import class_fill
-from geonp.calibration import apply_std_calibration, distance_to_observed
-from geonp.context import ContextSpec, HaloTooSmall
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
+from geonp.filling import classes
+from geonp.filling.calibration import apply_std_calibration, distance_to_observed
+from geonp.filling.predict import BlockReference, Predictor, TileOptions
+from geonp.filling.references import ESTIMATE_REACH, REGRESSION_WEIGHT, LineStats, ReferenceLines
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.models.layers import resolve_device
-from geonp.normalize import Normalizer, relative_spread, same_units
-from geonp.predict import BlockReference, Predictor, TileOptions
-from geonp.reference_fit import ESTIMATE_REACH, REGRESSION_WEIGHT, LineStats, ReferenceLines
-from geonp.tiling import make_tiles
+from geonp.tasks.context import ContextSpec, HaloTooSmall
+from geonp.tasks.normalize import Normalizer, relative_spread, same_units
+from geonp.tasks.tiling import make_tiles
 
 logger = logging.getLogger(__name__)
 
@@ -94,8 +92,8 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
 
 def lattice_options(opts: TileOptions) -> TileOptions:
     """``opts`` with the query lattice, the near blend margin and the far context of
-    ``queries="lattice"`` (:mod:`geonp.lattice`; chosen by ``benchmarks/lattice.py``)."""
-    from geonp.lattice import FAR_CONTEXT, LATTICE, NEAR_OVERLAP
+    ``queries="lattice"`` (:mod:`geonp.tasks.lattice`; chosen by ``benchmarks/lattice.py``)."""
+    from geonp.tasks.lattice import FAR_CONTEXT, LATTICE, NEAR_OVERLAP
 
     return dataclasses.replace(opts, lattice=LATTICE, near_overlap=NEAR_OVERLAP, n_far=min(FAR_CONTEXT, opts.n_far))
 
@@ -103,8 +101,8 @@ def lattice_options(opts: TileOptions) -> TileOptions:
 def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:
     """The model's per-band statistics when they fit the input's bands and units, else the input's own.
 
-    The input's own are fitted with the model's :func:`~geonp.normalize.relative_spread` as the
-    prior of a band seen on few pixels (:meth:`~geonp.normalize.Normalizer.fit`): one observed
+    The input's own are fitted with the model's :func:`~geonp.tasks.normalize.relative_spread` as the
+    prior of a band seen on few pixels (:meth:`~geonp.tasks.normalize.Normalizer.fit`): one observed
     pixel, or a few equal ones, say nothing of the band's spread, and a std fitted on them alone
     (~0) would make every std of the fill ~0 (it was 0.006-0.01 DN on a uint16 band).
 
@@ -113,7 +111,7 @@ def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndar
     floor: applied to a raster in other units (a 3-band float reflectance raster for the
     default model, trained on Landsat digital numbers) they put that floor at ~17 reflectance
     units, and the fill came out 8.5-20 where the truth was -0.03-0.02. Such a model takes its
-    statistics only for a raster in their units (:func:`~geonp.normalize.same_units`); a model of
+    statistics only for a raster in their units (:func:`~geonp.tasks.normalize.same_units`); a model of
     fixed bands always takes its statistics.
     """
     stored = loaded.normalizer
@@ -226,7 +224,7 @@ def predict_region(
         norm: per-band normaliser.
         max_distance: leave gaps farther than this from observed pixels unfilled.
         calibration: the model's post-hoc std calibration (per-band ``std_scale`` and optional
-            ``distance_bins``: :func:`geonp.calibration.apply_std_calibration`).
+            ``distance_bins``: :func:`geonp.filling.calibration.apply_std_calibration`).
         progress: gap-pixels-done callback.
         limit: the largest context search radius the block's halo holds (None: all of it).
         fillable: bool ``[h, w]``: where predictions may go (the data footprint); None = all.
@@ -235,11 +233,11 @@ def predict_region(
             the date offset from the target's date.
         lines: with references, the reference regression: a second estimate of the gap pixels a
             reference observes, its line corrected by similar pixels nearby
-            (:meth:`~geonp.reference_fit.ReferenceLines.estimate`); there the fill weighs it
-            :data:`~geonp.reference_fit.REGRESSION_WEIGHT` against ``predictor``'s (the target
+            (:meth:`~geonp.filling.references.ReferenceLines.estimate`); there the fill weighs it
+            :data:`~geonp.filling.references.REGRESSION_WEIGHT` against ``predictor``'s (the target
             and references as context), elsewhere ``predictor``'s alone; the fill is kept within
             a band's floor and ceiling where the target is saturated
-            (:meth:`~geonp.reference_fit.ReferenceLines.within_saturation`).
+            (:meth:`~geonp.filling.references.ReferenceLines.within_saturation`).
 
         to_fill: :func:`fill_targets` of ``observed``, ``max_distance`` and ``fillable`` when the
             caller has it already (computed here otherwise).
@@ -253,7 +251,7 @@ def predict_region(
     to_fill = fill_targets(observed, max_distance, fillable) if to_fill is None else to_fill
     refs = [BlockReference(norm.apply(np.where(ok, vals, 0.0)), ok, days) for vals, ok, days in references or ()]
     mean, std = _predict_normed(predictor, raw, observed, to_fill, region, origin=origin, norm=norm,
-                                calibration=None, progress=progress, limit=limit, references=refs)
+                                progress=progress, limit=limit, references=refs)
     if lines is not None and references:
         mean, std = _weigh_with_regression(mean, std, raw, observed, to_fill, region, origin, references, lines)
     # the model's calibration is of the fill it makes: with a reference regression, of the weighted mean
@@ -267,7 +265,7 @@ def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, o
     """The model's fill weighed with the reference regression's where a reference observes a gap pixel.
 
     The regression's estimate of a pixel uses the pixels within
-    :data:`~geonp.reference_fit.ESTIMATE_REACH` of it, which the block's halo holds.
+    :data:`~geonp.filling.references.ESTIMATE_REACH` of it, which the block's halo holds.
     """
     r0, r1, c0, c1 = region
     at = np.zeros(raw.shape[1:], dtype=bool)
@@ -300,15 +298,15 @@ def _calibrated(std: np.ndarray, observed: np.ndarray, region: Block, calibratio
 
 
 def _predict_normed(predictor: Predictor, raw: np.ndarray, observed: np.ndarray, to_fill: np.ndarray, region: Block,
-                    *, origin: tuple[int, int], norm: Normalizer, calibration: dict[str, Any] | None,
-                    progress: Callable[[int], None] | None, limit: int | None,
-                    references: list[BlockReference] | None = None) -> tuple[np.ndarray, np.ndarray]:
-    """Predict ``to_fill`` in normalised units and bring mean and (calibrated) std back to the bands' units."""
+                    *, origin: tuple[int, int], norm: Normalizer, progress: Callable[[int], None] | None,
+                    limit: int | None, references: list[BlockReference] | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
+    """Predict ``to_fill`` in normalised units and bring mean and std back to the bands' units."""
     mean, std = predictor.predict(norm.apply(np.where(observed, raw, 0.0)), observed, to_fill, region,
                                   origin=origin, progress=progress, limit=limit, references=references or [])
     n = raw.shape[0]
     ms, ss = np.asarray(norm.mean).reshape(n, 1, 1), np.asarray(norm.std).reshape(n, 1, 1)
-    return mean * ss + ms, _calibrated(std * ss, observed, region, calibration)
+    return mean * ss + ms, std * ss
 
 
 def cast(values: np.ndarray, dtype: str) -> np.ndarray:
@@ -359,8 +357,8 @@ class BlockJob:
     validity: OutputValidity | None = None  # how unfilled pixels are marked (nodata, alpha, mask)
     references: tuple[Any, ...] = ()  # other dates (geonp.io.references.Reference), multi-date models
     reference_days: tuple[float, ...] = ()  # their date offsets from the target's date
-    reference_lines: ReferenceLines | None = None  # the reference regression (geonp.reference_fit)
-    class_reach: float | None = None  # a class raster: nearest-class fill of this reach, no model (geonp.class_fill)
+    reference_lines: ReferenceLines | None = None  # the reference regression (geonp.filling.references)
+    class_reach: float | None = None  # a class raster: nearest-class fill of this reach, no model (geonp.filling.classes)
 
 
 class BlockRunner:
@@ -386,8 +384,8 @@ class BlockRunner:
 
     def _halos(self) -> list[tuple[int, int | None]]:
         """``(halo, search limit)`` to try in turn: narrow first where it can be enough, then full."""
-        if self.job.class_reach is not None:  # nearest-class fill (geonp.class_fill)
-            return [(class_fill.halo(self.job.class_reach), None)]
+        if self.job.class_reach is not None:  # nearest-class fill (geonp.filling.classes)
+            return [(classes.halo(self.job.class_reach), None)]
         opts = self.job.opts
         margin = 2 * opts.overlap + opts.tile_size
         # the reference regression's estimate of a pixel looks up to ESTIMATE_REACH pixels around it
@@ -435,7 +433,7 @@ class BlockRunner:
             t_read += time.perf_counter() - t0
             to_fill = fill_targets(ok, job.max_distance, fillable)
             if job.class_reach is not None:  # a class raster: the nearest observed class, no model
-                mean, std = class_fill.nearest_class(raw, ok, region, reach=job.class_reach, fillable=fillable)
+                mean, std = classes.nearest_class(raw, ok, region, reach=job.class_reach, fillable=fillable)
                 break
             try:
                 mean, std = predict_region(self.predictor, raw, ok, region, origin=(hr0, hc0),
@@ -528,7 +526,7 @@ def _init_worker(parent_pid: int | None = None) -> None:
     """Set up a pool worker: one torch thread, a small GDAL cache, and an end with its parent."""
     import torch
 
-    from geonp.interrupts import guard_worker
+    from geonp.filling.interrupts import guard_worker
 
     if parent_pid is not None:
         guard_worker(parent_pid)  # never outlive the fill, even a SIGKILLed one; Ctrl-C is the parent's
@@ -552,7 +550,7 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
     ``loaded`` is the model already loaded in this process (other processes load it once each).
     Ctrl-C, SIGTERM (as KeyboardInterrupt), an error or a caller that stops early ends the
     worker processes at once, not after their blocks; they never outlive this process
-    (:mod:`geonp.interrupts`).
+    (:mod:`geonp.filling.interrupts`).
     """
     if scheduler is not None:
         yield from _run_dask(job, blocks, scheduler, progress)
@@ -567,7 +565,7 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
         finally:
             runner.close()
         return
-    from geonp.interrupts import stop_pool
+    from geonp.filling.interrupts import stop_pool
 
     ctx = multiprocessing.get_context("spawn")
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
@@ -603,7 +601,7 @@ def _run_dask(job: BlockJob, blocks: list[Block], scheduler: str,
         raise ConfigError("--scheduler needs the model as a name or directory, not an in-memory object")
     from distributed import as_completed
 
-    from geonp.dask_client import connect
+    from geonp.filling.dask_client import connect
 
     client = connect(scheduler)
     futures: list[Any] = []

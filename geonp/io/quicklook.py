@@ -108,7 +108,7 @@ def write_quicklook(
     import matplotlib.pyplot as plt
     import rasterio
 
-    from geonp.io.atomic import atomic_write_bytes
+    from geonp.io.atomic_file import atomic_write_bytes
 
     with rasterio.open(input) as src:
         names = [ci.name for ci in src.colorinterp]

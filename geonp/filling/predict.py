@@ -26,10 +26,10 @@ import numpy as np
 import torch
 from scipy import ndimage
 
-from geonp.context import ContextSpec
 from geonp.data.tasks import ReferenceBand, Task, collate, context_points, positions, standardize
-from geonp.lattice import TileTargets, read_off, spacing_map, tile_targets
-from geonp.tiling import Tile
+from geonp.tasks.context import ContextSpec
+from geonp.tasks.lattice import TileTargets, read_off, spacing_map, tile_targets
+from geonp.tasks.tiling import Tile
 
 
 @dataclass(frozen=True)
@@ -41,15 +41,15 @@ class TileOptions:
         overlap: blend margin in pixels around each core.
         max_context: observed pixels per tile, nearest first.
         search_radius: farthest a tile looks for context, in pixels beyond its query window.
-        n_far: far context pixels over ``rings`` x ``sectors`` (:class:`geonp.context.ContextSpec`).
+        n_far: far context pixels over ``rings`` x ``sectors`` (:class:`geonp.tasks.context.ContextSpec`).
         rings: distance rings of the far set.
         sectors: angular sectors of the far set.
         n_ref: multi-date: pixels per reference date and tile.
         ref_margin: multi-date: pixels beyond the query window a reference contributes.
         temporal: the model takes dates (3-D coordinates: row, col, days from the target's date).
-        near_overlap: blend margin of gap pixels near data (None: ``overlap``; :mod:`geonp.lattice`).
+        near_overlap: blend margin of gap pixels near data (None: ``overlap``; :mod:`geonp.tasks.lattice`).
         lattice: ``(distance, spacing)`` pairs: beyond each distance to data, gap pixels are read
-            off a lattice of that spacing (:mod:`geonp.lattice`); empty: every pixel predicted.
+            off a lattice of that spacing (:mod:`geonp.tasks.lattice`); empty: every pixel predicted.
     """
 
     tile_size: int = 48
@@ -116,7 +116,7 @@ class TileTask:
         weights: ``[Nt]`` blend weight of each target (1 on the tile core).
         core: targets on the tile's core (each gap pixel is on exactly one core).
         src: ``[n_out, 4]`` rows of the task's targets each output is read off, or None (output
-            ``i`` is target ``i``); coef: their bilinear weights (:mod:`geonp.lattice`).
+            ``i`` is target ``i``); coef: their bilinear weights (:mod:`geonp.tasks.lattice`).
     """
 
     band: int
@@ -194,9 +194,9 @@ def band_tasks(
         band: the band's index in the block (for the output index), or the indices of the bands
             of ``values [bands, h, w]``.
         limit: the largest context search radius the block array holds
-            (:func:`geonp.context.select_context`).
+            (:func:`geonp.tasks.context.select_context`).
         references: this band of other dates (multi-date models; ``opts.temporal``; one band).
-        spacing: lattice spacing per pixel (:func:`geonp.lattice.spacing_map`), or None.
+        spacing: lattice spacing per pixel (:func:`geonp.tasks.lattice.spacing_map`), or None.
 
     Returns:
         Per tile (or split tile) with gap pixels in the region and some context, one task per band.

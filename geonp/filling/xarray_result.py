@@ -156,7 +156,7 @@ def build_result(filled: Any, std: Any, da: xr.DataArray, *, nodata: float | Non
 class GeonpAccessor:
     """``da.geonp.fill(...)``: the same as ``geonp.fill(da, ...)``.
 
-    Registered when this module is imported (``import geonp.xarray_result``, which
+    Registered when this module is imported (``import geonp.filling.xarray_result``, which
     ``geonp.fill`` does).
     """
 

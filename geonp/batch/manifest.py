@@ -202,7 +202,7 @@ class Manifest:
 
     def write(self, report: JobReport, *, final: bool) -> None:
         """Write the manifest; a failure is only a warning until the final write."""
-        from geonp.io.atomic import atomic_write_text
+        from geonp.io.atomic_file import atomic_write_text
 
         data = {**self.meta, **report.to_dict(), "updated": now(),
                 "files": [self.entries[n] for n in sorted(self.entries)]}

@@ -14,10 +14,10 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
-from geonp.engine import Block
+from geonp.filling.engine import Block
+from geonp.filling.predict import TileOptions
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo
-from geonp.predict import TileOptions
 
 __all__ = ["count_gaps", "estimate_gaps", "plan", "sample_for_stats", "sample_rows"]
 
@@ -173,7 +173,7 @@ def estimate_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | 
     gap, obs, tiles = count_gaps(src, info, bands, nodata, gaps_from, one_row_blocks, tile_size,
                                  fillable_from, sampled_outside)
     if obs == 0:
-        from geonp.engine import plan_blocks
+        from geonp.filling.engine import plan_blocks
 
         exact = plan_blocks(info.height, info.width, max(512, tile_size))
         return count_gaps(src, info, bands, nodata, gaps_from, exact, tile_size, fillable_from, outside)

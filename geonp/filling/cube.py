@@ -4,12 +4,12 @@ odc-stac and stackstac load STAC items as one lazy ``DataArray`` with a ``time``
 date of such a cube is filled as :func:`geonp.fill` fills one date with references: its
 ``neighbours`` nearest other dates of the cube (within ``max_days``) are the references, chosen
 by the rule ``geonp batch --neighbours`` uses (:func:`geonp.io.timeseries.nearest_dates`), and
-the date is filled block by block (:func:`geonp.array_fill._fill_dask`), each block read with a
+the date is filled block by block (:func:`geonp.filling.arrays._fill_dask`), each block read with a
 halo. Nothing is computed when the cube is Dask-backed. The result is the same bit for bit
 whatever the cube's chunks: the blocks are ``block_size`` squares of the grid, as
 :func:`geonp.fill_raster` lays them (so the model's batches are the same), and the reference
 regression's lines of a date are a Dask reduction over fixed windows of the grid
-(:func:`geonp.array_fill._lines_of_dask`), which the date's blocks wait for. A cube held in
+(:func:`geonp.filling.arrays._lines_of_dask`), which the date's blocks wait for. A cube held in
 memory is filled at once.
 """
 
@@ -21,9 +21,9 @@ from typing import Any
 
 import numpy as np
 
-from geonp.array_fill import _fill_dask, fill_halo, nodata_of
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError
+from geonp.filling.arrays import _fill_dask, fill_halo, nodata_of
 from geonp.io.masks import valid_mask
 from geonp.io.timeseries import nearest_dates
 
@@ -38,12 +38,12 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
     STAC items) is a cube: every date is filled from its ``neighbours`` (default 2) nearest other
     dates within ``max_days``, its gaps from NaN/nodata or the ``mask`` cube (:func:`fill_cube`).
     Any other (``[band,] y, x``) is one date, filled from its own pixels and the ``references``
-    given (:func:`geonp.array_fill.fill`, whose docstring tells the options and the result).
+    given (:func:`geonp.filling.arrays.fill`, whose docstring tells the options and the result).
 
     Raises:
         ConfigError: ``references`` with a cube, or ``neighbours``/``max_days``/``mask`` with one date.
     """
-    from geonp import array_fill
+    from geonp.filling import arrays
 
     if "time" in da.dims:
         if references:
@@ -54,7 +54,7 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
     if neighbours is not None or max_days is not None or mask is not None:
         raise ConfigError(f"neighbours=, max_days= and mask= fill a cube with a time dimension; this DataArray has "
                           f"dims {da.dims}: give one date's references with references=[(DataArray, days)]")
-    return array_fill.fill(da, config, references=references, **options)
+    return arrays.fill(da, config, references=references, **options)
 
 
 def cube_neighbours(times: Sequence[Any], k: int, *, max_days: float | None = None
@@ -182,7 +182,7 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int = 
         An ``xarray.Dataset`` with ``filled`` (the cube's dtype, nodata, CRS, attributes) and
         ``uncertainty`` (float32 std: 0 on observed pixels, NaN where nothing was filled), both
         with the cube's dims and coordinates, chunked by date and ``block_size`` squares; lazy
-        for a Dask-backed cube (:func:`geonp.xarray_result.build_result`).
+        for a Dask-backed cube (:func:`geonp.filling.xarray_result.build_result`).
 
     Raises:
         InputRasterError: no datetime64 time coordinate, other dims, or a mask of other dims.
@@ -190,7 +190,7 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int = 
     """
     import dask.array as dsa
 
-    from geonp.xarray_result import build_result
+    from geonp.filling.xarray_result import build_result
 
     cfg = FillConfig.of(config, **options)
     if cfg.categorical == "nearest":

@@ -1,6 +1,6 @@
 """Stop a run's worker processes at once when it is interrupted, and never let them outlive it.
 
-A fill spreads its blocks over a pool of worker processes (:func:`geonp.engine.run_blocks`).
+A fill spreads its blocks over a pool of worker processes (:func:`geonp.filling.engine.run_blocks`).
 Ctrl-C, SIGTERM or an error in the main process must end them within seconds, not after the
 blocks they are working on, and a main process killed outright (SIGKILL, the OOM killer) must
 not leave them running on as orphans. Each worker therefore calls :func:`guard_worker` when it

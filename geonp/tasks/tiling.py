@@ -83,17 +83,6 @@ def pixel_weights(rows: np.ndarray, cols: np.ndarray, tile: Tile, margin: int | 
     return (1.0 - dr / (o + 1)) * (1.0 - dc / (o + 1))
 
 
-def blend_weights(tile: Tile, shape: tuple[int, int]) -> np.ndarray:
-    """Weights over the tile's query window: 1 on the core, falling linearly into the overlap.
-
-    Each pixel of the raster lies in exactly one core, where its weight is 1, so weights summed
-    over tiles are >= 1 everywhere and the blend is a proper weighted mean.
-    """
-    r0, r1, c0, c1 = tile.query_bounds(shape)
-    rows, cols = np.mgrid[r0:r1, c0:c1]
-    return pixel_weights(rows, cols, tile)
-
-
 def _pixel_jitter(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     """A fixed pseudo-random number in [0, 1e-4) per absolute pixel, for tie-breaking.
 

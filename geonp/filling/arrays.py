@@ -1,8 +1,8 @@
 """Fill in-memory arrays: ``fill_array`` (numpy) and ``fill`` (xarray, lazily with Dask).
 
-Both run the numeric core of every fill (:func:`geonp.engine.predict_region`) on arrays the
+Both run the numeric core of every fill (:func:`geonp.filling.engine.predict_region`) on arrays the
 caller holds, with the same missing-pixel rule, footprint rule and model options as
-:func:`geonp.inference.fill_raster`, which fills files. A Dask-backed ``DataArray`` is filled
+:func:`geonp.filling.raster.fill_raster`, which fills files. A Dask-backed ``DataArray`` is filled
 chunk by chunk, each chunk read with a halo so that tiles align across chunks.
 """
 
@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
-from geonp import class_fill, engine
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
+from geonp.filling import classes, engine
+from geonp.filling.predict import Predictor
+from geonp.filling.references import ESTIMATE_REACH, LineStats, ReferenceLines, fit_regression
 from geonp.io.masks import valid_mask
 from geonp.io.validity import OutputValidity, finish_block
 from geonp.models.layers import resolve_device
-from geonp.predict import Predictor
-from geonp.reference_fit import ESTIMATE_REACH, LineStats, ReferenceLines, fit_regression
 
 __all__ = ["fill", "fill_array"]
 
@@ -50,7 +50,7 @@ def fill_array(
             ``nodata`` (when given) are missing too, as in :func:`fill_raster`.
         config: fill options; keywords override its fields (``model`` may be a loaded model).
             ``categorical="nearest"`` fills each gap with the class of the nearest observed pixel
-            and runs no model (:mod:`geonp.class_fill`); an array has no colour table, so
+            and runs no model (:mod:`geonp.filling.classes`); an array has no colour table, so
             ``auto`` fills it as measurements.
         origin: the array's offset in a larger raster (keeps tiles aligned across chunks).
         region: ``(r0, r1, c0, c1)`` to fill (default all); the rest is context only.
@@ -60,7 +60,7 @@ def fill_array(
             the array's shape, ``valid`` its mask (or None: NaN/Inf and ``nodata`` are missing)
             and ``days`` the date offset from the array's date (negative = before it).
         reference_lines: the reference regression's lines when the array is a window of a larger
-            raster (fitted on all of it: :class:`~geonp.reference_fit.LineStats`); None fits them
+            raster (fitted on all of it: :class:`~geonp.filling.references.LineStats`); None fits them
             on this array.
         **options: :class:`~geonp.config.FillConfig` fields.
 
@@ -94,8 +94,8 @@ def fill_array(
     r0, r1, c0, c1 = region or (0, h, 0, w)
     if cfg.categorical == "nearest":
         _refuse_references_for_classes(refs)
-        mean, std = class_fill.nearest_class(values, valid, (r0, r1, c0, c1), fillable=fillable,
-                                             reach=class_fill.reach(cfg.max_distance, cfg.search_radius))
+        mean, std = classes.nearest_class(values, valid, (r0, r1, c0, c1), fillable=fillable,
+                                             reach=classes.reach(cfg.max_distance, cfg.search_radius))
     else:
         mean, std = _predict(values, valid, cfg, (r0, r1, c0, c1), origin=origin, fillable=fillable, refs=refs,
                              reference_lines=reference_lines)
@@ -167,8 +167,8 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
          **options: Any) -> Any:
     """Fill the gaps of an ``xarray.DataArray`` (``[band,] y, x``); lazy when it is Dask-backed.
 
-    ``geonp.fill`` is :func:`geonp.cube.fill`: it fills a data cube with a ``time`` dimension
-    (:func:`geonp.cube.fill_cube`) and hands one date to this function.
+    ``geonp.fill`` is :func:`geonp.filling.cube.fill`: it fills a data cube with a ``time`` dimension
+    (:func:`geonp.filling.cube.fill_cube`) and hands one date to this function.
 
     Missing pixels are NaN/Inf, ``nodata`` (default ``da.rio.nodata`` or ``da.attrs["_FillValue"]``).
     A Dask-backed array is filled chunk by chunk: each output chunk reads its input chunk with a
@@ -183,14 +183,14 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
     ``da``'s grid first (``rioxarray``'s ``reproject_match``).
 
     ``categorical="nearest"`` fills a class array with the class of the nearest observed pixel
-    (:mod:`geonp.class_fill`; no model runs, and chunks are read with a halo of its reach).
+    (:mod:`geonp.filling.classes`; no model runs, and chunks are read with a halo of its reach).
 
     Returns:
         An ``xarray.Dataset`` with ``filled`` (in the input's dtype, CRS set the rioxarray way,
         nodata as the input's: an input without nodata gets none, as ``geonp fill`` writes
         none) and ``uncertainty`` (float32 std, 0 on observed pixels, NaN where nothing was
         filled), with the input's coordinates and attributes
-        (:func:`geonp.xarray_result.build_result`; also ``da.geonp.fill()``).
+        (:func:`geonp.filling.xarray_result.build_result`; also ``da.geonp.fill()``).
     """
     if da.ndim not in (2, 3):
         raise InputRasterError(f"expected a DataArray with dims (band, y, x) or (y, x), got {da.dims}")
@@ -217,7 +217,7 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
         inside = _inside(footprint, Window(0, 0, w, h), ref_values, cfg.nodata)
         filled, std = fill_array(values, _valid(values, nodata), cfg, fillable=inside,
                                  references=[(r, None, days) for r, (_, days) in zip(ref_values, refs, strict=True)])
-    from geonp.xarray_result import build_result
+    from geonp.filling.xarray_result import build_result
 
     ds = build_result(filled, std, arr3, nodata=nodata)
     if squeeze:
@@ -238,7 +238,7 @@ def nodata_of(da: Any, cfg: FillConfig) -> float | None:
 def fill_halo(cfg: FillConfig, *, references: bool) -> int:
     """Pixels each Dask chunk is read with around it, so that the fill does not depend on the chunks."""
     if cfg.categorical == "nearest":  # no model: the halo is the class fill's reach
-        return class_fill.halo(class_fill.reach(cfg.max_distance, cfg.search_radius))
+        return classes.halo(classes.reach(cfg.max_distance, cfg.search_radius))
     loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=references), references=references)
     opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius,
                                cfg.queries)

@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
-from geonp.tiling import Tile, core_offsets, pixel_weights
+from geonp.tasks.tiling import Tile, core_offsets, pixel_weights
 
 #: Default lattice: beyond each distance to data (pixels), the spacing (pixels) of the nodes
 #: queried there. Chosen by ``benchmarks/lattice.py`` (RMSE and 95 % coverage against predicting

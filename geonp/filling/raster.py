@@ -1,10 +1,10 @@
-"""The public fill API: ``fill_raster`` (files), ``fill_array`` (numpy) and ``fill`` (xarray/Dask).
+"""Fill a raster file: ``fill_raster``, from the input's checks to the atomic write of both outputs.
 
-Every function takes a :class:`~geonp.config.FillConfig` and/or its fields as keywords. This
-module fills files; ``fill_array`` and ``fill`` live in :mod:`geonp.array_fill` and are re-exported
-here. The block engine (reading with a halo, process pools, Dask, casting) is
-:mod:`geonp.engine`, the gap count and dry-run plan :mod:`geonp.survey`; the numeric core
-(tiles, tasks, batched model calls, blending) is :mod:`geonp.predict`.
+It takes a :class:`~geonp.config.FillConfig` and/or its fields as keywords. The in-memory fills
+(``fill_array`` for numpy, ``fill`` for xarray/Dask) are :mod:`geonp.filling.arrays`. The block
+engine (reading with a halo, process pools, Dask, casting) is :mod:`geonp.filling.engine`, the gap
+count and dry-run plan :mod:`geonp.filling.survey`; the numeric core (tiles, tasks, batched model
+calls, blending) is :mod:`geonp.filling.predict`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,17 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
-from geonp import class_fill, engine, survey
 from geonp._version import __version__
-from geonp.array_fill import fill, fill_array  # in-memory fills, importable from here too
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, NoValidPixelsError
+from geonp.filling import classes, engine, survey
+from geonp.filling.references import (
+    REGRESSION_WEIGHT,
+    RESIDUAL_RADIUS,
+    SIMILAR_PIXELS,
+    SIMILAR_REACH,
+    SIMILAR_WINDOW,
+)
 from geonp.io.atomic import AtomicGroup
 from geonp.io.formats import check_creation_options, output_driver
 from geonp.io.gap_sources import GapSources, build_gap_sources
@@ -39,15 +45,8 @@ from geonp.io.raster import open_raster, raster_info, select_bands
 from geonp.io.remote import is_virtual
 from geonp.io.validity import plan_output_validity
 from geonp.models.layers import resolve_device
-from geonp.reference_fit import (
-    REGRESSION_WEIGHT,
-    RESIDUAL_RADIUS,
-    SIMILAR_PIXELS,
-    SIMILAR_REACH,
-    SIMILAR_WINDOW,
-)
 
-__all__ = ["FillReport", "default_uncertainty_path", "fill", "fill_array", "fill_raster"]
+__all__ = ["FillReport", "fill_raster"]
 
 
 @dataclass
@@ -246,8 +245,8 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         nodata_v = resolve_nodata(info, cfg.nodata)
         validity = plan_output_validity(src, cfg.bands, nodata=info.nodata if cfg.nodata is None else cfg.nodata)
         band_list = list(validity.bands)  # never the alpha band
-        # a class raster (colour table): refused, or filled by nearest class (geonp.class_fill)
-        classes = class_fill.is_class_fill(src, band_list, cfg.categorical, references=bool(references.paths))
+        # a class raster (colour table): refused, or filled by nearest class (geonp.filling.classes)
+        class_raster = classes.is_class_fill(src, band_list, cfg.categorical, references=bool(references.paths))
         out_driver = output_driver(out_path, format)
         from geonp.io import formats as output_formats  # the output-path checks
         from geonp.io import paths as output_paths
@@ -296,7 +295,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         report = FillReport(out_path, std_path, loaded.name, gap_pixels=gap_pixels, tiles=gap_tiles,
                             outside_pixels=outside[0], outside_evidence=sources.outside_evidence)
         report.hints.extend(validity.hints)  # a data band tagged alpha (geonp.io.alpha)
-        if classes:
+        if class_raster:
             report.model = "nearest class"
         if gap_pixels == 0 and cfg.nodata is None:
             hint = untagged_nodata_hint(src, band_list)
@@ -329,7 +328,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             calibration=loaded.calibration, dtype=dtype,
             out_nodata=profile.get("nodata"), sources=_absolute_sources(sources), validity=validity,
             references=refs, reference_days=ref_days,
-            class_reach=class_fill.reach(cfg.max_distance, cfg.search_radius) if classes else None,
+            class_reach=classes.reach(cfg.max_distance, cfg.search_radius) if class_raster else None,
         )
         if refs and cfg.reference_fit == "regression":
             job = dataclasses.replace(job, reference_lines=engine.fit_reference_lines(job, blocks))
@@ -339,9 +338,9 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         if refs:
             tags["GEONP_REFERENCES"] = ", ".join(f"{Path(r.path).name} ({r.date})" for r in refs)
             tags["GEONP_REFERENCE_FIT"] = reference_fit_tag(job)
-        if classes:  # no model ran: say how the classes were filled, and that the std raster holds none
+        if class_raster:  # no model ran: say how the classes were filled, and that the std raster holds none
             tags.pop("GEONP_MODEL")
-            tags["GEONP_FILL_METHOD"] = class_fill.METHOD_TAG
+            tags["GEONP_FILL_METHOD"] = classes.METHOD_TAG
         done = [0]
         total = max(gap_pixels, 1)
 
@@ -359,7 +358,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             copy_metadata(src, dst, bands=band_list)
             copy_std_metadata(src, dstd, bands=band_list)
             dst.update_tags(**tags)
-            dstd.update_tags(**tags, GEONP_CONTENT=class_fill.STD_CONTENT if classes else
+            dstd.update_tags(**tags, GEONP_CONTENT=classes.STD_CONTENT if class_raster else
                              "predictive standard deviation of the filled pixels; 0 = observed")
             for i, b in enumerate(band_list, start=1):
                 desc = src.descriptions[b - 1]
@@ -391,7 +390,7 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
         report.timings, report.workers = timings, workers
         report.seconds = time.perf_counter() - t0
     if quicklook is not None:
-        from geonp.quicklook import write_quicklook
+        from geonp.io.quicklook import write_quicklook
 
         write_quicklook(quicklook, input, out_path, std_path, bands=band_list, nodata=nodata_v, mask=mask)
     return report
