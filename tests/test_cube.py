@@ -154,6 +154,18 @@ def test_a_date_under_full_cloud_is_filled_from_its_references_alone(client):
     assert np.abs(filled - truth)[known].mean() < 0.1 * truth[known].std()
 
 
+def test_a_date_that_sees_no_ground_is_passed_over_as_a_reference(client):
+    """Its neighbours take the next nearest date instead, as geonp batch --neighbours does."""
+    cube = _cube()
+    cube[1] = NODATA
+    assert cube_neighbours(TIMES, 1, usable=[True, False, True]) == [[(2, 48.0)], [(0, -16.0)], [(0, -48.0)]]
+    ds = geonp.fill(cube.chunk({"time": 1, "y": 32, "x": 32}), neighbours=1).compute()
+    date = cube.isel(time=2)
+    alone = geonp.fill(date.chunk(), references=[(cube.isel(time=0).chunk(), -48.0)]).compute()
+    np.testing.assert_array_equal(ds["filled"].isel(time=2).values, alone["filled"].values)
+    np.testing.assert_array_equal(ds["uncertainty"].isel(time=2).values, alone["uncertainty"].values)
+
+
 def test_fill_array_with_no_pixel_of_its_own_and_a_reference():
     ref = np.stack([smooth_field((24, 24), seed=b, scale=300, offset=BASE[b]) for b in range(3)])
     values = np.full_like(ref, np.nan)

@@ -297,7 +297,8 @@ def _plan(report: JobReport, inputs: list[Path], manifest: Manifest, *, key: str
 def _neighbour_plan(in_dir: Path, pattern: str, recursive: bool, k: int, qa_kind: str | None,
                     max_days: float | None = None) -> tuple[list[Path], dict[Path, dict[str, Any]]]:
     """``--neighbours K``: the dated rasters of the folder, each with its K nearest same-grid dates
-    (within ``max_days``; the rule of :func:`geonp.io.timeseries.nearest_dates`, as a cube's fill)."""
+    that see ground (within ``max_days``; the rule of :func:`geonp.io.timeseries.nearest_dates`, as
+    a cube's fill)."""
     from geonp.io.timeseries import neighbours_by_grid, scan_series
 
     if recursive:
@@ -306,7 +307,7 @@ def _neighbour_plan(in_dir: Path, pattern: str, recursive: bool, k: int, qa_kind
     if any(d.qa for d in series) and qa_kind is None:
         raise ConfigError("the folder holds QA files beside the rasters; say how to read them with --qa-kind")
     per_file: dict[Path, dict[str, Any]] = {}
-    for raster, refs in neighbours_by_grid(series, k, max_days=max_days):
+    for raster, refs in neighbours_by_grid(series, k, max_days=max_days, qa_kind=qa_kind):
         opts: dict[str, Any] = {"references": tuple(r.path for r in refs)}
         if qa_kind is not None:
             opts.update(qa=raster.qa, qa_kind=qa_kind, reference_qa=tuple(r.qa for r in refs))

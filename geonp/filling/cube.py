@@ -57,14 +57,16 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
     return arrays.fill(da, config, references=references, **options)
 
 
-def cube_neighbours(times: Sequence[Any], k: int, *, max_days: float | None = None
-                    ) -> list[list[tuple[int, float]]]:
+def cube_neighbours(times: Sequence[Any], k: int, *, max_days: float | None = None,
+                    usable: Sequence[bool] | None = None) -> list[list[tuple[int, float]]]:
     """Pick each date's references among the other dates of a cube (:func:`nearest_dates`).
 
     Args:
         times: The cube's ``datetime64`` time coordinate.
         k: References per date.
         max_days: Take only dates at most this many days away (None: any).
+        usable: Per date, whether it sees ground (any clear pixel); the others are passed over
+            for the next nearest. None: every date is usable.
 
     Returns:
         Per date, ``(index, days)`` of its references, nearest first (at equal distance the
@@ -76,7 +78,8 @@ def cube_neighbours(times: Sequence[Any], k: int, *, max_days: float | None = No
     out = []
     for i, moment in enumerate(moments):
         others = [j for j in range(len(moments)) if j != i]
-        picked = nearest_dates([moments[j] for j in others], moment, k, max_days=max_days)
+        picked = nearest_dates([moments[j] for j in others], moment, k, max_days=max_days,
+                               usable=None if usable is None else [bool(usable[j]) for j in others])
         out.append([(others[p], float((stamps[others[p]] - stamps[i]) / np.timedelta64(1, "D"))) for p in picked])
     return out
 
@@ -160,11 +163,11 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int = 
 
     Each date is filled as ``geonp.fill(date, references=[(other_date, days), ...])`` fills it,
     with the ``neighbours`` other dates nearest in time (within ``max_days``; at equal distance
-    the earlier first) as references, by the rule of ``geonp batch --neighbours``
-    (:func:`cube_neighbours`). A date without such a date, or a cube of one date, is filled
-    from its own pixels: with the ``multidate`` model (as ``geonp batch --neighbours`` does) in a
-    cube of several dates, with ``default`` in a cube of one (single-date filling). Other
-    models: ``model=``.
+    the earlier first; passing over dates with no clear pixel) as references, by the rule of
+    ``geonp batch --neighbours`` (:func:`cube_neighbours`). A date without such a date, or a
+    cube of one date, is filled from its own pixels: with the ``multidate`` model (as ``geonp
+    batch --neighbours`` does) in a cube of several dates, with ``default`` in a cube of one
+    (single-date filling). Other models: ``model=``.
 
     Args:
         cube: ``xarray.DataArray`` with dims ``(time, band, y, x)`` or ``(time, y, x)`` (any
@@ -200,8 +203,11 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int = 
     cube4, added_band = _as_cube4(cube)
     nodata = nodata_of(cube4, cfg)
     data = _gaps_as_nan(cube4, nodata, mask)
-    plan = cube_neighbours(times, neighbours, max_days=max_days)
     several = len(times) > 1
+    # a date that sees no ground gives nothing as a reference: the next nearest stands in for it
+    # (one reduction over the cube, read again by the fill: small beside the model's cost)
+    usable = dsa.isfinite(data).any(axis=(1, 2, 3)).compute() if neighbours and several else None
+    plan = cube_neighbours(times, neighbours, max_days=max_days, usable=usable)
     filled, std = [], []
     for i, refs in enumerate(plan):
         date_cfg = FillConfig.of(cfg, model=cfg.model if cfg.model is not None else ("multidate" if several else "default"))

@@ -6,7 +6,7 @@ in time order with their quality bands attached; :func:`nearest` picks the refer
 (``geonp batch --neighbours K``) by the rule every multi-date fill shares,
 :func:`nearest_dates` (a data cube's fill uses it too); :func:`group_by_grid` splits a folder into rasters that share
 one grid, since neighbours are taken among rasters of the same grid; :func:`neighbours_by_grid`
-does both for a whole folder.
+does both for a whole folder, passing over dates that see no ground (:func:`sees_ground`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,7 +28,11 @@ logger = logging.getLogger(__name__)
 
 __all__ = [
     "DatedRaster", "grid_key", "group_by_grid", "nearest", "nearest_dates", "neighbours_by_grid", "scan_series",
+    "sees_ground",
 ]
+
+#: Rows read at a time when looking for a date's first clear pixel (:func:`sees_ground`).
+_STRIP_ROWS = 256
 
 #: Stem endings that mark a quality band of the raster with the rest of the stem.
 QA_SUFFIXES = ("_fmask", "_qa", "_QA_PIXEL", "_SCL")
@@ -117,7 +121,7 @@ def scan_series(
 
 def nearest_dates(
     dates: Sequence[datetime.date], target: datetime.date, k: int, *, max_days: float | None = None,
-    before_only: bool = False,
+    before_only: bool = False, usable: Sequence[bool] | None = None,
 ) -> list[int]:
     """Pick the ``k`` dates nearest in time to ``target``: the one rule of every multi-date fill.
 
@@ -131,6 +135,9 @@ def nearest_dates(
         k: How many to pick (fewer come back when fewer candidates qualify).
         max_days: Pick only dates at most this many days from ``target`` (None: any).
         before_only: Pick only dates strictly before ``target``.
+        usable: Per date, whether it sees any ground (a clear pixel); dates that do not (a date
+            wholly under cloud, or all nodata) are passed over for the next nearest, since they
+            would give nothing. None: every date is usable.
 
     Returns:
         Indices into ``dates``, nearest first; at equal distance the earlier date first, then
@@ -147,6 +154,7 @@ def nearest_dates(
     picked = [
         i for i, d in enumerate(dates)
         if (not before_only or d < target) and (reach is None or abs(d - target) <= reach)
+        and (usable is None or usable[i])
     ]
     picked.sort(key=lambda i: (abs(dates[i] - target), dates[i], i))
     return picked[:k]
@@ -154,7 +162,7 @@ def nearest_dates(
 
 def nearest(
     series: Sequence[DatedRaster], target: DatedRaster, k: int, *, before_only: bool = False,
-    max_days: float | None = None,
+    max_days: float | None = None, usable: Collection[str] | None = None,
 ) -> list[DatedRaster]:
     """Pick the ``k`` other dates of a series nearest in time to ``target`` (:func:`nearest_dates`).
 
@@ -165,6 +173,8 @@ def nearest(
         before_only: Pick only rasters acquired strictly before ``target`` (as when filling
             with the previous dates).
         max_days: Pick only rasters at most this many days from ``target`` (None: any).
+        usable: Paths of the rasters that see ground (:func:`sees_ground`); the others are passed
+            over. None: all are usable.
 
     Returns:
         The picked rasters, nearest first; at equal distance the earlier one first, then by path.
@@ -174,8 +184,39 @@ def nearest(
     """
     others = sorted((r for r in series if os.path.abspath(r.path) != os.path.abspath(target.path)),
                     key=lambda r: r.path)
-    picked = nearest_dates([r.date for r in others], target.date, k, max_days=max_days, before_only=before_only)
+    picked = nearest_dates([r.date for r in others], target.date, k, max_days=max_days, before_only=before_only,
+                           usable=None if usable is None else [r.path in usable for r in others])
     return [others[i] for i in picked]
+
+
+def sees_ground(raster: DatedRaster, qa_kind: str | None = None) -> bool:
+    """Whether a date has at least one clear pixel: observed in its file and not a QA gap.
+
+    Read in strips of rows, stopping at the first clear pixel, so a usable date costs one strip;
+    a date wholly under cloud is read once in full (its QA band too), which is small beside a
+    fill. The rule is the fill's: nodata, NaN, internal masks and, with ``qa_kind``, the QA
+    band's default gap classes.
+
+    Raises:
+        InputRasterError: If the raster or its QA band cannot be read.
+    """
+    from rasterio.windows import Window
+
+    from geonp.io.masks import read_mask_file
+    from geonp.io.observed import read_observed
+
+    with open_raster(raster.path, role="Raster") as src:
+        info = raster_info(src)
+        bands = list(range(1, info.count + 1))
+        for row in range(0, info.height, _STRIP_ROWS):
+            window = Window(0, row, info.width, min(_STRIP_ROWS, info.height - row))
+            _, ok = read_observed(src, window, bands, info=info, nodata=info.nodata)
+            clear = ok.any(axis=0)
+            if clear.any() and raster.qa is not None and qa_kind is not None:
+                clear &= ~read_mask_file(raster.qa, like=info, window=window, qa_kind=qa_kind)
+            if clear.any():
+                return True
+    return False
 
 
 def grid_key(info: RasterInfo) -> tuple[object, ...]:
@@ -209,18 +250,21 @@ def group_by_grid(series: Sequence[DatedRaster]) -> list[list[DatedRaster]]:
 
 
 def neighbours_by_grid(
-    series: Sequence[DatedRaster], k: int, *, before_only: bool = False, max_days: float | None = None
+    series: Sequence[DatedRaster], k: int, *, before_only: bool = False, max_days: float | None = None,
+    qa_kind: str | None = None,
 ) -> list[tuple[DatedRaster, list[DatedRaster]]]:
     """Pair every raster of a series with its ``k`` nearest dates on the same grid.
 
     This is ``geonp batch --neighbours K``: each raster is filled with the ``k`` rasters of its
-    grid group nearest to it in time as references (:func:`nearest`, :func:`group_by_grid`).
+    grid group nearest to it in time as references (:func:`nearest`, :func:`group_by_grid`),
+    passing over dates that see no ground (:func:`sees_ground`).
 
     Args:
         series: The series (from :func:`scan_series`).
         k: References per raster.
         before_only: Use only earlier dates.
         max_days: Use only dates at most this many days away (None: any).
+        qa_kind: How the QA bands are read when deciding whether a date sees ground.
 
     Returns:
         ``(raster, references)`` pairs in the series' order; ``references`` may be shorter than
@@ -234,7 +278,11 @@ def neighbours_by_grid(
         raise ConfigError(f"--neighbours {k} is negative; give the number of dates to use (>= 0).")
     nearest_dates([], datetime.date.min, k, max_days=max_days)  # refuse a negative max_days before reading files
     picked: dict[str, list[DatedRaster]] = {}
+    usable = {r.path for r in series if sees_ground(r, qa_kind)} if k else None
+    for r in series:
+        if usable is not None and r.path not in usable:
+            logger.info("%s sees no ground (all nodata or QA gaps): not a reference of other dates", r.path)
     for group in group_by_grid(series):
         for r in group:
-            picked[r.path] = nearest(group, r, k, before_only=before_only, max_days=max_days)
+            picked[r.path] = nearest(group, r, k, before_only=before_only, max_days=max_days, usable=usable)
     return [(r, picked[r.path]) for r in series]

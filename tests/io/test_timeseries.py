@@ -13,8 +13,10 @@ from geonp.io.timeseries import (
     DatedRaster,
     group_by_grid,
     nearest,
+    nearest_dates,
     neighbours_by_grid,
     scan_series,
+    sees_ground,
 )
 
 D = datetime.date
@@ -164,3 +166,26 @@ def test_neighbours_by_grid_stays_within_a_grid(tmp_path):
     ]
     before = neighbours_by_grid(scan_series(tmp_path), 2, before_only=True)
     assert [len(refs) for _, refs in before] == [0, 0, 1, 2, 1]
+
+
+def test_dates_that_see_no_ground_are_passed_over_for_the_next_nearest(tmp_path):
+    """A date wholly under cloud (or all nodata) gives a fill nothing: the next nearest date stands in."""
+    for s in SCENES[:4]:
+        shutil.copy(LSTS / f"{s}.tif", tmp_path / f"{s}.tif")
+        shutil.copy(LSTS / f"{s}_fmask.tif", tmp_path / f"{s}_fmask.tif")
+    # the second date: every pixel a cloud in its Fmask (4); the third: every pixel nodata
+    with rasterio.open(tmp_path / f"{SCENES[1]}_fmask.tif", "r+") as dst:
+        dst.write(np.full((dst.height, dst.width), 4, dst.dtypes[0]), 1)
+    with rasterio.open(tmp_path / f"{SCENES[2]}.tif", "r+") as dst:
+        dst.write(np.full((dst.count, dst.height, dst.width), dst.nodata, dst.dtypes[0]))
+    series = scan_series(tmp_path)
+    assert [sees_ground(r, "fmask") for r in series] == [True, False, False, True]
+    assert sees_ground(series[1]) is True  # without reading its QA band, the cloudy date has pixels
+    pairs = neighbours_by_grid(series, 1, qa_kind="fmask")
+    assert [[Path(n.path).stem for n in refs] for _, refs in pairs] == [[SCENES[3]], [SCENES[0]], [SCENES[0]],
+                                                                        [SCENES[0]]]
+    # the rule itself: usable flags skip dates, nearest first among the rest
+    dates = [D(2020, 1, 1), D(2020, 1, 11), D(2020, 1, 21)]
+    assert nearest_dates(dates, D(2020, 1, 12), 2) == [1, 2]
+    assert nearest_dates(dates, D(2020, 1, 12), 2, usable=[True, False, True]) == [2, 0]
+    assert nearest_dates(dates, D(2020, 1, 12), 2, usable=[False, False, False]) == []
