@@ -202,12 +202,8 @@ def main() -> None:
         return
     card["scores"] = scores
     card["any_band_count"] = True
-    cal = loaded.calibration or {}
-    if cal:
-        card["calibration_note"] = (
-            f"std scale {cal.get('std_scale')} and distance-bin factors "
-            f"{(cal.get('distance_bins') or {}).get('factors')}: {cal.get('fitted_on', '')}"
-        )
+    if loaded.calibration is not None and loaded.calibration.to_dict():
+        card["calibration_note"] = loaded.calibration.describe()
     command = "python benchmarks/model_card.py " + args.model_dir
     md = card_markdown(card, loaded.config.to_dict(), scores, command)
     save_model(

@@ -8,32 +8,43 @@ from typing import Any
 import click
 from geonp_cli.options import CountBar, fill_config_options
 
+from geonp.config import QA_KINDS
+
+#: The defaults of geonp.fill_many, shown in --help; options not given are left to it
+#: (tests/test_cli_defaults.py checks that they agree).
+BATCH_DEFAULTS = {"pattern": "*.tif", "neighbours": 0, "skip_existing": True, "threads_per_worker": 1,
+                  "dashboard_address": ":8787"}
+
 
 @click.command(short_help="Fill every raster of a directory in parallel (Dask).")
 @click.argument("input_dir", type=click.Path(file_okay=False))
 @click.argument("output_dir", type=click.Path(file_okay=False))
-@click.option("--pattern", default="*.tif", show_default=True, help="Glob pattern of the input files.")
+@click.option("--pattern", default=None,
+              help=f"Glob pattern of the input files.  [default: {BATCH_DEFAULTS['pattern']}]")
 @click.option("-r", "--recursive", is_flag=True, help="Match --pattern in subdirectories too.")
-@click.option("--neighbours", type=click.IntRange(min=0), default=0,
+@click.option("--neighbours", type=click.IntRange(min=0), default=None,
               help="Multi-date: fill each raster with the K dates of the same grid in INPUT_DIR nearest to it in "
-                   "time as references (dates from tags or names; QA files beside the rasters give clouds).")
+                   "time as references (dates from tags or names; QA files beside the rasters give clouds).  "
+                   f"[default: {BATCH_DEFAULTS['neighbours']}]")
 @click.option("--max-days", type=click.FloatRange(min=0), default=None,
               help="With --neighbours: take only dates at most this many days away (default: any).")
-@click.option("--qa-kind", type=click.Choice(["landsat-c2", "sentinel2-scl", "fmask"]),
+@click.option("--qa-kind", type=click.Choice(QA_KINDS),
               help="With --neighbours: how the QA files beside the rasters (<raster>_fmask.tif, _qa, _QA_PIXEL, "
                    "_SCL) are read.")
 @fill_config_options
-@click.option("--skip-existing/--no-skip-existing", default=True, show_default=True,
-              help="Skip files a previous run completed; --no-skip-existing fills them again.")
+@click.option("--skip-existing/--no-skip-existing", default=None,
+              help="Skip files a previous run completed; --no-skip-existing fills them again.  [default: "
+                   f"{'skip-existing' if BATCH_DEFAULTS['skip_existing'] else 'no-skip-existing'}]")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Worker processes of the local cluster, one file each at a time [default: CPU count / "
                    "--threads-per-worker].")
-@click.option("--threads-per-worker", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Files each local worker fills at once.")
+@click.option("--threads-per-worker", type=click.IntRange(min=1), default=None,
+              help=f"Files each local worker fills at once.  [default: {BATCH_DEFAULTS['threads_per_worker']}]")
 @click.option("--scheduler", metavar="ADDRESS",
               help="Use an existing Dask cluster (tcp://host:8786) instead of a local one.")
-@click.option("--dashboard-address", default=":8787", show_default=True, metavar="[HOST]:PORT",
-              help="Dashboard of the local cluster (':0' for any free port).")
+@click.option("--dashboard-address", default=None, metavar="[HOST]:PORT",
+              help="Dashboard of the local cluster (':0' for any free port).  "
+                   f"[default: {BATCH_DEFAULTS['dashboard_address']}]")
 @click.pass_context
 def batch(ctx: click.Context, input_dir: str, output_dir: str, bands: tuple[int, ...], **opts: Any) -> None:
     """Fill every raster of INPUT_DIR matching --pattern; write them under OUTPUT_DIR.

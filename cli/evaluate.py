@@ -8,20 +8,27 @@ from typing import Any
 import click
 from geonp_cli.options import CountBar, band_option, device_option, nodata_option
 
-MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed", "scene_cloud")
+from geonp.config import DEFAULT_EVALUATION_MASKS, EVALUATION_MASK_KINDS, QA_KINDS, EvaluationConfig
+
+#: The defaults of --series options, shown in --help; geonp.evaluate_series applies them
+#: (tests/test_cli_defaults.py checks that they agree).
+SERIES_DEFAULTS = {"model": "multidate", "n_refs": 2, "qa_kind": "fmask"}
 
 
 @click.command(short_help="Score geonp and its uncertainty against baselines on a clean raster.")
 @click.argument("clean_raster", type=click.Path(exists=True))
 @click.option("--model", "models", multiple=True, metavar="NAME|PATH",
-              help="geonp model to score (repeatable) [default: default].")
-@click.option("--mask-kind", "mask_kinds", type=click.Choice(MASK_KIND_CHOICES), multiple=True,
-              help="Simulated gaps (repeatable) [default: cloud, stripe and random; none with --mask].")
+              help=f"geonp model to score (repeatable) [default: {', '.join(EvaluationConfig.models)}; "
+                   f"{SERIES_DEFAULTS['model']} with --series].")
+@click.option("--mask-kind", "mask_kinds", type=click.Choice(EVALUATION_MASK_KINDS), multiple=True,
+              help=f"Simulated gaps (repeatable) [default: {', '.join(DEFAULT_EVALUATION_MASKS)}; none with --mask].")
 @click.option("--mask", "mask_file", type=click.Path(exists=True, dir_okay=False),
               help="Also score on this gap mask (same grid; non-zero = hide).")
-@click.option("--coverage", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True), default=0.3,
-              show_default=True, help="Fraction of pixels each simulated mask hides.")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed of the masks (same seed, same masks).")
+@click.option("--coverage", type=click.FloatRange(0.0, 1.0, min_open=True, max_open=True),
+              default=EvaluationConfig.coverage, show_default=True,
+              help="Fraction of pixels each simulated mask hides.")
+@click.option("--seed", type=int, default=None,
+              help=f"Seed of the masks (same seed, same masks).  [default: {EvaluationConfig.seed}]")
 @nodata_option
 @band_option
 @click.option("--window", type=int, nargs=4, default=None, metavar="COL ROW WIDTH HEIGHT",
@@ -42,10 +49,10 @@ MASK_KIND_CHOICES = ("cloud", "stripe", "random", "mixed", "scene_cloud")
                    "previous dates as references, beside GDAL FillNodata and per-band reference regression.")
 @click.option("--targets-from", metavar="YYYY-MM-DD", help="--series: first date scored [every date].")
 @click.option("--targets-until", metavar="YYYY-MM-DD", help="--series: last date scored [every date].")
-@click.option("--references", "n_refs", type=click.IntRange(min=1), default=2, show_default=True,
-              help="--series: previous dates used as references.")
-@click.option("--qa-kind", type=click.Choice(["fmask", "landsat-c2", "sentinel2-scl"]), default="fmask",
-              show_default=True, help="--series: how the QA files are read.")
+@click.option("--references", "n_refs", type=click.IntRange(min=1), default=None,
+              help=f"--series: previous dates used as references.  [default: {SERIES_DEFAULTS['n_refs']}]")
+@click.option("--qa-kind", type=click.Choice(QA_KINDS), default=None,
+              help=f"--series: how the QA files are read.  [default: {SERIES_DEFAULTS['qa_kind']}]")
 @device_option
 @click.pass_context
 def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mask_kinds: tuple[str, ...],
@@ -71,28 +78,24 @@ def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mas
         opts.pop(k) for k in ("series", "targets_from", "targets_until", "n_refs", "qa_kind"))
     if series:
         _evaluate_series(clean_raster, models, (targets_from, targets_until), n_refs, qa_kind, opts.get("json_path"),
-                         opts.get("seed", 0), opts.get("plot"), opts.get("calibrate", False))
+                         opts.get("seed"), opts.get("plot"), opts.get("calibrate", False))
         return
     if Path(clean_raster).is_dir():
         raise click.BadParameter(f"{clean_raster} is a folder; give a raster, or --series for a folder of dates",
                                  param_hint="CLEAN_RASTER")
-    if mask_kinds:
-        masks: tuple[str, ...] = mask_kinds
-    else:
-        masks = () if mask_file else ("cloud", "stripe", "random")
+    # an option not given is left to geonp.evaluate (EvaluationConfig's defaults)
+    given = {k: v for k, v in {**opts, "models": models, "masks": mask_kinds, "bands": bands, "window": window}.items()
+             if v is not None and v != ()}
     quiet = ctx.obj.get("quiet", False) if ctx.obj else False
     with CountBar(quiet, "evaluating", "run", leave=False) as progress:
-        report = run_evaluation(
-            clean_raster, models=models or ("default",), masks=masks, mask_file=mask_file,
-            bands=bands or None, window=window or None, fillnodata=not no_fillnodata,
-            progress=progress, **opts,
-        )
+        report = run_evaluation(clean_raster, mask_file=mask_file, fillnodata=not no_fillnodata, progress=progress,
+                                **given)
     click.echo(report.format_table())
     click.echo(report.summary())
-    for label, cal in (report.calibration or {}).items():
-        scale = ", ".join(f"{v:.4g}" for v in cal["std_scale"])
-        click.echo(f"Calibrated {label}: std scale [{scale}] written to {cal['path']}/config.json "
-                   f"(fitted on {cal['n_fit']} held-out pixels); geonp fill applies it. "
+    for label, fit in (report.calibration or {}).items():
+        scale = ", ".join(f"{v:.4g}" for v in fit.calibration.std_scale)
+        click.echo(f"Calibrated {label}: std scale [{scale}] written to {fit.path}/config.json "
+                   f"(fitted on {fit.n_fit} held-out pixels); geonp fill applies it. "
                    f"Rows '{label}+cal' show it on the other half.")
     if opts.get("json_path"):
         click.echo(f"Scores: {opts['json_path']}")
@@ -100,8 +103,9 @@ def evaluate(ctx: click.Context, clean_raster: str, models: tuple[str, ...], mas
         click.echo(f"Plot: {opts['plot']}")
 
 
-def _evaluate_series(folder: str, models: tuple[str, ...], targets: tuple[str | None, str | None], n_refs: int,
-                     qa_kind: str, json_path: str | None, seed: int, plot: str | None, calibrate: bool) -> None:
+def _evaluate_series(folder: str, models: tuple[str, ...], targets: tuple[str | None, str | None], n_refs: int | None,
+                     qa_kind: str | None, json_path: str | None, seed: int | None, plot: str | None,
+                     calibrate: bool) -> None:
     """``geonp evaluate --series``: multi-date scores per target date, and their means."""
     import datetime as dt
     import json
@@ -110,9 +114,11 @@ def _evaluate_series(folder: str, models: tuple[str, ...], targets: tuple[str | 
 
     start = parse_date(targets[0], option="--targets-from") if targets[0] else dt.date.min
     until = parse_date(targets[1], option="--targets-until") if targets[1] else None
-    model = models[0] if models else "multidate"
-    scores = evaluate_series(scan_series(folder), targets_from=start, targets_until=until, model=model,
-                             n_refs=n_refs, qa_kind=qa_kind, seed=seed, plot=plot, calibrate=calibrate)
+    # an option not given is left to geonp.evaluate_series
+    given = {k: v for k, v in (("model", models[0] if models else None), ("n_refs", n_refs), ("qa_kind", qa_kind),
+                               ("seed", seed)) if v is not None}
+    scores = evaluate_series(scan_series(folder), targets_from=start, targets_until=until, plot=plot,
+                             calibrate=calibrate, **given)
     for line in series_report(scores):
         click.echo(line)
     if json_path:
@@ -123,5 +129,5 @@ def _evaluate_series(folder: str, models: tuple[str, ...], targets: tuple[str | 
     if calibrate:
         from geonp import load_model
 
-        written = load_model(model)
-        click.echo(f"Calibration written to {written.path}: {written.calibration['fitted_on']}")
+        written = load_model(models[0] if models else SERIES_DEFAULTS["model"])
+        click.echo(f"Calibration written to {written.path}: {written.calibration.fitted_on}")

@@ -5,6 +5,8 @@ from __future__ import annotations
 import click
 from geonp_cli.options import CountBar, fill_config_options, none_if_empty, workers_help
 
+from geonp.config import QA_KINDS
+
 
 @click.command(short_help="Fill the gaps of a raster; write the filled raster and its std.")
 @click.argument("input", type=click.Path(dir_okay=True))
@@ -17,7 +19,7 @@ from geonp_cli.options import CountBar, fill_config_options, none_if_empty, work
 @click.option("--mask-values", metavar="V,V,...", help="Values of --mask that mean a gap (e.g. 8,9).")
 @click.option("--mask-bits", metavar="B,B,...", help="Bits of --mask that mean a gap when set (e.g. 3,4).")
 @click.option("--qa", type=click.Path(), help="Quality band to take gaps from (any grid); needs --qa-kind.")
-@click.option("--qa-kind", type=click.Choice(["landsat-c2", "sentinel2-scl", "fmask"]),
+@click.option("--qa-kind", type=click.Choice(QA_KINDS),
               help="How to read --qa: Landsat C2 QA_PIXEL bits, Sentinel-2 SCL classes, or Fmask values.")
 @click.option("--qa-classes", metavar="NAME,...",
               help="QA classes that are gaps, e.g. cloud,shadow,cirrus [default: fill, clouds, shadow, cirrus].")

@@ -9,6 +9,8 @@ from typing import Any, Self
 
 import click
 
+from geonp.config import CATEGORICAL, DEVICES, QUERY_MODES, REFERENCE_FITS, FillConfig
+
 F = Callable[..., Any]
 
 RASTER_SUFFIXES = (".tif", ".tiff", ".vrt", ".img", ".jp2")
@@ -19,7 +21,7 @@ model_option = click.option(
          "with --reference].",
 )
 device_option = click.option(
-    "--device", type=click.Choice(["auto", "cpu", "cuda"]), default="auto", show_default=True,
+    "--device", type=click.Choice(DEVICES), default=FillConfig.device, show_default=True,
     help="Where the model runs; auto = CUDA when available.",
 )
 nodata_option = click.option(
@@ -34,9 +36,7 @@ overwrite_option = click.option("--overwrite", is_flag=True, help="Replace outpu
 
 
 def _fill_option_list() -> list[F]:
-    """The click options of every FillConfig field, with its defaults (declared once, here)."""
-    from geonp.config import FillConfig
-
+    """The click options of every FillConfig field, with its defaults (declared once, there)."""
     d = FillConfig()
     return [
         model_option, nodata_option, band_option, device_option,
@@ -67,17 +67,17 @@ def _fill_option_list() -> list[F]:
         click.option("--fill-outside", is_flag=True,
                      help="Also fill gaps outside the data footprint: the scene's nodata collar beyond a long "
                           "straight edge of the data, which stays nodata by default."),
-        click.option("--categorical", type=click.Choice(["auto", "nearest", "continuous"]), default=d.categorical,
+        click.option("--categorical", type=click.Choice(CATEGORICAL), default=d.categorical,
                      show_default=True,
                      help="Class rasters: auto = refuse a raster with a colour table; nearest = fill each gap with "
                           "the class of the nearest observed pixel (no model; std 0, tagged as no std); "
                           "continuous = fill it with the model as measurements."),
-        click.option("--reference-fit", type=click.Choice(["regression", "none"]), default=d.reference_fit,
+        click.option("--reference-fit", type=click.Choice(REFERENCE_FITS), default=d.reference_fit,
                      show_default=True,
                      help="With --reference: regression = where a reference sees a gap pixel, weigh the "
                           "model's fill with the reference's per-band regression line, corrected by its error on "
                           "similar pixels nearby; none = references are only context of the multi-date model."),
-        click.option("--queries", type=click.Choice(["lattice", "every"]), default=d.queries, show_default=True,
+        click.option("--queries", type=click.Choice(QUERY_MODES), default=d.queries, show_default=True,
                      help="lattice = predict gap pixels near data each and read deeper ones off a lattice of "
                           "predictions (faster); every = predict every gap pixel in every overlapping tile."),
     ]

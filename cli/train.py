@@ -16,6 +16,8 @@ from geonp_cli.options import (
     progress_bar,
 )
 
+from geonp.config import ARCHS, ATTENTION_NAMES, OPTIMIZERS, QA_KINDS
+
 
 @click.command(short_help="Train a model on your own rasters.")
 @click.argument("inputs", nargs=-1, required=True, type=click.Path(exists=True), metavar="RASTER_OR_DIR...")
@@ -25,8 +27,8 @@ from geonp_cli.options import (
               "`data:` sections overriding the default's. Options given on the command line win.")
 @click.option("--config", "config_file", type=click.Path(exists=True, dir_okay=False),
               help="Same as --recipe FILE.")
-@click.option("--arch", type=click.Choice(["tnpkr", "tnpd", "cmanp"]), default=None, help="Model family [recipe: tnpkr].")
-@click.option("--attention", type=click.Choice(["scan", "dka", "performer", "dense"]), default=None, help="TNP-KR attention [recipe: scan].")
+@click.option("--arch", type=click.Choice(ARCHS), default=None, help="Model family [recipe: tnpkr].")
+@click.option("--attention", type=click.Choice(ATTENTION_NAMES), default=None, help="TNP-KR attention [recipe: scan].")
 @click.option("--dim", type=click.IntRange(min=8), default=None, help="Model width [recipe: 64].")
 @click.option("--depth", type=click.IntRange(min=1), default=None, help="Number of blocks [recipe: 4].")
 @click.option("--heads", "num_heads", type=click.IntRange(min=1), default=None, help="Attention heads [recipe: 4].")
@@ -35,7 +37,7 @@ from geonp_cli.options import (
 @click.option("--pretrain-steps", type=click.IntRange(min=0), default=None, help="Steps on simulated GP fields first [recipe: 0].")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Tasks per step [recipe: 16; 8 with --series].")
 @click.option("--lr", type=click.FloatRange(min=0, min_open=True), default=None, help="Peak learning rate [recipe: 3e-4].")
-@click.option("--optimizer", type=click.Choice(["adamw", "yogi"]), default=None, help="Optimiser [recipe: adamw].")
+@click.option("--optimizer", type=click.Choice(OPTIMIZERS), default=None, help="Optimiser [recipe: adamw].")
 @click.option("--val-every", type=click.IntRange(min=1), default=None, help="Validate every N steps [recipe: 100; 200 with --series].")
 @click.option("--seed", type=int, default=None, help="Random seed [recipe: 1; 0 with --series].")
 @device_option
@@ -64,8 +66,8 @@ from geonp_cli.options import (
                    "named <raster>_fmask.tif, _qa, _QA_PIXEL or _SCL); tasks hide pixels of one date and give "
                    "others as references.")
 @click.option("--before", help="--series: use only dates before this one (YYYY-MM-DD), e.g. to keep later ones for testing.")
-@click.option("--qa-kind", type=click.Choice(["fmask", "landsat-c2", "sentinel2-scl"]), default=None,
-              help="--series: how the QA files are read [fmask].")
+@click.option("--qa-kind", type=click.Choice(QA_KINDS), default=None,
+              help="--series: how the QA files are read [default: fmask].")
 @click.option("--n-ref", type=click.IntRange(min=1), default=None, help="--series: pixels per reference date and task [recipe: 1024].")
 @click.option("--max-references", type=click.IntRange(min=1), default=None,
               help="--series: references per task are 1 to this many [recipe: 2].")
@@ -92,8 +94,8 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: str 
       geonp fill scene.tif filled.tif --model my_model
     """
     import geonp
-    from geonp.errors import ConfigError
     from geonp.config import load_recipe, merge_recipe
+    from geonp.errors import ConfigError
 
     if recipe and config_file:
         raise click.BadParameter("give --recipe or --config (its alias), not both", param_hint="--config")
@@ -133,40 +135,22 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: str 
     )
 
 
-def _train_series(ctx: click.Context, inputs: tuple[str, ...], output: str, sections: dict[str, dict[str, Any]]) -> None:
-    """``geonp train --series``: a multi-date model from a folder of dated rasters."""
-    from dataclasses import replace
-
-    from geonp import ContextSpec, SeriesRecipe, parse_date, scan_series, train_series
-    from geonp.config import TrainConfig
+def _train_series(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: dict[str, dict[str, Any]]) -> None:
+    """``geonp train --series``: a multi-date model from a folder of dated rasters (``geonp.train_series``)."""
+    from geonp import parse_date, scan_series, train_series
     from geonp.errors import ConfigError
 
     if len(inputs) != 1 or not Path(inputs[0]).is_dir():
         raise ConfigError("--series takes one folder of dated rasters (RASTER_OR_DIR)")
-    if sections["model"]:
-        raise ConfigError(f"the --series recipe takes no model section (the architecture is --init-from's), "
-                          f"got {sorted(sections['model'])}")
-    data = dict(sections["data"])
-    try:
-        spec = ContextSpec(n_near=data.pop("max_context"), n_far=data.pop("n_far"),
-                           search_radius=data.pop("search_radius"), rings=data.pop("rings"),
-                           sectors=data.pop("sectors"), n_ref=data.pop("n_ref"), ref_margin=data.pop("ref_margin"))
-        recipe = SeriesRecipe(spec=spec, core_size=data.pop("core_size"), max_references=data.pop("max_references"))
-    except KeyError as err:
-        raise ConfigError(f"the --series recipe lacks the data entry {err}") from err
-    recipe = replace(recipe, max_targets=recipe.core_size ** 2)
-    before = data.pop("before", None)
-    kwargs = {k: data.pop(k) for k in ("init_from", "spacetime_fraction", "pretrain_steps", "nodata",
-                                       "qa_kind", "name", "batch_size") if k in data}
-    if "bands" in data:
-        kwargs["bands"] = tuple(data.pop("bands"))
-    if data:
-        raise ConfigError(f"--series does not take {', '.join('--' + k.replace('_', '-') for k in data)}")
+    data = dict(recipe["data"])
+    # options of the run, not entries of a recipe
+    before, qa_kind = data.pop("before", None), data.pop("qa_kind", None)
+    kwargs = {} if qa_kind is None else {"qa_kind": qa_kind}
     update, close = progress_bar(ctx.obj.get("quiet", False), "training")
     command = "geonp " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
-        report = train_series(scan_series(inputs[0]), output, training=TrainConfig.from_dict(sections["training"]),
-                              recipe=recipe, before=None if before is None else parse_date(before, option="--before"),
+        report = train_series(scan_series(inputs[0]), output, recipe={**recipe, "data": data},
+                              before=None if before is None else parse_date(before, option="--before"),
                               command=command, progress=update, **kwargs)
     finally:
         close()

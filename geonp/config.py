@@ -4,19 +4,44 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass, fields
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 from typing import Any, Literal, TypeVar
 
-from geonp.errors import ConfigError
+from geonp.errors import ConfigError, UnknownNameError
 
 T = TypeVar("T")
 
+# Names of the registries -------------------------------------------------------------------
+# Each kind of name has one registry, in the module that owns the concept (it maps a name to what
+# it builds or means). Those modules import torch, numpy or rasterio, which ``geonp --help`` must
+# not, so the names are also kept here, torch- and numpy-free, for the CLI's click choices and
+# the checks below; tests/meta/test_registries.py checks that each tuple equals its registry.
+
+#: Model families: :data:`geonp.models.MODEL_FAMILIES`.
 ARCHS = ("tnpkr", "tnpd", "cmanp")
+#: TNP-KR attention kernels: :data:`geonp.models.attention.ATTENTIONS`.
 ATTENTION_NAMES = ("scan", "dense", "dka", "performer")
+#: Simulated gap kinds: :data:`geonp.data.gaps.MASK_MAKERS` (new kinds are appended: evaluation
+#: seeds use the index).
+MASK_KINDS = ("cloud", "stripe", "random", "borrowed", "mixed", "scene_cloud")
+#: Gap kinds :func:`geonp.evaluate` simulates (``borrowed`` needs a real pattern: ``mask_file``).
+EVALUATION_MASK_KINDS = tuple(k for k in MASK_KINDS if k != "borrowed")
+#: How quality bands are read (``qa_kind``): :data:`geonp.io.qa.QA_KINDS`.
+QA_KINDS = ("landsat-c2", "sentinel2-scl", "fmask")
+
+# Choices of single options (no registry behind them) -----------------------------------------
+#: Where a model runs (``device``).
+DEVICES = ("auto", "cpu", "cuda")
+#: Optimisers of :class:`TrainConfig`.
+OPTIMIZERS = ("adamw", "yogi")
 #: How a fill treats class rasters (:attr:`FillConfig.categorical`).
 CATEGORICAL = ("auto", "nearest", "continuous")
+#: How a fill uses references (:attr:`FillConfig.reference_fit`).
+REFERENCE_FITS = ("regression", "none")
+#: Which gap pixels a fill predicts (:attr:`FillConfig.queries`).
+QUERY_MODES = ("lattice", "every")
 
 
 def _from_dict(cls: type[T], data: dict[str, Any], what: str) -> T:
@@ -99,10 +124,8 @@ class ModelConfig:
 
     def __post_init__(self) -> None:
         """Check the values; a bad one raises ConfigError naming it."""
-        if self.arch not in ARCHS:
-            raise ConfigError(f"arch={self.arch!r} is not one of {list(ARCHS)}")
-        if self.attention not in ATTENTION_NAMES:
-            raise ConfigError(f"attention={self.attention!r} is not one of {list(ATTENTION_NAMES)}")
+        UnknownNameError.check("arch", self.arch, ARCHS)
+        UnknownNameError.check("attention", self.attention, ATTENTION_NAMES)
         for name in ("dim_y", "dim_x", "dim", "depth", "num_heads", "ff_dim", "num_basis", "num_latents"):
             if not isinstance(getattr(self, name), int) or getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive integer")
@@ -170,8 +193,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         """Check the values; a bad one raises ConfigError naming it."""
-        if self.optimizer not in ("adamw", "yogi"):
-            raise ConfigError(f"optimizer={self.optimizer!r} is not one of ['adamw', 'yogi']")
+        UnknownNameError.check("optimizer", self.optimizer, OPTIMIZERS)
         for name in ("steps", "val_every", "seed", "warmup_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name in ("seed", "warmup_steps") else 1):
@@ -180,8 +202,7 @@ class TrainConfig:
         _check_number("grad_clip", self.grad_clip, low=0.0, low_open=True)
         _check_number("weight_decay", self.weight_decay, low=0.0)
         _check_number("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0)
-        if self.device not in ("cpu", "cuda", "auto"):
-            raise ConfigError(f"device={self.device!r} is not one of ['auto', 'cpu', 'cuda']")
+        UnknownNameError.check("device", self.device, DEVICES)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
@@ -260,15 +281,12 @@ class FillConfig:
 
     def __post_init__(self) -> None:
         """Check the values; a bad one raises ConfigError naming it."""
-        if self.device not in ("auto", "cpu", "cuda"):
-            raise ConfigError(f"--device {self.device!r} must be auto, cpu or cuda")
-        if self.reference_fit not in ("regression", "none"):
-            raise ConfigError(f"--reference-fit {self.reference_fit!r} must be regression or none")
-        if self.queries not in ("lattice", "every"):
-            raise ConfigError(f"--queries {self.queries!r} must be lattice or every")
-        if self.categorical not in CATEGORICAL:
-            raise ConfigError(f"--categorical {self.categorical!r} must be {', '.join(CATEGORICAL[:-1])} or "
-                              f"{CATEGORICAL[-1]}")
+        for name, choices in (("device", DEVICES), ("reference_fit", REFERENCE_FITS), ("queries", QUERY_MODES),
+                              ("categorical", CATEGORICAL)):
+            value = getattr(self, name)
+            if value not in choices:
+                raise ConfigError(f"--{name.replace('_', '-')} {value!r} must be {', '.join(choices[:-1])} or "
+                                  f"{choices[-1]}")
         for name, low in (("tile_size", 4), ("max_context", 1)):
             value = getattr(self, name)
             if value is not None:
@@ -308,6 +326,84 @@ class FillConfig:
         """Options that change the outputs (for resume keys): all but device, workers, overwrite."""
         skip = ("device", "workers", "overwrite", "batch_rows")
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
+
+
+#: The simulated gap kinds :func:`geonp.evaluate` scores on when none are named and no mask file is given.
+DEFAULT_EVALUATION_MASKS = ("cloud", "stripe", "random")
+
+
+@dataclass(frozen=True)
+class EvaluationConfig:
+    """What :func:`geonp.evaluate` scores, on which masks, and what it writes (``geonp evaluate``'s defaults).
+
+    Attributes:
+        models: geonp models (built-in names, model directories or loaded models); may be empty
+            to score only the baselines.
+        masks: simulated gap kinds from :data:`EVALUATION_MASK_KINDS`; None (the default):
+            :data:`DEFAULT_EVALUATION_MASKS`, or none when ``mask_file`` is given.
+        mask_file: a gap mask on the raster's grid (non-zero = hide), scored as mask ``file``.
+        coverage: fraction of pixels each simulated mask hides, in (0, 1).
+        seed: seed of the masks and of the calibration split.
+        nodata: nodata value overriding the file's tag.
+        bands: 1-based bands (default all).
+        window: ``(col_off, row_off, width, height)`` in pixels (default the whole raster).
+        kriging: also run local ordinary kriging (slow; needs ``geonp[krige]``).
+        fillnodata: also run GDAL FillNodata.
+        calibrate: fit a per-band std scale for each geonp model on half of the hidden pixels,
+            write it into the model's ``config.json`` and score everything on the other half.
+        device: ``auto``, ``cpu`` or ``cuda`` for geonp.
+        max_pixels: the largest window held in memory.
+        json_path: write the report as JSON here.
+        plot: write a PNG here: calibration curves, error-vs-std scatter, quicklook panels.
+
+    Raises:
+        ConfigError: coverage outside (0, 1), no mask, no method, or ``calibrate`` without a
+            model.
+    """
+
+    models: Sequence[Any] = ("default",)
+    masks: Sequence[str] | None = None
+    mask_file: str | os.PathLike[str] | None = None
+    coverage: float = 0.3
+    seed: int = 0
+    nodata: float | None = None
+    bands: Sequence[int] | None = None
+    window: Sequence[int] | None = None
+    kriging: bool = False
+    fillnodata: bool = True
+    calibrate: bool = False
+    device: str = "auto"
+    max_pixels: int = 1_048_576
+    json_path: str | os.PathLike[str] | None = None
+    plot: str | os.PathLike[str] | None = None
+
+    def __post_init__(self) -> None:
+        """Check the options that need no file."""
+        if self.masks is None:
+            object.__setattr__(self, "masks", () if self.mask_file is not None else DEFAULT_EVALUATION_MASKS)
+        if not 0.0 < float(self.coverage) < 1.0:
+            raise ConfigError(
+                f"coverage={self.coverage} must be between 0 and 1 (the fraction of pixels to "
+                "hide), e.g. 0.3")
+        if not self.masks and self.mask_file is None:
+            raise ConfigError("no mask to evaluate on; pass a mask kind (--mask-kind) or a mask file (--mask)")
+        if not self.models and not self.fillnodata and not self.kriging:
+            raise ConfigError("no method to evaluate; pass --model, or drop --no-fillnodata, or add --kriging")
+        if self.calibrate and not self.models:
+            raise ConfigError("--calibrate fits a geonp model's std; pass at least one --model")
+
+    @classmethod
+    def of(cls, config: EvaluationConfig | None = None, **options: Any) -> EvaluationConfig:
+        """``config`` (or the defaults) with ``options`` replacing its fields.
+
+        Raises:
+            ConfigError: An option that is no field, listing the valid ones.
+        """
+        names = [f.name for f in fields(cls)]
+        unknown = sorted(set(options) - set(names))
+        if unknown:
+            raise ConfigError(f"unknown evaluate option(s) {', '.join(unknown)}; valid: {', '.join(names)}")
+        return replace(config, **options) if config is not None else cls(**options)
 
 
 def _check_int(name: str, value: Any, low: int) -> None:

@@ -6,6 +6,8 @@ The CLI prints ``str(err)`` as a one-line message and exits non-zero.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 
 class GeonpError(Exception):
     """Root of all geonp errors."""
@@ -13,6 +15,36 @@ class GeonpError(Exception):
 
 class ConfigError(GeonpError, ValueError):
     """An option or configuration value is invalid."""
+
+
+class UnknownNameError(ConfigError):
+    """A name that is not in a registry (an attention kernel, a model family, a gap or QA kind).
+
+    The one message of every registry: ``"{what}={name!r} is not one of [valid names]"``, then an
+    optional hint.
+
+    Args:
+        what: the option or keyword that took the name (``"attention"``, ``"qa_kind"``).
+        name: the name given.
+        valid: the registry's names, in its order.
+        hint: what else to do, appended after ``"; "``.
+    """
+
+    def __init__(self, what: str, name: object, valid: Iterable[str], hint: str = "") -> None:
+        """Keep the fields and build the message from them."""
+        self.what, self.name, self.valid, self.hint = what, name, tuple(valid), hint
+        super().__init__(f"{what}={name!r} is not one of {list(self.valid)}" + (f"; {hint}" if hint else ""))
+
+    def __reduce__(self) -> tuple[type, tuple[str, object, tuple[str, ...], str]]:
+        """Rebuild from the fields, so the error crosses process pools intact."""
+        return type(self), (self.what, self.name, self.valid, self.hint)
+
+    @classmethod
+    def check(cls, what: str, name: object, valid: Iterable[str], hint: str = "") -> None:
+        """Raise unless ``name`` is one of ``valid`` (a registry, or its names)."""
+        names = tuple(valid)
+        if name not in names:
+            raise cls(what, name, names, hint)
 
 
 class InputRasterError(GeonpError, ValueError):

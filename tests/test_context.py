@@ -16,6 +16,7 @@ from geonp.filling.calibration import (
     std_factor,
 )
 from geonp.filling.predict import TileOptions
+from geonp.model_files.calibration import Calibration
 from geonp.tasks.context import ContextSpec, HaloTooSmall, ring_edges, select_context
 from geonp.tasks.tiling import nearest_context
 
@@ -212,13 +213,13 @@ def test_distance_bin_factors_recover_known_scales():
     z = rng.normal(0, true)
     bins = distance_bin_factors(z * z, distance)
     edges = DISTANCE_BIN_EDGES
-    for i, f in enumerate(bins["factors"]):
+    for i, f in enumerate(bins.factors):
         lo = edges[i]
         expect = 0.5 if lo < 12 else 1.0 if lo < 96 else 2.0
         assert f == pytest.approx(expect, rel=0.05), (i, f)
-    assert bins["edges"][-1] is None and sum(bins["pixels"]) == distance.size
+    assert bins.edges[-1] == math.inf and bins.to_dict()["edges"][-1] is None and sum(bins.pixels) == distance.size
     sparse = distance_bin_factors(np.full(300, 1.959963984540054**2), np.full(300, 2.0))  # |z| = 1.96: factor 1
-    assert sparse["factors"] == [1.0] * (
+    assert sparse.factors == (1.0,) * (
         len(edges) - 1
     )  # one fitted bin lends its factor to the rest
 
@@ -235,7 +236,7 @@ def test_std_factors_ignore_a_tail_of_gross_errors():
     assert 1.3 < expect < 1.4 and std_factor(z * z) == pytest.approx(expect, rel=0.02)
     assert math.sqrt(np.mean(z * z)) > 15  # the mean-square fit would have multiplied std by >15
     distance = rng.uniform(0, 24, z.size)
-    assert distance_bin_factors(z * z, distance)["factors"][:5] == pytest.approx([expect] * 5, rel=0.05)
+    assert distance_bin_factors(z * z, distance).factors[:5] == pytest.approx([expect] * 5, rel=0.05)
     assert std_factor(np.array([])) == 1.0
 
 
@@ -243,23 +244,24 @@ def test_apply_std_calibration_contract():
     std = np.array([[1.0, 2.0, np.nan]])
     dist = np.array([[1.0, 50.0, 3.0]])
     assert np.array_equal(apply_std_calibration(std, dist, None), std, equal_nan=True)
-    scaled = apply_std_calibration(std, dist, {"std_scale": [2.0, 3.0]}, band=1)
+    two = Calibration.from_dict({"std_scale": [2.0, 3.0]})
+    scaled = apply_std_calibration(std, dist, two, band=1)
     np.testing.assert_allclose(scaled, [[3.0, 6.0, np.nan]])
     # a 2-factor calibration on a 3-band input: the first factor for every band, as fill does
     np.testing.assert_allclose(
-        apply_std_calibration(std, dist, {"std_scale": [2.0, 3.0]}, band=1, band_count=3),
+        apply_std_calibration(std, dist, two, band=1, band_count=3),
         [[2.0, 4.0, np.nan]],
     )
     edges = [0.0, 1.5, 3.0, 6.0, None]
     bins = {"edges": edges, "factors": [1.0, 2.0, 3.0, 4.0]}
-    cal = {"std_scale": [0.5], "distance_bins": bins}
+    cal = Calibration.from_dict({"std_scale": [0.5], "distance_bins": bins})
     d = np.array([0.75, math.sqrt(1.5 * 3.0), math.sqrt(3.0 * 6.0), 9.0, 1000.0, 0.0])
     out = apply_std_calibration(np.ones(6), d, cal)
     # bin representatives get their factor exactly; beyond the ends the factor is held
     np.testing.assert_allclose(out, 0.5 * np.array([1.0, 2.0, 3.0, 4.0, 4.0, 1.0]))
     between = apply_std_calibration(np.ones(50), np.linspace(0.75, 9.0, 50), cal)
     assert np.all(np.diff(between) >= 0)  # smooth and monotone between bins: no steps
-    per_band = {"distance_bins": {"edges": edges, "factors": [[1, 1, 1, 1], [2, 2, 2, 2]]}}
+    per_band = Calibration.from_dict({"distance_bins": {"edges": edges, "factors": [[1, 1, 1, 1], [2, 2, 2, 2]]}})
     np.testing.assert_allclose(
         apply_std_calibration(np.ones(2), np.array([1.0, 9.0]), per_band, band=1), [2.0, 2.0]
     )

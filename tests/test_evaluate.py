@@ -179,10 +179,12 @@ def test_calibrate_writes_std_scale_and_helps(smooth_tif, tiny_model, tmp_path):
     assert len(cal["std_scale"]) == 1 and cal["std_scale"][0] > 0
     bins = cal["distance_bins"]
     assert bins["edges"][0] == 0.0 and bins["edges"][-1] is None and len(bins["factors"]) == len(bins["edges"]) - 1
-    assert sum(bins["pixels"]) == report.calibration["geonp:tiny"]["n_fit"]
-    assert report.calibration["geonp:tiny"]["distance_bins"] == bins
+    fit = report.calibration["geonp:tiny"]
+    assert sum(bins["pixels"]) == fit.n_fit
+    assert fit.calibration.to_dict() == cal  # what the report holds is what the model file got
     assert "random half" in cal["fitted_on"] and "smooth.tif" in cal["fitted_on"]
-    assert report.calibration["geonp:tiny"]["std_scale"] == cal["std_scale"]
+    assert json.loads(report.to_json())["calibration"]["geonp:tiny"] == {
+        "path": fit.path, **cal, "previous_std_scale": [1.0], "factor": fit.factor, "n_fit": fit.n_fit}
     assert report.methods == ["geonp:tiny", "geonp:tiny+cal"]
     assert "held-out half" in report.scored_on
     base = next(r for r in report.rows if r["method"] == "geonp:tiny" and r["band"] == "all")
@@ -198,7 +200,7 @@ def test_calibrate_writes_std_scale_and_helps(smooth_tif, tiny_model, tmp_path):
     assert all(b["coverage95"] is None or 0.0 <= b["coverage95"] <= 1.0 for b in by_dist)
     # geonp fill now multiplies its std by the stored scale (the engine applies the distance bins
     # with geonp.filling.calibration.apply_std_calibration; fill_array does not yet)
-    assert load_model(model_dir).calibration["std_scale"] == cal["std_scale"]
+    assert list(load_model(model_dir).calibration.std_scale) == cal["std_scale"]
     with rasterio.open(smooth_tif) as src:
         values = src.read([2]).astype(float)
     valid = np.ones_like(values, bool)
@@ -286,6 +288,10 @@ def test_evaluate_takes_a_config_object_and_keywords_replace_its_fields(smooth_t
 def test_calibration_starts_from_the_scale_fill_applies(calibration, bands, expected):
     from types import SimpleNamespace
 
-    from geonp.evaluation.scoring import previous_scale
+    from geonp.evaluation.scoring import refitted_scale
+    from geonp.model_files.calibration import Calibration
 
-    assert previous_scale(SimpleNamespace(calibration=calibration), bands) == expected
+    cal = None if calibration is None else Calibration.from_dict(calibration)
+    assert (cal or Calibration()).band_scales(bands) == expected
+    ones = [np.full(10, 1.959963984540054**2)] * bands  # |z| = 1.96 everywhere: a factor of 1
+    assert refitted_scale(SimpleNamespace(calibration=cal), ones)[1:] == (expected, expected)

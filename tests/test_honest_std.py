@@ -8,12 +8,13 @@ from scipy import ndimage
 
 from geonp.data.synthetic import gp_grid_field, gp_posterior
 from geonp.evaluation.metrics import binned_scores
+from geonp.filling.arrays import fill_array
 from geonp.filling.calibration import (
     DISTANCE_BIN_EDGES,
     apply_std_calibration,
     distance_to_observed,
 )
-from geonp.filling.arrays import fill_array
+from geonp.model_files.calibration import Calibration
 from geonp.model_files.registry import load_model
 
 BINS = (1.0, 2.0, 4.0, 8.0, 16.0)
@@ -96,7 +97,7 @@ def test_distance_calibration_lifts_a_flat_std_far_from_data():
         "edges": [None if np.isinf(e) else e for e in DISTANCE_BIN_EDGES],
         "factors": [1.0, 1.0, 1.2, 1.6, 2.2, 3.0, 4.0, 4.0, 4.0],
     }
-    out = apply_std_calibration(flat, d, {"distance_bins": bins})
+    out = apply_std_calibration(flat, d, Calibration.from_dict({"distance_bins": bins}))
     assert out[21, 100] == pytest.approx(10.0)  # 1 px from data
     assert out[100, 100] == pytest.approx(
         40.0

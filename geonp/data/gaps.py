@@ -19,7 +19,8 @@ distributions over them (:func:`sample_training_mask`, :func:`sample_window_mask
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -39,10 +40,7 @@ from geonp.data.gap_shapes import (
     stripe_mask,
     stripe_priority,
 )
-from geonp.errors import ConfigError
-
-MASK_KINDS: tuple[str, ...] = ("cloud", "stripe", "random", "borrowed", "mixed", "scene_cloud")
-"""Gap kinds accepted by :func:`make_mask` (new kinds are appended: evaluation seeds use the index)."""
+from geonp.errors import ConfigError, UnknownNameError
 
 #: Training distribution of gap kinds (``borrowed`` only when a source pattern is given).
 TRAINING_KIND_WEIGHTS: dict[str, float] = {
@@ -97,6 +95,35 @@ def _mixed_mask(shape: tuple[int, int], coverage: float, gen: np.random.Generato
     return hide_highest(-score, coverage)
 
 
+def _borrowed(hw: tuple[int, int], coverage: float | None, gen: np.random.Generator,
+              source: np.ndarray | None) -> np.ndarray:
+    """A crop of ``source``: the best of 8 random crops for ``coverage`` (None = the first crop)."""
+    src = check_source(source)
+    if coverage is None:
+        return borrowed_mask(hw, source=src, rng=gen)
+    c = check_coverage(coverage)
+    crops = [borrowed_mask(hw, source=src, rng=gen) for _ in range(8)]
+    return min(crops, key=lambda m: abs(float(m.mean()) - c))
+
+
+#: ``(shape, coverage, rng, source) -> is_gap``; :func:`make_mask` checks the coverage: a fraction,
+#: or None for ``borrowed`` only (hence ``Any``).
+MaskMaker = Callable[[tuple[int, int], Any, np.random.Generator, np.ndarray | None], np.ndarray]
+
+#: The simulated gap kinds, by name (:func:`make_mask`); new kinds are appended: evaluation seeds
+#: use the index. :data:`geonp.config.MASK_KINDS` lists the same names.
+MASK_MAKERS: dict[str, MaskMaker] = {
+    "cloud": lambda hw, c, gen, source: cloud_mask(hw, coverage=c, rng=gen),
+    "stripe": lambda hw, c, gen, source: stripe_mask(hw, coverage=c, rng=gen),
+    "random": lambda hw, c, gen, source: random_mask(hw, coverage=c, rng=gen),
+    "borrowed": _borrowed,
+    "mixed": lambda hw, c, gen, source: _mixed_mask(hw, c, gen),
+    "scene_cloud": lambda hw, c, gen, source: scene_cloud_mask(hw, coverage=c, rng=gen),
+}
+#: Their names, in order.
+MASK_KINDS: tuple[str, ...] = tuple(MASK_MAKERS)
+
+
 def make_mask(
     kind: str,
     shape: Sequence[int],
@@ -124,35 +151,17 @@ def make_mask(
     Raises:
         ConfigError: unknown kind (the message lists the valid ones), bad arguments.
     """
-    if kind not in MASK_KINDS:
-        raise ConfigError(
-            f"Unknown gap kind {kind!r}; geonp simulates only these. "
-            f"Use one of: {', '.join(MASK_KINDS)}."
-        )
+    UnknownNameError.check("kind", kind, MASK_MAKERS, "geonp simulates only these gap kinds")
     hw = check_shape(shape)
     gen = as_rng(rng)
-    if kind == "borrowed":
-        src = check_source(source)
+    if kind != "borrowed":  # a borrowed crop's coverage is the source's
         if coverage is None:
-            return borrowed_mask(hw, source=src, rng=gen)
-        c = check_coverage(coverage)
-        crops = [borrowed_mask(hw, source=src, rng=gen) for _ in range(8)]
-        return min(crops, key=lambda m: abs(float(m.mean()) - c))
-    if coverage is None:
-        raise ConfigError(
-            f"coverage=None is only allowed for kind='borrowed', not {kind!r}; "
-            "pass the fraction of pixels to hide, e.g. coverage=0.3."
-        )
-    c = check_coverage(coverage)
-    if kind == "cloud":
-        return cloud_mask(hw, coverage=c, rng=gen)
-    if kind == "stripe":
-        return stripe_mask(hw, coverage=c, rng=gen)
-    if kind == "random":
-        return random_mask(hw, coverage=c, rng=gen)
-    if kind == "scene_cloud":
-        return scene_cloud_mask(hw, coverage=c, rng=gen)
-    return _mixed_mask(hw, c, gen)
+            raise ConfigError(
+                f"coverage=None is only allowed for kind='borrowed', not {kind!r}; "
+                "pass the fraction of pixels to hide, e.g. coverage=0.3."
+            )
+        coverage = check_coverage(coverage)
+    return MASK_MAKERS[kind](hw, coverage, gen, source)
 
 
 def sample_training_mask(
@@ -248,10 +257,8 @@ def sample_window_mask(
     h, w = check_shape(shape)
     gen = as_rng(rng)
     table = dict(WINDOW_KIND_WEIGHTS if weights is None else weights)
-    unknown = set(table) - set(MASK_KINDS) - {SPARSE_KIND}
-    if unknown:
-        raise ConfigError(f"unknown gap kind(s) {sorted(unknown)} in the gap mix; use "
-                          f"{', '.join((*MASK_KINDS, SPARSE_KIND))}")
+    for name in table:
+        UnknownNameError.check("gap_mix kind", name, (*MASK_MAKERS, SPARSE_KIND))
     kinds = [k for k, v in table.items() if v > 0 and (source is not None or k != "borrowed")]
     if not kinds:
         raise ConfigError(f"the gap mix {table} has no usable kind (borrowed needs --gap-source)")

@@ -23,8 +23,9 @@ PNGs), :mod:`~geonp.evaluation.series` (multi-date scores, ``geonp evaluate --se
 calibration is written by :func:`geonp.model_files.checkpoint.write_calibration`.
 """
 
+from geonp.config import EVALUATION_MASK_KINDS, EvaluationConfig
 from geonp.evaluation.report import EvaluationReport
-from geonp.evaluation.run import EVALUATION_MASK_KINDS, EvaluationConfig, evaluate, simulate_masks
+from geonp.evaluation.run import evaluate, simulate_masks
 from geonp.evaluation.series import DateScore, evaluate_series
 
 __all__ = ["EVALUATION_MASK_KINDS", "DateScore", "EvaluationConfig", "EvaluationReport", "evaluate",

@@ -13,8 +13,33 @@ import numpy as np
 from geonp._version import __version__
 from geonp.evaluation.metrics import METRICS
 from geonp.filling.calibration import DISTANCE_BIN_EDGES
+from geonp.model_files.calibration import Calibration
 
-__all__ = ["EvaluationReport"]
+__all__ = ["CalibrationFit", "EvaluationReport"]
+
+
+@dataclass(frozen=True)
+class CalibrationFit:
+    """A calibration that ``evaluate(calibrate=True)`` fitted and wrote into a model directory.
+
+    Attributes:
+        path: the model directory written.
+        calibration: what was written (the new std scale, distance factors and ``fitted_on``).
+        previous_std_scale: the per-band scale the model applied before.
+        factor: the per-band factor fitted now (``calibration.std_scale`` is ``previous x factor``).
+        n_fit: validation pixels it was fitted on.
+    """
+
+    path: str
+    calibration: Calibration
+    previous_std_scale: list[float]
+    factor: list[float]
+    n_fit: int
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready: ``path``, the calibration's keys, ``previous_std_scale``, ``factor``, ``n_fit``."""
+        return {"path": self.path, **self.calibration.to_dict(), "previous_std_scale": self.previous_std_scale,
+                "factor": self.factor, "n_fit": self.n_fit}
 
 
 @dataclass
@@ -40,8 +65,8 @@ class EvaluationReport:
         scored_on: which hidden pixels were scored (all, or the held-out half under calibration).
         curves: per method, the calibration curve pooled over masks and bands:
             ``{"levels": [...], "observed": [...], "n": N}``.
-        calibration: with ``calibrate=True``, per geonp method: ``path``, ``std_scale``,
-            ``previous_std_scale``, ``distance_bins``, ``fitted_on``, ``n_fit``; else None.
+        calibration: with ``calibrate=True``, per geonp method, the :class:`CalibrationFit`
+            written into its model directory; else None.
         binned: per method, per mask (and ``"all"`` masks pooled), the bands pooled, scores per
             bin of distance to the nearest observed pixel (:func:`geonp.evaluation.metrics.binned_scores`).
         seconds: wall time of the whole evaluation.
@@ -60,7 +85,7 @@ class EvaluationReport:
     rows: list[dict[str, Any]]
     scored_on: str
     curves: dict[str, dict[str, Any]] = field(default_factory=dict)
-    calibration: dict[str, dict[str, Any]] | None = None
+    calibration: dict[str, CalibrationFit] | None = None
     seconds: float = 0.0
     binned: dict[str, dict[str, list[dict[str, Any]]]] = field(default_factory=dict)
     scatter: dict[str, dict[str, np.ndarray]] = field(default_factory=dict, repr=False)
@@ -81,7 +106,8 @@ class EvaluationReport:
             "metrics": list(METRICS),
             "rows": self.rows,
             "calibration_curves": self.curves,
-            "calibration": self.calibration,
+            "calibration": None if self.calibration is None else {
+                label: fit.to_dict() for label, fit in self.calibration.items()},
             "distance_bin_edges": [None if math.isinf(e) else e for e in DISTANCE_BIN_EDGES],
             "binned_by_distance": self.binned,
             "seconds": self.seconds,

@@ -8,7 +8,6 @@ and score every (mask, method) pair (:func:`_run_all`), fit the calibration on t
 
 from __future__ import annotations
 
-import dataclasses
 import datetime
 import logging
 import math
@@ -22,16 +21,16 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
+from geonp.config import EVALUATION_MASK_KINDS, EvaluationConfig
 from geonp.data.gaps import MASK_KINDS, make_mask
-from geonp.errors import ConfigError, NoValidPixelsError
+from geonp.errors import ConfigError, NoValidPixelsError, UnknownNameError
 from geonp.evaluation.methods import load_models, run_method
-from geonp.evaluation.report import EvaluationReport
+from geonp.evaluation.report import CalibrationFit, EvaluationReport
 from geonp.evaluation.scoring import (
     Scored,
     band_stats,
     binned,
     collect,
-    combine_bins,
     curves_and_scatter,
     fallback,
     refitted_scale,
@@ -43,90 +42,17 @@ from geonp.io.atomic_file import atomic_write_text
 from geonp.io.masks import read_mask_file, resolve_nodata
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, select_bands
+from geonp.model_files.calibration import Calibration, DistanceBins
 from geonp.model_files.checkpoint import LoadedModel, write_calibration
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["EVALUATION_MASK_KINDS", "EvaluationConfig", "evaluate", "simulate_masks"]
-
-#: Simulated gap kinds ``evaluate`` accepts (``borrowed`` needs a real pattern: pass ``mask_file``).
-EVALUATION_MASK_KINDS: tuple[str, ...] = tuple(k for k in MASK_KINDS if k != "borrowed")
+__all__ = ["evaluate", "simulate_masks"]
 
 #: Side of the quicklook panels (arrays are subsampled to at most this many pixels).
 _QUICKLOOK_SIDE = 256
 #: Salt of the calibration split's random stream, so it never repeats a mask's stream.
 _SPLIT_SALT = 7919
-
-
-@dataclass(frozen=True)
-class EvaluationConfig:
-    """What :func:`evaluate` scores, on which masks, and what it writes.
-
-    Attributes:
-        models: geonp models (built-in names, model directories or loaded models); may be empty
-            to score only the baselines.
-        masks: simulated gap kinds from :data:`EVALUATION_MASK_KINDS`.
-        mask_file: a gap mask on the raster's grid (non-zero = hide), scored as mask ``file``.
-        coverage: fraction of pixels each simulated mask hides, in (0, 1).
-        seed: seed of the masks and of the calibration split.
-        nodata: nodata value overriding the file's tag.
-        bands: 1-based bands (default all).
-        window: ``(col_off, row_off, width, height)`` in pixels (default the whole raster).
-        kriging: also run local ordinary kriging (slow; needs ``geonp[krige]``).
-        fillnodata: also run GDAL FillNodata.
-        calibrate: fit a per-band std scale for each geonp model on half of the hidden pixels,
-            write it into the model's ``config.json`` and score everything on the other half.
-        device: ``auto``, ``cpu`` or ``cuda`` for geonp.
-        max_pixels: the largest window held in memory.
-        json_path: write the report as JSON here.
-        plot: write a PNG here: calibration curves, error-vs-std scatter, quicklook panels.
-
-    Raises:
-        ConfigError: coverage outside (0, 1), no mask, no method, or ``calibrate`` without a
-            model.
-    """
-
-    models: Sequence[Any] = ("default",)
-    masks: Sequence[str] = ("cloud", "stripe", "random")
-    mask_file: str | os.PathLike[str] | None = None
-    coverage: float = 0.3
-    seed: int = 0
-    nodata: float | None = None
-    bands: Sequence[int] | None = None
-    window: Sequence[int] | None = None
-    kriging: bool = False
-    fillnodata: bool = True
-    calibrate: bool = False
-    device: str = "auto"
-    max_pixels: int = 1_048_576
-    json_path: str | os.PathLike[str] | None = None
-    plot: str | os.PathLike[str] | None = None
-
-    def __post_init__(self) -> None:
-        """Check the options that need no file."""
-        if not 0.0 < float(self.coverage) < 1.0:
-            raise ConfigError(
-                f"coverage={self.coverage} must be between 0 and 1 (the fraction of pixels to "
-                "hide), e.g. 0.3")
-        if not self.masks and self.mask_file is None:
-            raise ConfigError("no mask to evaluate on; pass a mask kind (--mask-kind) or a mask file (--mask)")
-        if not self.models and not self.fillnodata and not self.kriging:
-            raise ConfigError("no method to evaluate; pass --model, or drop --no-fillnodata, or add --kriging")
-        if self.calibrate and not self.models:
-            raise ConfigError("--calibrate fits a geonp model's std; pass at least one --model")
-
-    @classmethod
-    def of(cls, config: EvaluationConfig | None = None, **options: Any) -> EvaluationConfig:
-        """``config`` (or the defaults) with ``options`` replacing its fields.
-
-        Raises:
-            ConfigError: An option that is no field, listing the valid ones.
-        """
-        names = [f.name for f in dataclasses.fields(cls)]
-        unknown = sorted(set(options) - set(names))
-        if unknown:
-            raise ConfigError(f"unknown evaluate option(s) {', '.join(unknown)}; valid: {', '.join(names)}")
-        return dataclasses.replace(config, **options) if config is not None else cls(**options)
 
 
 def simulate_masks(
@@ -151,11 +77,9 @@ def simulate_masks(
     """
     out = []
     for kind in dict.fromkeys(kinds):
-        if kind not in EVALUATION_MASK_KINDS:
-            hint = " (to score on a real gap pattern pass mask_file= / --mask FILE)" if kind == "borrowed" else ""
-            raise ConfigError(
-                f"unknown mask kind {kind!r}{hint}; use one of {', '.join(EVALUATION_MASK_KINDS)}"
-            )
+        UnknownNameError.check("masks", kind, EVALUATION_MASK_KINDS,
+                               "to score on a real gap pattern pass mask_file= / --mask FILE" if kind == "borrowed"
+                               else "")
         rng = np.random.default_rng([int(seed), MASK_KINDS.index(kind)])
         out.append((kind, make_mask(kind, shape, coverage=coverage, rng=rng)))
     return out
@@ -253,7 +177,7 @@ def evaluate(
         methods.append("kriging")
     scored, quick = _run_all(clean, mask_list, methods, dict(loaded), cfg, progress)
 
-    calibration: dict[str, dict[str, Any]] | None = None
+    calibration: dict[str, CalibrationFit] | None = None
     out_methods = list(methods)
     if cfg.calibrate:
         calibration = {}
@@ -321,7 +245,7 @@ def _masks(
 ) -> tuple[list[tuple[str, np.ndarray]], list[dict[str, Any]]]:
     """The simulated masks (and the mask file), checked; and their description for the report."""
     col, row, w, h = clean.window
-    mask_list = simulate_masks((h, w), cfg.masks, coverage=cfg.coverage, seed=cfg.seed)
+    mask_list = simulate_masks((h, w), cfg.masks or (), coverage=cfg.coverage, seed=cfg.seed)  # set by __post_init__
     if cfg.mask_file is not None:
         mask_list.append(("file", read_mask_file(cfg.mask_file, like=clean.info, window=Window(col, row, w, h))))
     valid = clean.valid
@@ -406,7 +330,7 @@ def _calibrate(
     label: str,
     lm: LoadedModel,
     cfg: EvaluationConfig,
-) -> tuple[dict[str, Any], list[float], dict[str, Any]]:
+) -> tuple[CalibrationFit, list[float], DistanceBins]:
     """Fit a model's std scale (and distance factors) on the fit half, and store them.
 
     Returns:
@@ -422,7 +346,7 @@ def _calibrate(
           for b in range(n_bands)]
     bins = distance_bin_factors(np.concatenate([z / f**2 for z, f in zip(z2, factor, strict=True)]),
                                 np.concatenate(fd))
-    stored_bins = combine_bins((lm.calibration or {}).get("distance_bins"), bins)
+    stored_bins = bins.stacked_on(None if lm.calibration is None else lm.calibration.distance_bins)
     col, row, w, h = clean.window
     fitted_on = (
         f"geonp evaluate --calibrate, {datetime.date.today().isoformat()}: {n_fit} hidden "
@@ -430,12 +354,12 @@ def _calibrate(
         f"{col} {row} {w} {h}, band(s) {clean.bands}, masks "
         f"{', '.join(n for n, _ in mask_list)} at coverage {cfg.coverage}; std scale "
         f"{', '.join(f'{v:.4g}' for v in factor)} on top of the previous {prev}; then per "
-        f"distance bin {bins['factors']}"
+        f"distance bin {list(bins.factors)}"
     )
     assert lm.path is not None, "load_models refuses --calibrate for a model without a directory"
-    path = write_calibration(lm.path, {"std_scale": new_scale, "fitted_on": fitted_on,
-                                       **({"distance_bins": stored_bins} if stored_bins else {})})
+    calibration = Calibration(std_scale=tuple(new_scale), fitted_on=fitted_on, distance_bins=stored_bins)
+    path = write_calibration(lm.path, calibration)
     logger.info("calibrated %s: std x %s -> %s", label, factor, path)
-    entry = {"path": str(path.parent), "std_scale": new_scale, "previous_std_scale": prev,
-             "factor": factor, "distance_bins": stored_bins, "fitted_on": fitted_on, "n_fit": n_fit}
+    entry = CalibrationFit(path=str(path.parent), calibration=calibration, previous_std_scale=prev, factor=factor,
+                           n_fit=n_fit)
     return entry, factor, bins

@@ -14,17 +14,16 @@ from typing import Any
 import numpy as np
 
 from geonp.evaluation.metrics import DEFAULT_LEVELS, binned_scores, calibration_curve, score
-from geonp.filling.calibration import DISTANCE_BIN_EDGES, apply_std_calibration, std_factor
+from geonp.filling.calibration import DISTANCE_BIN_EDGES, std_factor
+from geonp.model_files.calibration import Calibration, DistanceBins
 
 __all__ = [
     "Scored",
     "band_stats",
     "binned",
     "collect",
-    "combine_bins",
     "curves_and_scatter",
     "fallback",
-    "previous_scale",
     "refitted_scale",
     "scaled",
     "score_rows",
@@ -128,11 +127,11 @@ def score_rows(method: str, mask: str, bands: list[int], s: Scored) -> list[dict
     return rows
 
 
-def scaled(s: Scored, scale: Sequence[float], bins: dict[str, Any] | None = None) -> Scored:
+def scaled(s: Scored, scale: Sequence[float], bins: DistanceBins | None = None) -> Scored:
     """The same fill with its std calibrated as ``geonp fill`` would apply it."""
     assert s.sigma is not None and s.dist is not None, "only methods with a std are calibrated"
-    cal = {"std_scale": list(scale), "distance_bins": bins}
-    sig = [apply_std_calibration(sd, d, cal, band=b) for b, (sd, d) in enumerate(zip(s.sigma, s.dist, strict=True))]
+    cal = Calibration(std_scale=tuple(scale), distance_bins=bins)
+    sig = [cal.apply(sd, d, band=b) for b, (sd, d) in enumerate(zip(s.sigma, s.dist, strict=True))]
     return Scored(s.y, s.mu, sig, s.unfilled, s.seconds, dist=s.dist)
 
 
@@ -144,13 +143,6 @@ def binned(s: Scored) -> list[dict[str, Any]]:
                          DISTANCE_BIN_EDGES)
 
 
-def combine_bins(old: dict[str, Any] | None, new: dict[str, Any]) -> dict[str, Any]:
-    """Distance factors fitted on top of a model's previous ones (same edges) multiply them."""
-    if not old or old.get("edges") != new["edges"] or isinstance(old["factors"][0], list):
-        return new
-    return {**new, "factors": [round(a * b, 6) for a, b in zip(old["factors"], new["factors"], strict=True)]}
-
-
 def refitted_scale(lm: Any, z2: Sequence[np.ndarray]) -> tuple[list[float], list[float], list[float]]:
     """A model's std scale refitted to squared standardised errors ``z2`` (one array per band).
 
@@ -160,17 +152,8 @@ def refitted_scale(lm: Any, z2: Sequence[np.ndarray]) -> tuple[list[float], list
         applies now, and their product (rounded) to store.
     """
     factor = [std_factor(z) for z in z2]
-    prev = previous_scale(lm, len(z2))
+    prev = (lm.calibration or Calibration()).band_scales(len(z2))
     return factor, prev, [round(p * f, 6) for p, f in zip(prev, factor, strict=True)]
-
-
-def previous_scale(lm: Any, n_bands: int) -> list[float]:
-    """The std scale ``fill`` applies now, per band: :func:`apply_std_calibration`'s own rule."""
-    prev = (lm.calibration or {}).get("std_scale")
-    cal = {"std_scale": prev} if prev else None
-    one, at_zero = np.ones(1), np.zeros(1)
-    return [float(apply_std_calibration(one, at_zero, cal, band=b, band_count=n_bands)[0])
-            for b in range(n_bands)]
 
 
 def curves_and_scatter(

@@ -250,6 +250,7 @@ def _write_calibration(model: str, z2: list[list[np.ndarray]], dates: list[str])
     """Fit the multi-date fill's std scale per band (95 % rule) and write it into the model's directory."""
     from geonp.errors import ConfigError
     from geonp.evaluation.scoring import refitted_scale
+    from geonp.model_files.calibration import Calibration
     from geonp.model_files.checkpoint import write_calibration
     from geonp.model_files.registry import load_model
 
@@ -263,7 +264,7 @@ def _write_calibration(model: str, z2: list[list[np.ndarray]], dates: list[str])
                  f"{len(z2)} dates from {dates[0]} to {dates[-1]}, filled with their previous dates as references "
                  f"(reference fit: regression); std scale {', '.join(f'{v:.4g}' for v in factor)} on top of the "
                  f"previous {prev}")
-    path = write_calibration(lm.path, {"std_scale": new_scale, "fitted_on": fitted_on})
+    path = write_calibration(lm.path, Calibration(std_scale=tuple(new_scale), fitted_on=fitted_on))
     logger.info("calibrated %s: std x %s -> %s", model, factor, path)
     return new_scale
 

@@ -1,10 +1,11 @@
-"""Post-hoc std calibration by distance to the nearest observed pixel. Pure numpy.
+"""Fit a post-hoc std calibration by distance to the nearest observed pixel. Pure numpy.
 
 A model's raw std can be off in a way that depends on how far a gap pixel is from data (deep in
 a scene-scale cloud, for instance). ``geonp evaluate --calibrate`` fits one factor per band and
 one per distance bin on validation data (:func:`std_factor`, :func:`distance_bin_factors`); they
-are stored in the model file, and every fill applies them to its std raster
-(:func:`apply_std_calibration`).
+are stored in the model file as a :class:`~geonp.model_files.calibration.Calibration`, and every
+fill applies them to its std raster (:func:`apply_std_calibration`, which is
+:meth:`Calibration.apply <geonp.model_files.calibration.Calibration.apply>`).
 
 A factor is fitted to the 95 % central interval, not to the mean squared standardised error:
 ``quantile(|z|, 0.95) / 1.96``. Both agree on Gaussian errors, but real rasters have a tail of
@@ -16,11 +17,12 @@ every band (95 % coverage 0.96 before it, 0.99 after), driven by that tail alone
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 from scipy import ndimage
+
+from geonp.model_files.calibration import Calibration, DistanceBins
 
 __all__ = ["DISTANCE_BIN_EDGES", "apply_std_calibration", "distance_bin_factors", "distance_to_observed",
            "std_factor"]
@@ -70,21 +72,13 @@ def distance_to_observed(observed: np.ndarray) -> np.ndarray:
     return ndimage.distance_transform_edt(~observed)
 
 
-def _bin_centres(edges: Sequence[float]) -> np.ndarray:
-    """A representative distance per bin: its geometric middle (open last bin: 1.5 x its start)."""
-    e = np.asarray(edges, float)
-    lo, hi = e[:-1], e[1:]
-    mid = np.where(np.isfinite(hi), 0.5 * (lo + hi), 1.5 * lo)
-    return np.where(lo > 0, np.sqrt(lo * np.where(np.isfinite(hi), hi, 2.25 * lo)), mid)
-
-
 def distance_bin_factors(
     z2: np.ndarray,
     distance: np.ndarray,
     *,
     edges: Sequence[float] = DISTANCE_BIN_EDGES,
     min_pixels: int = 200,
-) -> dict[str, Any]:
+) -> DistanceBins:
     """Fit std factors per distance bin: :func:`std_factor` of the pixels in each bin.
 
     Args:
@@ -94,7 +88,7 @@ def distance_bin_factors(
         min_pixels: bins with fewer pixels take the factor of the nearest fitted bin (1 if none).
 
     Returns:
-        ``{"edges": [...], "factors": [...], "pixels": [...]}``, JSON-ready (``inf`` as None).
+        The bins' edges, fitted factors (rounded to 6 digits) and pixel counts.
     """
     z2 = np.asarray(z2, float).ravel()
     distance = np.asarray(distance, float).ravel()
@@ -109,62 +103,21 @@ def distance_bin_factors(
         good = np.flatnonzero(fitted)
         for i in np.flatnonzero(~fitted):
             factors[i] = factors[good[np.argmin(np.abs(good - i))]]
-    return {
-        "edges": [None if not math.isfinite(v) else float(v) for v in e],
-        "factors": [round(float(f), 6) for f in factors],
-        "pixels": [int(c) for c in counts],
-    }
+    return DistanceBins(edges=tuple(float(v) for v in e), factors=tuple(round(float(f), 6) for f in factors),
+                        pixels=tuple(int(c) for c in counts))
 
 
 def apply_std_calibration(
     std: np.ndarray,
     distance: np.ndarray,
-    calibration: Mapping[str, Any] | None,
+    calibration: Calibration | None,
     *,
     band: int | None = None,
     band_count: int | None = None,
 ) -> np.ndarray:
-    """Apply a model's post-hoc std calibration to a std array.
+    """Apply a model's calibration (``LoadedModel.calibration``, or None) to a std array of one band.
 
-    Contract (what the fill engine relies on):
-
-    * ``std`` and ``distance`` have the same shape (any shape, e.g. a block's ``[h, w]`` for one
-      band); ``distance`` is each pixel's Euclidean distance, in pixels, to the nearest observed
-      pixel of the same band (:func:`distance_to_observed`); on a block, compute it with a halo of
-      at least 288 px (1.5 x the last bin edge, beyond which the factor is constant), or the std
-      of neighbouring blocks will not match. Units of ``std`` are kept.
-    * ``calibration`` is the model's calibration block (``LoadedModel.calibration``) or None. Its
-      ``std_scale`` (one factor per band, or one for all) multiplies the std of band ``band``
-      (0-based); the first factor is used when ``band`` is None, or when ``band_count`` (the
-      input's band count) is given and differs from the number of factors (a model calibrated
-      on 3 bands filling a 1-band raster), as ``fill`` does. Its optional ``distance_bins``
-      (``{"edges", "factors"}``, fitted by ``geonp evaluate --calibrate`` on top of ``std_scale``)
-      multiplies by a factor that is interpolated linearly in ``log(1 + distance)`` between the
-      bins' representative distances and held constant beyond the first and last, so the std
-      raster has no steps at bin edges. Per-band factor lists (``factors[band]``) are accepted.
-    * It returns a new float array; NaN stays NaN; no calibration returns ``std`` unchanged
-      (as a float array). It is the whole calibration: do not multiply by ``std_scale`` again.
+    :meth:`Calibration.apply <geonp.model_files.calibration.Calibration.apply>` states the
+    contract; no calibration returns ``std`` unchanged (as a new float array).
     """
-    out = np.asarray(std, dtype=np.result_type(np.asarray(std).dtype, np.float32)).copy()
-    if not calibration:
-        return out
-    b = 0 if band is None else int(band)
-
-    def pick(values: Sequence[Any]) -> Any:
-        if band_count is not None and len(values) != band_count:
-            return values[0]
-        return values[b] if len(values) > b else values[0]
-
-    scale = calibration.get("std_scale")
-    if scale:
-        out *= float(pick(scale))
-    bins = calibration.get("distance_bins")
-    if bins:
-        edges = [math.inf if v is None else float(v) for v in bins["edges"]]
-        factors = bins["factors"]
-        if factors and isinstance(factors[0], Sequence):
-            factors = pick(factors)
-        centres = np.log1p(_bin_centres(edges))
-        f = np.interp(np.log1p(np.asarray(distance, float)), centres, np.asarray(factors, float))
-        out *= f.astype(out.dtype)
-    return out
+    return (calibration or Calibration()).apply(std, distance, band=band, band_count=band_count)

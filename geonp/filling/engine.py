@@ -29,13 +29,14 @@ from scipy import ndimage
 
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.filling import classes
-from geonp.filling.calibration import apply_std_calibration, distance_to_observed
+from geonp.filling.calibration import distance_to_observed
 from geonp.filling.predict import BlockReference, Predictor, TileOptions
 from geonp.filling.references import ESTIMATE_REACH, REGRESSION_WEIGHT, LineStats, ReferenceLines
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
+from geonp.model_files.calibration import Calibration
 from geonp.models.layers import resolve_device
 from geonp.tasks.context import ContextSpec, HaloTooSmall
 from geonp.tasks.normalize import Normalizer, relative_spread, same_units
@@ -205,7 +206,7 @@ def predict_region(
     origin: tuple[int, int],
     norm: Normalizer,
     max_distance: float | None,
-    calibration: dict[str, Any] | None,
+    calibration: Calibration | None,
     progress: Callable[[int], None] | None = None,
     limit: int | None = None,
     fillable: np.ndarray | None = None,
@@ -223,8 +224,8 @@ def predict_region(
         origin: the block array's offset in the raster.
         norm: per-band normaliser.
         max_distance: leave gaps farther than this from observed pixels unfilled.
-        calibration: the model's post-hoc std calibration (per-band ``std_scale`` and optional
-            ``distance_bins``: :func:`geonp.filling.calibration.apply_std_calibration`).
+        calibration: the model's post-hoc std calibration (:meth:`Calibration.apply
+            <geonp.model_files.calibration.Calibration.apply>`), or None.
         progress: gap-pixels-done callback.
         limit: the largest context search radius the block's halo holds (None: all of it).
         fillable: bool ``[h, w]``: where predictions may go (the data footprint); None = all.
@@ -281,19 +282,19 @@ def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, o
     return lines.within_saturation(mean), np.where(both, (1 - w) * std + w * r_std, std)
 
 
-def _calibrated(std: np.ndarray, observed: np.ndarray, region: Block, calibration: dict[str, Any] | None
+def _calibrated(std: np.ndarray, observed: np.ndarray, region: Block, calibration: Calibration | None
                 ) -> np.ndarray:
     """``std`` ``[bands, ...region]`` with a model's post-hoc calibration applied (a copy)."""
-    if not calibration:
+    if calibration is None or calibration.is_identity:
         return std
     std = std.copy()
     n = std.shape[0]
     r0, r1, c0, c1 = region
-    needs_distance = bool(calibration.get("distance_bins"))
     for b in range(n):
         # distance to the nearest observed pixel of the band, from the whole block (halo too)
-        dist = distance_to_observed(observed[b])[r0:r1, c0:c1] if needs_distance else np.zeros(std[b].shape)
-        std[b] = apply_std_calibration(std[b], dist, calibration, band=b, band_count=n)
+        dist = (distance_to_observed(observed[b])[r0:r1, c0:c1] if calibration.needs_distance
+                else np.zeros(std[b].shape))
+        std[b] = calibration.apply(std[b], dist, band=b, band_count=n)
     return std
 
 
@@ -350,7 +351,7 @@ class BlockJob:
     batch_rows: int
     max_distance: float | None
     norm: dict[str, Any]
-    calibration: dict[str, Any] | None
+    calibration: Calibration | None
     dtype: str
     out_nodata: float | None
     sources: GapSources | None = None  # --mask/--qa gaps and the data footprint

@@ -18,51 +18,79 @@ Kinds (``--qa-kind``) and their classes; the defaults are marked *:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 
-from geonp.errors import ConfigError
+from geonp.errors import ConfigError, UnknownNameError
 
-__all__ = ["QA_KINDS", "decode_gaps", "parse_int_list", "resolve_classes"]
+__all__ = ["QA_KINDS", "QAKind", "decode_gaps", "parse_int_list", "qa_kind", "resolve_classes"]
 
-#: kind -> class -> ("bits", bit numbers) or ("values", values)
-_CLASSES: dict[str, dict[str, tuple[str, tuple[int, ...]]]] = {
-    "landsat-c2": {
-        "fill": ("bits", (0,)),
-        "dilated_cloud": ("bits", (1,)),
-        "cirrus": ("bits", (2,)),
-        "cloud": ("bits", (3,)),
-        "shadow": ("bits", (4,)),
-        "snow": ("bits", (5,)),
-        "water": ("bits", (7,)),
-    },
-    "sentinel2-scl": {
-        "fill": ("values", (0,)),
-        "saturated": ("values", (1,)),
-        "dark": ("values", (2,)),
-        "shadow": ("values", (3,)),
-        "water": ("values", (6,)),
-        "unclassified": ("values", (7,)),
-        "cloud_medium": ("values", (8,)),
-        "cloud_high": ("values", (9,)),
-        "cloud": ("values", (8, 9)),
-        "cirrus": ("values", (10,)),
-        "snow": ("values", (11,)),
-    },
-    "fmask": {
-        "shadow": ("values", (2,)),
-        "snow": ("values", (3,)),
-        "cloud": ("values", (4,)),
-        "fill": ("values", (255,)),
-    },
+@dataclass(frozen=True)
+class QAKind:
+    """How one kind of quality band says which pixels are what.
+
+    Attributes:
+        classes: class name -> ``("bits", bit numbers)`` (any of them set means the class) or
+            ``("values", values)`` (any of them means the class).
+        defaults: the classes counted as gaps when none are named.
+    """
+
+    classes: Mapping[str, tuple[str, tuple[int, ...]]]
+    defaults: tuple[str, ...]
+
+
+#: The QA kinds (``--qa-kind``), by name; :data:`geonp.config.QA_KINDS` lists the same names.
+QA_KINDS: dict[str, QAKind] = {
+    "landsat-c2": QAKind(
+        classes={
+            "fill": ("bits", (0,)),
+            "dilated_cloud": ("bits", (1,)),
+            "cirrus": ("bits", (2,)),
+            "cloud": ("bits", (3,)),
+            "shadow": ("bits", (4,)),
+            "snow": ("bits", (5,)),
+            "water": ("bits", (7,)),
+        },
+        defaults=("fill", "dilated_cloud", "cirrus", "cloud", "shadow"),
+    ),
+    "sentinel2-scl": QAKind(
+        classes={
+            "fill": ("values", (0,)),
+            "saturated": ("values", (1,)),
+            "dark": ("values", (2,)),
+            "shadow": ("values", (3,)),
+            "water": ("values", (6,)),
+            "unclassified": ("values", (7,)),
+            "cloud_medium": ("values", (8,)),
+            "cloud_high": ("values", (9,)),
+            "cloud": ("values", (8, 9)),
+            "cirrus": ("values", (10,)),
+            "snow": ("values", (11,)),
+        },
+        defaults=("fill", "saturated", "shadow", "cloud", "cirrus"),
+    ),
+    "fmask": QAKind(
+        classes={
+            "shadow": ("values", (2,)),
+            "snow": ("values", (3,)),
+            "cloud": ("values", (4,)),
+            "fill": ("values", (255,)),
+        },
+        defaults=("fill", "shadow", "cloud"),
+    ),
 }
-_DEFAULTS: dict[str, tuple[str, ...]] = {
-    "landsat-c2": ("fill", "dilated_cloud", "cirrus", "cloud", "shadow"),
-    "sentinel2-scl": ("fill", "saturated", "shadow", "cloud", "cirrus"),
-    "fmask": ("fill", "shadow", "cloud"),
-}
-QA_KINDS = tuple(_CLASSES)
+
+
+def qa_kind(name: str) -> QAKind:
+    """The QA kind called ``name``.
+
+    Raises:
+        UnknownNameError: ``name`` is not one of :data:`QA_KINDS` (the message lists them).
+    """
+    UnknownNameError.check("qa_kind", name, QA_KINDS)
+    return QA_KINDS[name]
 
 
 def resolve_classes(kind: str, classes: Iterable[str] | str | None) -> tuple[str, ...]:
@@ -78,22 +106,21 @@ def resolve_classes(kind: str, classes: Iterable[str] | str | None) -> tuple[str
     Raises:
         ConfigError: If the kind or a class is unknown (the message lists the valid ones).
     """
-    if kind not in _CLASSES:
-        raise ConfigError(f"--qa-kind {kind!r} is unknown; use one of {', '.join(QA_KINDS)}.")
+    known = qa_kind(kind)
     if classes is None:
-        return _DEFAULTS[kind]
+        return known.defaults
     if isinstance(classes, str):
         classes = classes.split(",")
     names = tuple(c.strip().lower().replace("-", "_") for c in classes if c.strip())
     if not names:
         raise ConfigError(
-            f"--qa-classes is empty; name classes of {kind}: {', '.join(_CLASSES[kind])}."
+            f"--qa-classes is empty; name classes of {kind}: {', '.join(known.classes)}."
         )
-    unknown = [n for n in names if n not in _CLASSES[kind]]
+    unknown = [n for n in names if n not in known.classes]
     if unknown:
         raise ConfigError(
             f"--qa-classes {unknown[0]!r} is not a class of {kind}; valid classes: "
-            f"{', '.join(_CLASSES[kind])} (default {','.join(_DEFAULTS[kind])})."
+            f"{', '.join(known.classes)} (default {','.join(known.defaults)})."
         )
     return names
 
@@ -181,7 +208,7 @@ def decode_gaps(
     assert kind is not None, "decode_gaps needs a kind here"
     gap = np.zeros(values.shape, dtype=bool)
     for name in resolve_classes(kind, classes):
-        how, numbers = _CLASSES[kind][name]
+        how, numbers = QA_KINDS[kind].classes[name]
         if how == "bits":
             gap |= finite & _bits_set(values, numbers)
         else:

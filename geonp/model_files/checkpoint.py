@@ -21,6 +21,7 @@ from geonp._version import __version__
 from geonp.config import ModelConfig
 from geonp.errors import CheckpointError, ConfigError
 from geonp.io.atomic_file import atomic_write_file
+from geonp.model_files.calibration import Calibration
 from geonp.model_files.card import ModelCard
 from geonp.model_files.checks import check_model_meta, check_weights_header
 from geonp.models import build_model
@@ -39,7 +40,7 @@ class LoadedModel:
         module: the torch module (eval mode).
         config: its architecture.
         normalizer: per-band normalisation statistics (``Normalizer.to_dict()``) or None.
-        calibration: post-hoc std scale factors (``{"std_scale": [...]}``) or None.
+        calibration: the post-hoc std calibration, or None.
         card: the model card (name, command, task shape, scores...).
         path: the directory it came from.
     """
@@ -47,7 +48,7 @@ class LoadedModel:
     module: nn.Module
     config: ModelConfig
     normalizer: dict[str, Any] | None = None
-    calibration: dict[str, Any] | None = None
+    calibration: Calibration | None = None
     card: ModelCard = field(default_factory=ModelCard)
     path: Path | None = None
 
@@ -63,7 +64,7 @@ def save_model(
     config: ModelConfig,
     *,
     normalizer: dict[str, Any] | None = None,
-    calibration: dict[str, Any] | None = None,
+    calibration: Calibration | None = None,
     card: ModelCard | None = None,
     card_markdown: str | None = None,
 ) -> Path:
@@ -78,7 +79,7 @@ def save_model(
         "geonp_version": __version__,
         "model": config.to_dict(),
         "normalizer": normalizer,
-        "calibration": calibration,
+        "calibration": None if calibration is None else calibration.to_dict(),
         "card": (card or ModelCard()).to_dict(),
     }
     atomic_write_file(out / CONFIG, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
@@ -151,13 +152,13 @@ def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.de
         module=module,
         config=config,
         normalizer=meta.get("normalizer"),
-        calibration=meta.get("calibration"),
+        calibration=None if meta.get("calibration") is None else Calibration.from_dict(meta["calibration"]),
         card=card,
         path=path,
     )
 
 
-def write_calibration(directory: str | os.PathLike[str], calibration: dict[str, Any]) -> Path:
+def write_calibration(directory: str | os.PathLike[str], calibration: Calibration) -> Path:
     """Replace the calibration block of a model directory's ``config.json`` (atomically).
 
     ``geonp evaluate --calibrate`` stores the std scale it fits this way; ``geonp fill`` applies
@@ -165,13 +166,13 @@ def write_calibration(directory: str | os.PathLike[str], calibration: dict[str, 
 
     Args:
         directory: The model directory.
-        calibration: The new block (``std_scale``, ``fitted_on``, optional ``distance_bins``).
+        calibration: The new calibration (stored in its JSON form, :meth:`Calibration.to_dict`).
 
     Returns:
         The path of the ``config.json`` written.
     """
     path = Path(directory) / CONFIG
     meta = json.loads(path.read_text())
-    meta["calibration"] = calibration
+    meta["calibration"] = calibration.to_dict()
     atomic_write_file(path, lambda p: Path(p).write_text(json.dumps(meta, indent=2)))
     return path

@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from geonp.config import ModelConfig
-from geonp.errors import CheckpointError
+from geonp.errors import CheckpointError, ConfigError
+from geonp.model_files.calibration import Calibration
 
 #: Largest value each size of a model may take (checked before anything is allocated).
 SIZE_CAPS = {"dim": 4096, "depth": 64, "num_heads": 64, "ff_dim": 16384, "num_basis": 64,
@@ -84,13 +85,11 @@ def check_model_meta(meta: dict[str, Any], where: Path) -> None:
         if not _positive_numbers(norm["std"]) or len(norm["std"]) != len(norm["mean"]):
             raise _bad(where, f"has normalizer.std={norm['std']!r}; it must hold one positive finite "
                               "number per band")
-    calib = meta.get("calibration")
-    if calib is not None:
-        if not isinstance(calib, dict):
-            raise _bad(where, f"has calibration={calib!r}; it must be a mapping with 'std_scale'")
-        scale = calib.get("std_scale")
-        if scale is not None and not _positive_numbers(scale):
-            raise _bad(where, f"has calibration.std_scale={scale!r}; it must be positive finite number(s)")
+    if meta.get("calibration") is not None:
+        try:
+            Calibration.from_dict(meta["calibration"])
+        except ConfigError as err:
+            raise _bad(where, f"has {err}") from err
 
 
 def _check_task_shape(card: Any, where: Path) -> None:

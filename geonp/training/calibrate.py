@@ -13,10 +13,13 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from geonp.data.datasets import split_columns
 from geonp.errors import GeonpError
+
+if TYPE_CHECKING:
+    from geonp.evaluation.report import CalibrationFit
 
 logger = logging.getLogger(__name__)
 
@@ -51,11 +54,11 @@ def calibrate_on_validation(
     bands: Sequence[int] | None,
     seed: int = 0,
     device: str = "auto",
-) -> dict[str, Any] | None:
+) -> CalibrationFit | None:
     """Fit and store the std calibration of ``model_dir`` on ``raster``'s validation columns.
 
     Returns:
-        The calibration entry of the evaluation report (``std_scale``, ``fitted_on``, ...), or
+        The calibration entry of the evaluation report (what was written, and how), or
         None when the window cannot be evaluated (too small, too few valid pixels): the model
         then stays uncalibrated, with a warning naming the reason.
     """
@@ -77,5 +80,5 @@ def calibrate_on_validation(
         return None
     entry = next(iter((report.calibration or {}).values()), None)
     if entry is not None:
-        logger.info("std calibrated on validation window %s: %s", window, entry["fitted_on"])
+        logger.info("std calibrated on validation window %s: %s", window, entry.calibration.fitted_on)
     return entry

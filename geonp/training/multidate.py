@@ -24,7 +24,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Protocol
@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from geonp._version import __version__
-from geonp.config import ModelConfig, TrainConfig
+from geonp.config import ModelConfig, TrainConfig, load_recipe
 from geonp.data.batch import Batch
 from geonp.data.gaps import sample_window_mask
 from geonp.data.synthetic import gp_grid_field
@@ -246,18 +246,70 @@ class SeriesTrainReport:
     seconds: float
 
 
+#: ``data`` entries of a multi-date recipe that set the task geometry (:func:`series_geometry`).
+GEOMETRY_KEYS = ("core_size", "max_context", "n_far", "search_radius", "rings", "sectors", "n_ref", "ref_margin",
+                 "max_references")
+
+
+def series_geometry(data: Mapping[str, Any]) -> SeriesRecipe:
+    """The task geometry set by a multi-date recipe's ``data`` entries (:data:`GEOMETRY_KEYS`).
+
+    ``max_context`` is the near context; each task has at most ``core_size²`` targets (its whole
+    query window).
+
+    Raises:
+        ConfigError: an entry is missing.
+    """
+    try:
+        spec = ContextSpec(n_near=data["max_context"], n_far=data["n_far"], search_radius=data["search_radius"],
+                           rings=data["rings"], sectors=data["sectors"], n_ref=data["n_ref"],
+                           ref_margin=data["ref_margin"])
+        return SeriesRecipe(spec=spec, core_size=data["core_size"], max_targets=data["core_size"] ** 2,
+                            max_references=data["max_references"])
+    except KeyError as err:
+        raise ConfigError(f"the multi-date recipe lacks the data entry {err}") from err
+
+
+def _from_series_recipe(
+    recipe: SeriesRecipe | str | os.PathLike[str] | Mapping[str, Mapping[str, Any]] | None,
+    training: TrainConfig | None,
+    explicit: dict[str, Any],
+) -> tuple[TrainConfig, SeriesRecipe, dict[str, Any]]:
+    """The run's settings: each argument given to :func:`train_series`, else the recipe's entry.
+
+    Returns ``(training, geometry, options)`` with ``options`` in the order of ``explicit``.
+    """
+    rec = load_recipe("multidate" if recipe is None or isinstance(recipe, SeriesRecipe) else recipe, base="multidate")
+    if rec["model"]:
+        raise ConfigError(f"the multi-date recipe takes no model section (the architecture is init_from's), "
+                          f"got {sorted(rec['model'])}")
+    data = dict(rec["data"])
+    geometry = {k: data.pop(k) for k in list(data) if k in GEOMETRY_KEYS}
+    unknown = sorted(set(data) - set(explicit))
+    if unknown:
+        flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
+        raise ConfigError(f"a multi-date model takes no {', '.join(unknown)} (geonp train --series: drop {flags}); "
+                          f"valid data options: {sorted(set(explicit) | set(GEOMETRY_KEYS))}")
+    options = {k: data.get(k) if v is None else v for k, v in explicit.items()}
+    try:
+        tcfg = training or TrainConfig.from_dict(rec["training"])
+    except TypeError as err:
+        raise ConfigError(f"invalid recipe: {err}") from err
+    return tcfg, recipe if isinstance(recipe, SeriesRecipe) else series_geometry(geometry), options
+
+
 def train_series(
     items: Sequence[Dated],
     output: str | os.PathLike[str],
     *,
-    init_from: str | os.PathLike[str] = "default",
+    init_from: str | os.PathLike[str] | None = None,
     training: TrainConfig | None = None,
-    recipe: SeriesRecipe | None = None,
-    batch_size: int = 8,
+    recipe: SeriesRecipe | str | os.PathLike[str] | Mapping[str, Mapping[str, Any]] | None = None,
+    batch_size: int | None = None,
     before: dt.date | None = None,
     val_from: dt.date | None = None,
-    spacetime_fraction: float = 0.2,
-    pretrain_steps: int = 0,
+    spacetime_fraction: float | None = None,
+    pretrain_steps: int | None = None,
     bands: Sequence[int] | None = None,
     nodata: float | None = None,
     qa_kind: str | None = "fmask",
@@ -268,12 +320,19 @@ def train_series(
 ) -> SeriesTrainReport:
     """Train a multi-date model on a time series and write it to ``output``.
 
+    Every setting left as None takes the entry of the shipped ``multidate`` recipe
+    (``recipes/multidate.yaml``, the multi-date model's), as ``geonp train --series`` does: the
+    defaults of both live there.
+
     Args:
         items: dated rasters (``geonp.io.timeseries.scan_series``), co-registered.
         output: model directory.
         init_from: single-date (or multi-date) model whose weights start training.
-        training: optimisation settings.
-        recipe: task geometry (default: the start model's context, 32-px query windows).
+        training: optimisation settings (default: the recipe's ``training`` section).
+        recipe: the task geometry (a :class:`SeriesRecipe`), or a recipe: a shipped recipe's name,
+            a YAML file or a mapping of ``training``/``data`` sections overriding ``multidate``'s
+            entries (the ``data`` entries :data:`GEOMETRY_KEYS` set the geometry,
+            :func:`series_geometry`). None: ``multidate``.
         batch_size: tasks per step.
         before: use only dates before this one (targets and references alike).
         val_from: dates from this one on (and before ``before``) are validation targets only;
@@ -282,7 +341,7 @@ def train_series(
         pretrain_steps: steps on simulated space-time fields first.
         bands: 1-based bands.
         nodata: nodata when the files lack a tag.
-        qa_kind: how the series' QA files are read.
+        qa_kind: how the series' QA files are read (None: they are not read).
         val_tasks: fixed validation tasks.
         name: model name for its card.
         command: the command line, for the card.
@@ -291,7 +350,10 @@ def train_series(
     from geonp.model_files.registry import load_model
 
     t0 = time.perf_counter()
-    tcfg = training or TrainConfig()
+    explicit = {"init_from": init_from, "batch_size": batch_size, "spacetime_fraction": spacetime_fraction,
+                "pretrain_steps": pretrain_steps, "bands": bands, "nodata": nodata, "name": name}
+    tcfg, recipe, opts = _from_series_recipe(recipe, training, explicit)
+    init_from, batch_size, spacetime_fraction, pretrain_steps, bands, nodata, name = opts.values()
     chosen = [i for i in items if before is None or i.date < before]
     if len(chosen) < 3:
         raise ConfigError(f"{len(chosen)} date(s) to train on; a time series needs at least 3")
@@ -305,9 +367,6 @@ def train_series(
         module, mcfg = temporal_from(start.module, start.config)
     shape = {k: v for k, v in (start.card.task_shape or {}).items()
              if k not in ("patch_size", "tasks_per_window")}  # single-date window settings
-    if recipe is None:
-        spec = ContextSpec.from_dict(shape)
-        recipe = SeriesRecipe(spec=replace(spec, search_radius=min(spec.search_radius, 128)))
     usable = stack.clear >= recipe.min_observed
     cut = np.quantile(stack.days, 0.8) if val_from is None else (val_from - dt.date(1970, 1, 1)).days
     train_targets = np.flatnonzero(usable & (stack.days < cut))

@@ -40,7 +40,7 @@ from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.model_files.registry import resolve_model_path
 from geonp.model_files.train_state import load_training_state, save_training_state
-from geonp.models import build_model, load_start_weights
+from geonp.models import MODEL_FAMILIES, build_model, load_start_weights
 from geonp.training.allocator import keep_freed_memory
 from geonp.training.calibrate import calibrate_on_validation
 from geonp.training.loop import FitResult, fit
@@ -270,7 +270,7 @@ def train(
 
     card = ModelCard(
         name=name or out.name,
-        description=f"{_arch_name(mcfg)} trained by geonp train on {len(inputs)} raster(s)",
+        description=f"{MODEL_FAMILIES[mcfg.arch].describe(mcfg)} trained by geonp train on {len(inputs)} raster(s)",
         geonp_version=__version__,
         command=command,
         training_data=[str(Path(p).name) for p in inputs],
@@ -381,10 +381,6 @@ def _from_recipe(
                 task_shape or TaskShape(**shape), options)
     except TypeError as err:
         raise ConfigError(f"invalid recipe: {err}") from err
-
-
-def _arch_name(cfg: ModelConfig) -> str:
-    return {"tnpkr": f"TNP-KR ({cfg.attention})", "tnpd": "TNP-D", "cmanp": "CMANP"}.get(cfg.arch, cfg.arch)
 
 
 def _width(path: str | os.PathLike[str]) -> int:

@@ -66,7 +66,7 @@ def test_generic_values_and_bits() -> None:
 
 
 def test_unknown_kind_and_class_list_the_valid_ones() -> None:
-    with pytest.raises(ConfigError, match="use one of landsat-c2, sentinel2-scl, fmask"):
+    with pytest.raises(ConfigError, match=r"qa_kind='modis' is not one of \['landsat-c2', 'sentinel2-scl', 'fmask'\]"):
         resolve_classes("modis", None)
     with pytest.raises(ConfigError, match="'clouds' is not a class of landsat-c2; valid classes: fill,"):
         resolve_classes("landsat-c2", "clouds")

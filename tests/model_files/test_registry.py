@@ -11,6 +11,7 @@ from click.testing import CliRunner
 from geonp_cli.main import cli
 
 from geonp.errors import CheckpointError
+from geonp.model_files.calibration import Calibration
 from geonp.model_files.checkpoint import LoadedModel, write_calibration
 from geonp.model_files.registry import (
     PRETRAINED,
@@ -73,13 +74,13 @@ def test_write_calibration_replaces_only_the_calibration_block(tiny_model, tmp_p
     model = tmp_path / "m"
     shutil.copytree(tiny_model, model)
     before = json.loads((model / "config.json").read_text())
-    path = write_calibration(model, {"std_scale": [1.5], "fitted_on": "a test"})
+    path = write_calibration(model, Calibration(std_scale=(1.5,), fitted_on="a test"))
     after = json.loads(path.read_text())
     assert path == model / "config.json"
     assert after["calibration"] == {"std_scale": [1.5], "fitted_on": "a test"}
     assert {k: v for k, v in after.items() if k != "calibration"} == {
         k: v for k, v in before.items() if k != "calibration"}
-    assert load_model(model).calibration == {"std_scale": [1.5], "fitted_on": "a test"}
+    assert load_model(model).calibration == Calibration(std_scale=(1.5,), fitted_on="a test")
     assert sorted(p.name for p in model.iterdir()) == sorted(p.name for p in tiny_model.iterdir())
 
 
@@ -117,11 +118,11 @@ def test_cached_model_sees_a_calibration_written_in_the_same_process(tmp_path):
     std_before = fill("before")
     report = evaluate(sample / "landsat8_clean.tif", models=(str(model),), masks=("random",),
                       window=(0, 0, 48, 48), fillnodata=False, calibrate=True, device="cpu", seed=0)
-    new_scale = report.calibration["geonp:default"]["std_scale"]
-    assert new_scale != first.calibration["std_scale"]
+    new_scale = report.calibration["geonp:default"].calibration.std_scale
+    assert new_scale != first.calibration.std_scale
     again = cached_model(str(model), "cpu")
     assert again is not first and again.calibration == load_model(model).calibration
-    assert again.calibration["std_scale"] == new_scale
+    assert again.calibration.std_scale == new_scale
     std_after = fill("after")
     gap = std_after > 0
     assert gap.any() and np.array_equal(gap, std_before > 0)

@@ -90,11 +90,11 @@ def test_a_trained_model_ships_calibrated_on_its_validation_columns(raster, tmp_
                 test_fraction=0.2, val_fraction=0.2)
     loaded = load_checkpoint(tmp_path / "m")
     cal = loaded.calibration
-    assert cal is not None and len(cal["std_scale"]) == 2 and all(0.05 < f < 20 for f in cal["std_scale"])
+    assert cal is not None and len(cal.std_scale) == 2 and all(0.05 < f < 20 for f in cal.std_scale)
     col, row, w, h = validation_window(128, 64, val_fraction=0.2, test_fraction=0.2, min_val_columns=24)
     assert (col, w) == (split_columns(128, val_fraction=0.2, test_fraction=0.2, min_val_columns=24).val[0], 26)
-    assert f"window {col} {row} {w} {h}" in cal["fitted_on"]  # validation columns, not training or test ones
+    assert f"window {col} {row} {w} {h}" in cal.fitted_on  # validation columns, not training or test ones
     geonp.train([raster], tmp_path / "raw", nodata=0, batch_size=4, val_tasks=16, pool_size=20, data_workers=0,
                 task_shape=shape, training=TrainConfig(steps=2, val_every=2, warmup_steps=0, device="cpu"),
                 calibrate=False)
-    assert load_checkpoint(tmp_path / "raw").calibration in (None, {})
+    assert load_checkpoint(tmp_path / "raw").calibration is None

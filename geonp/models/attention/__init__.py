@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from torch import nn
 
+from geonp.errors import UnknownNameError
 from geonp.models.attention.bias import BIASES, BiasTiles, RBFNetworkBias
 from geonp.models.attention.dense import DenseAttention, dense_attention
 from geonp.models.attention.dka import DeepKernelAttention, deep_kernel_attention
@@ -26,9 +27,11 @@ from geonp.models.attention.performer import PerformerAttention, performer_atten
 from geonp.models.attention.scan import ScanAttention, scan_attention
 from geonp.models.attention.temporal import SpaceTimeBias
 
-ATTENTIONS = {
-    "dense": DenseAttention,
+#: The attention kernels, by name (``ModelConfig.attention``); :data:`geonp.config.ATTENTION_NAMES`
+#: lists the same names for the CLI.
+ATTENTIONS: dict[str, type[nn.Module]] = {
     "scan": ScanAttention,
+    "dense": DenseAttention,
     "dka": DeepKernelAttention,
     "performer": PerformerAttention,
 }
@@ -64,8 +67,9 @@ def make_attention(
             is a date offset and the bias is :class:`SpaceTimeBias` (space + time kernels).
 
     Raises:
-        ValueError: an unknown name.
+        UnknownNameError: an unknown name (a ``ValueError``; the message lists the valid ones).
     """
+    UnknownNameError.check("attention", name, ATTENTIONS)
     if name in ("scan", "dense"):
         if bias and time_length_scale is not None:
             b = SpaceTimeBias(num_heads, num_basis=num_basis, length_scale=bias_length_scale,
@@ -76,9 +80,7 @@ def make_attention(
         return ATTENTIONS[name](dim, num_heads, bias=b, **extra)
     if name == "dka":
         return DeepKernelAttention(dim, num_heads, pos_dim=dim_x, pos_scale=bias_length_scale * 4)
-    if name == "performer":
-        return PerformerAttention(dim, num_heads)
-    raise ValueError(f"unknown attention {name!r}; valid: {sorted(ATTENTIONS)}")
+    return PerformerAttention(dim, num_heads)
 
 __all__ = [
     "ATTENTIONS",

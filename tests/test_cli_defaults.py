@@ -1,0 +1,153 @@
+"""The CLI has no defaults of its own: what a command leaves out, the library decides.
+
+Each command is run with its library call replaced by a stub that records the keywords; the
+library's own resolution of them must give what it gives when called with nothing.
+"""
+
+import inspect
+from dataclasses import asdict, fields
+
+import pytest
+from click.testing import CliRunner
+from geonp_cli.batch import BATCH_DEFAULTS
+from geonp_cli.evaluate import SERIES_DEFAULTS
+from geonp_cli.main import cli
+
+import geonp
+from geonp.config import EvaluationConfig, FillConfig, TrainConfig
+
+#: The keywords of train_series a recipe's data section may hold, none given.
+SERIES_OPTIONS = dict.fromkeys(("init_from", "batch_size", "spacetime_fraction", "pretrain_steps", "bands", "nodata",
+                                "name"))
+
+
+class _Report:
+    steps, seconds, best_val_nll, best_step, output = 1, 0.0, 0.0, 1, "stub"
+    ok, dry_run, gap_pixels, outside_pixels, filled_pixels, missing_pixels = True, False, 0, 0, 0, 0
+    calibration, uncertainty, model, hints = None, "stub_std", "stub", []
+
+    def table(self, **kwargs):
+        return ""
+
+    def format_table(self):
+        return ""
+
+    def summary(self):
+        return ""
+
+    def left_unfilled(self):
+        return []
+
+
+def _run(monkeypatch, name, args, **stubs):
+    seen = {}
+
+    def record(*a, **kwargs):
+        seen.update(kwargs)
+        return [] if name == "evaluate_series" else _Report()
+
+    monkeypatch.setattr(geonp, name, record, raising=False)
+    for other, value in stubs.items():
+        monkeypatch.setattr(geonp, other, value, raising=False)
+    res = CliRunner().invoke(cli, ["-q", *map(str, args)])
+    assert res.exit_code == 0, res.output
+    return seen
+
+
+def test_train_series_cli_and_library_train_the_same_model_by_default(tmp_path, monkeypatch):
+    from geonp.training.multidate import _from_series_recipe, train_series
+
+    seen = _run(monkeypatch, "train_series", ["train", tmp_path, "--series", "-o", tmp_path / "m"],
+                scan_series=lambda folder: [])
+    assert set(seen) == {"recipe", "before", "command", "progress"} and seen["before"] is None
+    from_cli = _from_series_recipe(seen["recipe"], None, SERIES_OPTIONS)
+    from_library = _from_series_recipe(None, None, SERIES_OPTIONS)
+    assert from_cli == from_library
+    # ... and that is the shipped multi-date model's recipe (its card records how it was trained)
+    training, geometry, options = from_library
+    card = geonp.load_model("multidate").card
+    assert asdict(training) == card.train_config
+    shape = card.task_shape
+    assert (geometry.core_size, geometry.max_targets, geometry.max_references) == (
+        shape["core_size"], shape["max_targets"], shape["max_references"]) == (12, 144, 2)
+    assert {k: v for k, v in geometry.spec.to_dict().items() if k in shape} == {
+        k: shape[k] for k in geometry.spec.to_dict() if k in shape}
+    assert options["batch_size"] == card.batch_size == 8 and options["init_from"] == "default"
+    # the library's own defaults for the options a recipe does not hold
+    params = inspect.signature(train_series).parameters
+    assert params["qa_kind"].default == "fmask"
+    help_text = CliRunner().invoke(cli, ["train", "--help"], terminal_width=200).output
+    assert f"how the QA files are read [default: {params['qa_kind'].default}]" in help_text
+
+
+def test_train_series_cli_options_reach_the_library(tmp_path, monkeypatch):
+    from geonp.training.multidate import _from_series_recipe
+
+    seen = _run(monkeypatch, "train_series", ["train", tmp_path, "--series", "-o", tmp_path / "m", "--steps", 5,
+                                             "--core-size", 8, "--qa-kind", "landsat-c2", "--before", "2012-01-01"],
+                scan_series=lambda folder: [])
+    assert seen["qa_kind"] == "landsat-c2" and str(seen["before"]) == "2012-01-01"
+    training, geometry, _ = _from_series_recipe(seen["recipe"], None, SERIES_OPTIONS)
+    assert training.steps == 5 and geometry.core_size == 8 and geometry.max_targets == 64
+    with pytest.raises(geonp.errors.ConfigError, match=r"takes no gap_source \(geonp train --series: drop "
+                                                       r"--gap-source\)"):
+        _from_series_recipe({"data": {"gap_source": "x.tif"}}, None, SERIES_OPTIONS)
+
+
+def test_evaluate_cli_leaves_every_default_to_the_library(tmp_path, monkeypatch):
+    raster = tmp_path / "clean.tif"
+    raster.write_bytes(b"")
+    seen = _run(monkeypatch, "evaluate", ["evaluate", raster])
+    progress = seen.pop("progress")
+    assert callable(progress)
+    assert EvaluationConfig.of(None, **seen) == EvaluationConfig()
+    assert EvaluationConfig().masks == ("cloud", "stripe", "random")
+    # a mask file alone: scored on it only, in the library as on the command line
+    mask = tmp_path / "mask.tif"
+    mask.write_bytes(b"")
+    seen = _run(monkeypatch, "evaluate", ["evaluate", raster, "--mask", mask])
+    seen.pop("progress")
+    assert EvaluationConfig.of(None, **seen).masks == () == EvaluationConfig(mask_file=mask).masks
+
+
+def test_evaluate_series_cli_leaves_every_default_to_the_library(tmp_path, monkeypatch):
+    from geonp.evaluation.series import evaluate_series
+
+    seen = _run(monkeypatch, "evaluate_series", ["evaluate", tmp_path, "--series"], scan_series=lambda folder: [],
+                series_report=lambda scores: [])
+    assert set(seen) == {"targets_from", "targets_until", "plot", "calibrate"}
+    params = inspect.signature(evaluate_series).parameters
+    assert SERIES_DEFAULTS == {k: params[k].default for k in SERIES_DEFAULTS}
+    assert params["seed"].default == EvaluationConfig().seed
+    help_text = CliRunner().invoke(cli, ["evaluate", "--help"], terminal_width=200).output
+    assert f"previous dates used as references.  [default: {params['n_refs'].default}]" in help_text
+    assert f"how the QA files are read.  [default: {params['qa_kind'].default}]" in help_text
+
+
+def test_batch_cli_leaves_every_default_to_the_library(tmp_path, monkeypatch):
+    from geonp.batch.jobs import fill_many
+
+    seen = _run(monkeypatch, "fill_many", ["batch", tmp_path, tmp_path / "out"])
+    params = inspect.signature(fill_many).parameters
+    assert BATCH_DEFAULTS == {k: params[k].default for k in BATCH_DEFAULTS}
+    assert not set(seen) & set(BATCH_DEFAULTS)
+    fill_options = {k: v for k, v in seen.items() if k in {f.name for f in fields(FillConfig)}}
+    assert FillConfig.of(None, **fill_options) == FillConfig()
+
+
+def test_fill_cli_defaults_are_fill_configs(tmp_path, monkeypatch):
+    raster = tmp_path / "in.tif"
+    seen = _run(monkeypatch, "fill_raster", ["fill", raster, tmp_path / "out.tif"])
+    options = {k: v for k, v in seen.items() if k in {f.name for f in fields(FillConfig)}}
+    assert FillConfig.of(None, **options) == FillConfig()
+    params = inspect.signature(geonp.fill_raster).parameters
+    for name, value in seen.items():  # every other keyword is left at the library's default
+        if name in params and name not in options and name != "progress":
+            assert value == params[name].default or (value is None and params[name].default == ()), name
+
+
+def test_every_device_default_is_the_same():
+    assert FillConfig().device == TrainConfig().device == EvaluationConfig().device == "auto"
+    for command in ("fill", "batch", "train", "evaluate"):
+        param = next(p for p in cli.commands[command].params if p.name == "device")
+        assert param.default == FillConfig().device, command
