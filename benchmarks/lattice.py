@@ -3,7 +3,7 @@
 On the default model's held-out test columns of the shared Landsat 8 scene (a 408-px wide crop
 the model never saw), each gap kind of ``geonp evaluate`` hides ~30 % of the pixels; every
 configuration below fills the same hidden pixels with the default model through the fill's
-engine (``geonp.filling.engine.predict_region``, the function ``geonp fill`` runs per block) and the
+engine (``geonp.filling.block.predict_region``, the model part of what ``geonp fill`` runs per block) and the
 script prints seconds, band-gap pixels per second, RMSE (DN), 95 % coverage and NLL, and each
 configuration's time and RMSE as ratios to ``every`` (every gap pixel predicted by every
 overlapping tile) in the same run. GDAL FillNodata's RMSE on the same pixels is the peer.
@@ -44,21 +44,22 @@ def read_crop(rows: int) -> np.ndarray:
 
 
 def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, float, float]:
-    from geonp.filling import engine
+    from geonp.filling.block import predict_region
+    from geonp.filling.plan import normalizer_for, tile_options
     from geonp.filling.predict import Predictor
     from geonp.model_files.registry import cached_model
 
     loaded = cached_model("default", "cpu")
     spec = CONFIGS[name]
-    opts = engine.tile_options(loaded, None, spec.get("max_context"), None, 512, spec.get("queries", "lattice"))
+    opts = tile_options(loaded, None, spec.get("max_context"), None, 512, spec.get("queries", "lattice"))
     opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "n_far", "near_overlap")})
     observed = np.broadcast_to(~gap, truth.shape).copy() & (truth > 0)
     n = truth.shape[0]
-    norm = engine.normalizer_for(loaded, n, lambda: (truth.reshape(n, -1), observed.reshape(n, -1)))
+    norm = normalizer_for(loaded, n, lambda: (truth.reshape(n, -1), observed.reshape(n, -1)))
     t0 = time.perf_counter()
-    mean, std = engine.predict_region(Predictor(loaded.module, opts), np.where(observed, truth, 0.0), observed,
-                                      (0, truth.shape[1], 0, truth.shape[2]), origin=(0, 0), norm=norm,
-                                      max_distance=None, calibration=loaded.calibration)
+    mean, std = predict_region(Predictor(loaded.module, opts), np.where(observed, truth, 0.0), observed,
+                               (0, truth.shape[1], 0, truth.shape[2]), origin=(0, 0), norm=norm,
+                               max_distance=None, calibration=loaded.calibration)
     seconds = time.perf_counter() - t0
     return mean, std, seconds, pairs(observed, opts)
 

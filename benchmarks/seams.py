@@ -20,7 +20,7 @@ from rasterio.windows import Window
 from geonp.data.gaps import make_mask
 from geonp.filling.arrays import fill_array
 from geonp.filling.calibration import distance_to_observed
-from geonp.filling.engine import tile_options
+from geonp.filling.plan import tile_options
 from geonp.io.observed import read_observed
 from geonp.io.raster import open_raster, raster_info
 from geonp.model_files.registry import load_model

@@ -168,7 +168,7 @@ def test_training_and_fill_share_select_context():
 
 
 def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):
-    from geonp.filling.engine import tile_options
+    from geonp.filling.plan import tile_options
     from geonp.model_files.registry import load_model
 
     lm = load_model(tiny_model)

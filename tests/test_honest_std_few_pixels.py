@@ -19,7 +19,7 @@ import rasterio
 from click.testing import CliRunner
 from geonp_cli.main import cli
 
-from geonp.filling.engine import normalizer_for
+from geonp.filling.plan import normalizer_for
 from geonp.filling.arrays import fill_array
 from geonp.filling.survey import sample_for_stats
 from geonp.io.raster import open_raster, raster_info

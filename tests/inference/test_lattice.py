@@ -115,14 +115,14 @@ def test_lattice_fill_matches_every_pixel_fill_on_a_gp_field_with_a_large_hole()
     whole ``queries="lattice"`` mode (lattice, narrow margin near data, smaller context) keeps the
     RMSE within 1 % of ``queries="every"``.
     """
-    from geonp.filling import engine
+    from geonp.filling.plan import tile_options
 
     field = gp_grid_field((112, 112), kernel="matern52", lengthscale=12.0, rng=3)
     gap = np.zeros((112, 112), bool)
     gap[20:92, 20:92] = True
     observed = ~gap[None]
     loaded = load_model("default")
-    with_lattice = engine.tile_options(loaded, None, None, None, 512, "lattice")
+    with_lattice = tile_options(loaded, None, None, None, 512, "lattice")
     runs = [Predictor(loaded.module, opts).predict(np.where(observed, field[None], 0.0), observed, ~observed,
                                                    (0, 112, 0, 112), origin=(0, 0))
             for opts in (with_lattice, dataclasses.replace(with_lattice, lattice=()))]

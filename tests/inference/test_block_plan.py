@@ -1,0 +1,84 @@
+"""The fill of one block (geonp.filling.block) and the plan it follows (geonp.filling.plan)."""
+
+from __future__ import annotations
+
+import pickle
+
+import numpy as np
+
+from geonp.config import FillConfig
+from geonp.filling.arrays import fill_array
+from geonp.filling.block import BlockInput, fill_block
+from geonp.filling.plan import FillPlan, plan_model
+from geonp.model_files.registry import load_model
+from tests.conftest import smooth_field
+
+
+def _block(seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
+    """A 2-band float block ``[2, 56, 60]`` with a square gap and scattered missing pixels."""
+    rng = np.random.default_rng(seed)
+    values = np.stack([smooth_field((56, 60), seed=seed), smooth_field((56, 60), seed=seed + 1, offset=3000.0)])
+    valid = np.ones(values.shape, bool)
+    valid[:, 18:38, 20:44] = False
+    valid &= rng.random(values.shape) > 0.05
+    return values, valid
+
+
+def _plan(cfg: FillConfig, loaded, values: np.ndarray, valid: np.ndarray) -> FillPlan:
+    n = values.shape[0]
+    return FillPlan.build(cfg, loaded, n_bands=n, sample=lambda: (values.reshape(n, -1), valid.reshape(n, -1)))
+
+
+def test_fill_block_equals_fill_array_on_the_same_pixels(tiny_model):
+    values, valid = _block()
+    loaded = load_model(tiny_model)
+    cfg = FillConfig(model=loaded, tile_size=16, overlap=4, search_radius=24, max_distance=6.0)
+    region, origin = (8, 48, 10, 52), (100, 40)  # a region inside a halo, off the raster's corner
+    plan = _plan(cfg, loaded, values, valid)
+    out = fill_block(BlockInput(values, valid, region, origin=origin), plan, plan.predictor(loaded))
+    filled, std = fill_array(values, valid, cfg, region=region, origin=origin)
+    assert out.mean.shape == filled.shape == (2, 40, 42)
+    # some gaps filled, some left beyond max_distance (the square's middle), and they are counted
+    assert 0 < out.filled.sum() < (~out.observed).sum()
+    assert out.beyond == int((~out.observed & ~out.filled).sum()) > 0
+    np.testing.assert_array_equal(filled[out.filled], out.mean[out.filled])
+    np.testing.assert_array_equal(filled[out.observed], values[:, 8:48, 10:52][out.observed])
+    assert np.isnan(filled[~out.observed & ~out.filled]).all()
+    np.testing.assert_array_equal(std, out.uncertainty)
+    assert out.done == int(out.filled.sum())
+
+
+def test_a_class_fill_block_runs_no_model_and_equals_fill_array():
+    values = np.repeat(np.arange(6.0), 10)[None, None].repeat(30, axis=1)  # [1, 30, 60] column stripes
+    valid = np.ones(values.shape, bool)
+    valid[:, 10:20, 22:38] = False
+    cfg = FillConfig(categorical="nearest")
+    plan = FillPlan.build(cfg, None, n_bands=1, sample=lambda: (values.reshape(1, -1), valid.reshape(1, -1)),
+                          class_fill=True)
+    assert plan.model is None and plan.class_reach is not None
+    out = fill_block(BlockInput(values, valid, (0, 30, 0, 60)), plan, None)
+    filled, std = fill_array(values, valid, cfg)
+    assert out.filled.sum() == (~valid).sum()
+    np.testing.assert_array_equal(filled, np.where(out.filled, out.mean, values))
+    np.testing.assert_array_equal(std, out.uncertainty)
+
+
+def test_a_plan_pickles_small_and_round_trips(tiny_model):
+    values, valid = _block(1)
+    loaded = load_model(tiny_model)
+    plan = _plan(FillConfig(model=str(tiny_model), max_distance=30.0), loaded, values, valid)
+    data = pickle.dumps(plan)
+    assert len(data) < 4000  # options and statistics, no weights
+    back = pickle.loads(data)
+    assert back == plan and back.norm == plan.norm and back.opts.context == plan.opts.context
+    assert back.model == str(tiny_model) and back.max_distance == 30.0
+    assert plan_model(back).name == "tiny"  # a worker loads the model the plan names
+
+
+def test_building_a_plan_twice_gives_equal_plans(tiny_model):
+    values, valid = _block(2)
+    loaded = load_model(tiny_model)
+    cfg = FillConfig(model=str(tiny_model), tile_size=24, queries="every")
+    first, second = _plan(cfg, loaded, values, valid), _plan(cfg, loaded, values, valid)
+    assert first == second and hash(first) == hash(second)
+    assert first.opts.tile_size == 24 and first.queries == "every" and first.norm.n_bands == 2
