@@ -9,6 +9,7 @@ chunk by chunk, each chunk read with a halo so that tiles align across chunks.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import math
 import operator
@@ -20,10 +21,10 @@ from rasterio.windows import Window
 
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
-from geonp.filling import classes, engine
+from geonp.filling import engine, survey
 from geonp.filling.block import BlockInput, fill_block
-from geonp.filling.plan import FillPlan, fill_model, load_for_fill, tile_options
-from geonp.filling.references import ESTIMATE_REACH, LineStats, ReferenceLines, fit_regression
+from geonp.filling.plan import FillPlan, fill_model, load_for_fill, plan_model
+from geonp.filling.references import LineStats, ReferenceLines, fit_regression
 from geonp.io.masks import valid_mask
 from geonp.io.validity import OutputValidity, finish_block
 
@@ -167,9 +168,10 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
     (:func:`geonp.filling.cube.fill_cube`) and hands one date to this function.
 
     Missing pixels are NaN/Inf, ``nodata`` (default ``da.rio.nodata`` or ``da.attrs["_FillValue"]``).
-    A Dask-backed array is filled chunk by chunk: each output chunk reads its input chunk with a
-    halo of ``search_radius + tile_size + 2 * overlap`` pixels, so tiles align across chunks and the
-    result equals an in-memory fill.
+    A Dask-backed array is filled chunk by chunk with one plan (:func:`dask_plan`: the model, and
+    the normaliser from the windows ``fill_raster`` samples, computed now): each output chunk reads
+    its input chunk with a halo of ``search_radius + tile_size + 2 * overlap`` pixels, so tiles
+    align across chunks and the result equals an in-memory fill.
 
     ``references`` are other dates of the same grid, ``(DataArray, days)`` with ``days`` the date
     offset from ``da``'s date (negative = before it); their gaps follow the same rule (their own
@@ -197,7 +199,6 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
     refs = _xarray_references(references, arr3)
     if cfg.categorical == "nearest":
         _refuse_references_for_classes(refs)
-    halo = fill_halo(cfg, references=bool(refs))
     data = arr3.data
     footprint = None
     if not cfg.fill_outside:  # the same footprint rule as fill_raster (geonp.io.footprint)
@@ -205,7 +206,7 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
 
         footprint = footprint_of_array(_valid(data, nodata).any(axis=0))
     if hasattr(data, "dask"):
-        filled, std = _fill_dask(data, nodata, cfg, halo=halo, footprint=footprint, references=refs)
+        filled, std = _fill_dask(data, nodata, cfg, footprint=footprint, references=refs)
     else:
         values = np.asarray(data, dtype=np.float64)
         h, w = values.shape[1:]
@@ -229,15 +230,6 @@ def nodata_of(da: Any, cfg: FillConfig) -> float | None:
         with contextlib.suppress(Exception):  # rioxarray not imported or no CRS: keep the attrs' value
             nodata = da.rio.nodata if da.rio.nodata is not None else nodata
     return nodata
-
-
-def fill_halo(cfg: FillConfig, *, references: bool) -> int:
-    """Pixels each Dask chunk is read with around it, so that the fill does not depend on the chunks."""
-    if cfg.categorical == "nearest":  # no model: the halo is the class fill's reach
-        return classes.halo(classes.reach(cfg.max_distance, cfg.search_radius))
-    loaded = load_for_fill(fill_model(cfg.model, references=references), references=references)
-    opts = tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius, cfg.queries)
-    return max(opts.halo, ESTIMATE_REACH if references else 0)
 
 
 def _inside(footprint: Any, window: Window, references: Sequence[np.ndarray], nodata: float | None
@@ -327,32 +319,87 @@ def _lines_of_dask(data: Any, nodata: float | None, cfg: FillConfig, references:
     return dask.delayed(_lines_of_sums, pure=True)(parts)
 
 
+def dask_plan(data: Any, nodata: float | None, cfg: FillConfig, *, references: bool) -> tuple[FillPlan, Any]:
+    """The plan of a Dask fill of ``data`` (``[bands, y, x]``) and the model it loaded (None: no model).
+
+    Built once per date, before any chunk: the normaliser, where it is fitted on the input, from
+    the windows :func:`fill_raster <geonp.filling.raster.fill_raster>` samples of the same raster
+    (:func:`~geonp.filling.survey.sample_windows`; only they are computed), so that no chunk's
+    fill depends on the chunks. The plan holds no reference lines: they are a lazy reduction
+    (:func:`_lines_of_dask`) that :func:`_fill_dask` adds to it.
+    """
+    n = data.shape[0]
+
+    def sample() -> tuple[np.ndarray, np.ndarray]:
+        return survey.sample_windows(data.shape[1], data.shape[2], n, functools.partial(_read_windows, data, nodata,
+                                                                                        cfg.nodata))
+
+    if cfg.categorical == "nearest":
+        return FillPlan.build(cfg, None, n_bands=n, sample=sample, class_fill=True), None
+    loaded = load_for_fill(fill_model(cfg.model, references=references), references=references)
+    return FillPlan.build(cfg, loaded, n_bands=n, sample=sample), loaded
+
+
+def _read_windows(data: Any, nodata: float | None, option_nodata: float | None, windows: list[Window]
+                  ) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Values and observed flags of windows of ``data`` (computed together when it is a Dask array)."""
+    parts = [data[:, w.row_off:w.row_off + w.height, w.col_off:w.col_off + w.width] for w in windows]
+    if hasattr(data, "dask"):
+        import dask
+
+        parts = list(dask.compute(*parts))
+    values = [np.asarray(p, dtype=np.float64) for p in parts]
+    return [(v, _observed(v, nodata, option_nodata)) for v in values]
+
+
+def _observed(values: np.ndarray, nodata: float | None, option_nodata: float | None) -> np.ndarray:
+    """The observed pixels of a chunk as ``fill_array`` marks them (the option's nodata, then the array's)."""
+    return valid_mask(values, nodata=option_nodata, internal_valid=_valid(values, nodata))
+
+
+def _with_lines(plan: FillPlan, lines: ReferenceLines | None) -> FillPlan:
+    """``plan`` with the reference regression's lines (fitted lazily on the whole array)."""
+    return plan if lines is None else dataclasses.replace(plan, reference_lines=lines)
+
+
 def _fill_chunk(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int], footprint: Any,
-                lines: ReferenceLines | None, *refs: np.ndarray, nodata: float | None, cfg: FillConfig,
+                plan: FillPlan, loaded: Any, *refs: np.ndarray, nodata: float | None, option_nodata: float | None,
                 days: Sequence[float]) -> np.ndarray:
-    """Fill one output chunk from its input read with a halo: ``[2, bands, h, w]`` (filled, std)."""
+    """Fill one output chunk from its input read with a halo: ``[2, bands, h, w]`` (filled, std).
+
+    ``loaded`` is the model when it was given as an object; else this worker's copy of the
+    model the plan names is used (:func:`~geonp.filling.plan.plan_model`, loaded once per worker).
+    """
     values = np.asarray(block, dtype=np.float64)
-    ref_values = [np.asarray(r, dtype=np.float64) for r in refs]
-    inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), ref_values, cfg.nodata)
-    try:
-        filled, std = fill_array(values, _valid(values, nodata), cfg, origin=(r0, c0), region=region,
-                                 fillable=inside, reference_lines=lines,
-                                 references=[(r, None, d) for r, d in zip(ref_values, days, strict=True)])
-    except NoValidPixelsError:  # nothing observed within the chunk's halo: its gaps have no context
-        core = values[:, region[0]:region[1], region[2]:region[3]]
-        filled, std = core, np.where(_valid(core, nodata), 0.0, np.nan)
-    return np.stack([filled, std.astype(np.float64)])
+    valid = _observed(values, nodata, option_nodata)
+    references = tuple((r, valid_mask(r, nodata=option_nodata), float(d))
+                       for r, d in zip((np.asarray(r, dtype=np.float64) for r in refs), days, strict=True))
+    core = (slice(None), slice(region[0], region[1]), slice(region[2], region[3]))
+    if not valid.any() and not any(ok.any() for _, ok, _ in references):
+        # nothing observed within the chunk's halo: its gaps have no context
+        return np.stack([values[core], np.where(valid[core], 0.0, np.nan)])
+    inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), [r for r, _, _ in references],
+                     option_nodata)
+    predictor = None if plan.class_reach is not None else plan.predictor(loaded or plan_model(plan))
+    out = fill_block(BlockInput(values, valid, region, origin=(r0, c0), fillable=inside, references=references),
+                     plan, predictor)
+    filled = _in_type(values[core], valid[core], out.mean, option_nodata)
+    return np.stack([filled, out.uncertainty.astype(np.float64)])
 
 
-def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int, footprint: Any = None,
+def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, footprint: Any = None,
                references: Sequence[tuple[Any, float]] = (), blocks: int | None = None) -> tuple[Any, Any]:
     """Build lazy filled/std arrays, one delayed task per output chunk (input read with a halo).
 
+    The fill's plan is built here, once (:func:`dask_plan`), and every chunk's task shares it;
+    each chunk is read with the plan's halo (:meth:`FillPlan.halo
+    <geonp.filling.plan.FillPlan.halo>`) and filled by :func:`~geonp.filling.block.fill_block`.
     ``footprint`` may be a :class:`~geonp.io.footprint.Footprint` or a ``dask.delayed`` one; the
     reference regression's lines are a Dask reduction over the whole array (:func:`_lines_of_dask`)
-    that every chunk's task waits for: nothing is computed here. ``blocks``: fill squares of this
-    many pixels on the grid (``fill_raster``'s blocks) whatever the input's chunks, so that the
-    model's batches, and the result, do not depend on them (None: the input's chunks).
+    that every chunk's task waits for: nothing but the normaliser's sample windows is computed
+    here. ``blocks``: fill squares of this many pixels on the grid (``fill_raster``'s blocks)
+    whatever the input's chunks, so that the model's batches, and the result, do not depend on
+    them (None: the input's chunks).
     """
     import dask
     import dask.array as dsa
@@ -361,11 +408,20 @@ def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int, f
     data = data.rechunk({0: -1})
     references = [(r.rechunk(data.chunks) if hasattr(r, "dask") else dsa.from_array(r, chunks=data.chunks), days)
                   for r, days in references]
+    try:
+        plan, loaded = dask_plan(data, nodata, cfg, references=bool(references))
+    except NoValidPixelsError:  # a band observed nowhere: nothing to fill from, every chunk left as it is
+        valid = data.map_blocks(_observed, nodata, cfg.nodata, dtype=bool)
+        return data.astype(np.float64), dsa.where(valid, 0.0, np.nan).astype(np.float32)
     regression = bool(references) and cfg.reference_fit == "regression"
+    halo = plan.halo(regression)
     lines = _lines_of_dask(data, nodata, cfg, references) if regression else None
+    # one key that every chunk's task shares (not pure: a pure key would hash the plan's arrays)
+    shared_plan = dask.delayed(_with_lines, pure=False)(plan, lines)
+    # a model given as an object travels to the workers (once each); a named one each worker loads
+    model = None if loaded is None or not plan.model.startswith("object:") else dask.delayed(loaded, traverse=False)
     if footprint is not None and not isinstance(footprint, Delayed):
         footprint = dask.delayed(footprint)  # one key that every chunk's task shares
-    # not pure: a pure task's key hashes its arguments, and the options may hold a loaded model
     one = dask.delayed(_fill_chunk, pure=False)
     days = [float(d) for _, d in references]
     _, h, w = data.shape
@@ -382,8 +438,8 @@ def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, halo: int, f
             region = (int(r0 - hr0), int(r1 - hr0), int(c0 - hc0), int(c1 - hc0))
             shape = (2, data.shape[0], r1 - r0, c1 - c0)
             refs = [r[:, hr0:hr1, hc0:hc1] for r, _ in references]
-            task = one(data[:, hr0:hr1, hc0:hc1], int(hr0), int(hc0), region, footprint, lines, *refs,
-                       nodata=nodata, cfg=cfg, days=days)
+            task = one(data[:, hr0:hr1, hc0:hc1], int(hr0), int(hc0), region, footprint, shared_plan, model, *refs,
+                       nodata=nodata, option_nodata=cfg.nodata, days=days)
             cols.append(dsa.from_delayed(task, shape=shape, dtype=np.float64))
         rows.append(cols)
     both = dsa.block(rows)

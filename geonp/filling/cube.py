@@ -5,7 +5,8 @@ date of such a cube is filled as :func:`geonp.fill` fills one date with referenc
 ``neighbours`` nearest other dates of the cube (within ``max_days``) are the references, chosen
 by the rule ``geonp batch --neighbours`` uses (:func:`geonp.io.timeseries.nearest_dates`), and
 the date is filled block by block (:func:`geonp.filling.arrays._fill_dask`), each block read with a
-halo. Nothing is computed when the cube is Dask-backed. The result is the same bit for bit
+halo. When the cube is Dask-backed nothing is computed but each date's normalisation sample (a few
+windows: :func:`geonp.filling.arrays.dask_plan`). The result is the same bit for bit
 whatever the cube's chunks: the blocks are ``block_size`` squares of the grid, as
 :func:`geonp.fill_raster` lays them (so the model's batches are the same), and the reference
 regression's lines of a date are a Dask reduction over fixed windows of the grid
@@ -23,7 +24,7 @@ import numpy as np
 
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError
-from geonp.filling.arrays import _fill_dask, fill_halo, nodata_of
+from geonp.filling.arrays import _fill_dask, nodata_of
 from geonp.io.masks import valid_mask
 from geonp.io.timeseries import nearest_dates
 
@@ -213,8 +214,8 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int = 
         date_cfg = FillConfig.of(cfg, model=cfg.model if cfg.model is not None else ("multidate" if several else "default"))
         references = [(data[j], days) for j, days in refs]
         footprint = None if cfg.fill_outside else _footprint(data[i])
-        f, s = _fill_dask(data[i], nodata, date_cfg, halo=fill_halo(date_cfg, references=bool(refs)),
-                          footprint=footprint, references=references, blocks=cfg.block_size)
+        f, s = _fill_dask(data[i], nodata, date_cfg, footprint=footprint, references=references,
+                          blocks=cfg.block_size)
         filled.append(f)
         std.append(s)
     ds = build_result(dsa.stack(filled), dsa.stack(std), cube4, nodata=nodata)

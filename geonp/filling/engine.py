@@ -27,10 +27,9 @@ import numpy as np
 from rasterio.windows import Window
 
 from geonp.errors import ConfigError
-from geonp.filling import classes
 from geonp.filling.block import BlockInput, fill_block
 from geonp.filling.plan import FillPlan, plan_model
-from geonp.filling.references import ESTIMATE_REACH, LineStats, ReferenceLines
+from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
@@ -125,13 +124,12 @@ class BlockRunner:
     def _halos(self) -> list[tuple[int, int | None]]:
         """``(halo, search limit)`` to try in turn: narrow first where it can be enough, then full."""
         plan = self.job.plan
+        halo = plan.halo(plan.reference_lines is not None)
         if plan.class_reach is not None:  # nearest-class fill (geonp.filling.classes)
-            return [(classes.halo(plan.class_reach), None)]
+            return [(halo, None)]
         opts = plan.opts
         assert opts is not None, "a model fill has tile options"
         margin = 2 * opts.overlap + opts.tile_size
-        # the reference regression's estimate of a pixel looks up to ESTIMATE_REACH pixels around it
-        halo = max(opts.halo, ESTIMATE_REACH if plan.reference_lines is not None else 0)
         narrow = _NARROW_SEARCH + margin
         needs_far = plan.max_distance is not None and plan.max_distance + margin > narrow
         if narrow >= halo or needs_far or opts.n_far:

@@ -25,7 +25,7 @@ from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.filling import classes
 from geonp.filling.predict import Predictor, TileOptions
-from geonp.filling.references import ReferenceLines
+from geonp.filling.references import ESTIMATE_REACH, ReferenceLines
 from geonp.model_files.calibration import Calibration
 from geonp.models.layers import resolve_device
 from geonp.tasks.context import ContextSpec
@@ -117,6 +117,20 @@ class FillPlan:
     def context(self) -> ContextSpec | None:
         """The context geometry of every tile (None for a nearest-class fill of an array)."""
         return None if self.opts is None else self.opts.context
+
+    def halo(self, regression: bool) -> int:
+        """Pixels a block is read with around it so that its fill does not depend on the blocks.
+
+        A nearest-class fill reads its reach; a model fill its tiles' halo
+        (:attr:`TileOptions.halo <geonp.filling.predict.TileOptions.halo>`), and with ``regression``
+        (the fill weighs the reference regression: its lines exist, or will once a lazy fill
+        fits them) at least the regression's reach
+        (:data:`~geonp.filling.references.ESTIMATE_REACH`). Both drivers size blocks by it.
+        """
+        if self.class_reach is not None:
+            return classes.halo(self.class_reach)
+        assert self.opts is not None, "a model fill has tile options"
+        return max(self.opts.halo, ESTIMATE_REACH if regression else 0)
 
     def predictor(self, loaded: LoadedModel) -> Predictor:
         """A predictor of ``loaded`` with this plan's tiles, device and batch budget."""

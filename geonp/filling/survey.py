@@ -19,7 +19,7 @@ from geonp.filling.predict import TileOptions
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo
 
-__all__ = ["count_gaps", "estimate_gaps", "plan", "sample_for_stats", "sample_rows"]
+__all__ = ["count_gaps", "estimate_gaps", "plan", "sample_for_stats", "sample_rows", "sample_windows"]
 
 
 def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
@@ -56,35 +56,61 @@ def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | Non
 
 def sample_for_stats(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
                      gaps_from: Callable[[Window], np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
-    """Up to 16 windows of 256 px spread over the raster, for normalisation statistics.
+    """:func:`sample_windows` of a raster file: its values and observed flags, extra gaps applied."""
 
-    A band the windows see no observed pixel of (a sparse raster) is searched for in strips of
-    the whole raster, until every band has one or the raster ends.
+    def read(windows: list[Window]) -> list[tuple[np.ndarray, np.ndarray]]:
+        out = []
+        for win in windows:
+            arr, ok = read_observed(src, win, bands, info=info, nodata=nodata)
+            gap = gaps_from(win)
+            if gap is not None:
+                ok &= ~gap[None]
+            out.append((arr, ok))
+        return out
+
+    return sample_windows(info.height, info.width, len(bands), read)
+
+
+def sample_windows(height: int, width: int, n_bands: int,
+                   read: Callable[[list[Window]], list[tuple[np.ndarray, np.ndarray]]]
+                   ) -> tuple[np.ndarray, np.ndarray]:
+    """Up to 16 windows of 256 px spread over the input, for normalisation statistics.
+
+    A band the windows see no observed pixel of (a sparse input) is searched for in strips of
+    the whole input, until every band has one or the input ends. The file fill
+    (:func:`sample_for_stats`) and the Dask fill (:mod:`geonp.filling.arrays`) sample the same
+    pixels of the same input, so they fit the same normaliser.
+
+    Args:
+        height: rows of the input.
+        width: columns of the input.
+        n_bands: bands of the input.
+        read: ``[bands, h, w]`` values and observed flags of each window asked, in order (a
+            list, so that a lazy input computes the windows together).
+
+    Returns:
+        ``([bands, n] values, [bands, n] observed)``: the first window whole, then the pixels of
+        the others observed in some band.
     """
     size = 256
-    rows = np.linspace(0, max(0, info.height - size), 4).astype(int)
-    cols = np.linspace(0, max(0, info.width - size), 4).astype(int)
-    vals, oks = [], []
+    rows = np.linspace(0, max(0, height - size), 4).astype(int)
+    cols = np.linspace(0, max(0, width - size), 4).astype(int)
+    vals: list[np.ndarray] = []
+    oks: list[np.ndarray] = []
 
-    def take(win: Window) -> None:
-        arr, ok = read_observed(src, win, bands, info=info, nodata=nodata)
-        gap = gaps_from(win)
-        if gap is not None:
-            ok &= ~gap[None]
-        keep = ok.reshape(len(bands), -1).any(axis=0) if vals else slice(None)
-        vals.append(arr.reshape(len(bands), -1)[:, keep])
-        oks.append(ok.reshape(len(bands), -1)[:, keep])
+    def take(windows: list[Window]) -> None:
+        for arr, ok in read(windows):
+            keep = ok.reshape(n_bands, -1).any(axis=0) if vals else slice(None)
+            vals.append(arr.reshape(n_bands, -1)[:, keep])
+            oks.append(ok.reshape(n_bands, -1)[:, keep])
 
-    for r in sorted(set(rows)):
-        for c in sorted(set(cols)):
-            take(Window(c, r, min(size, info.width), min(size, info.height)))
-    strip = max(1, (1 << 20) // max(1, info.width))
-    for r0 in range(0, info.height, strip):
+    take([Window(c, r, min(size, width), min(size, height)) for r in sorted(set(rows)) for c in sorted(set(cols))])
+    strip = max(1, (1 << 20) // max(1, width))
+    for r0 in range(0, height, strip):
         if np.concatenate(oks, 1).any(axis=1).all():
             break
-        take(Window(0, r0, info.width, min(strip, info.height - r0)))
+        take([Window(0, r0, width, min(strip, height - r0))])
     return np.concatenate(vals, 1), np.concatenate(oks, 1)
-
 
 
 # CPU seconds per gap pixel at 256 context pixels, one thread of the 2-core development CPU

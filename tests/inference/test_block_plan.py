@@ -82,3 +82,51 @@ def test_building_a_plan_twice_gives_equal_plans(tiny_model):
     first, second = _plan(cfg, loaded, values, valid), _plan(cfg, loaded, values, valid)
     assert first == second and hash(first) == hash(second)
     assert first.opts.tile_size == 24 and first.queries == "every" and first.norm.n_bands == 2
+
+
+def test_a_dask_fill_plans_once_with_the_file_fills_normaliser_whatever_the_chunks(tmp_path, tiny_model):
+    """The normaliser of a Dask fill is fitted on the windows fill_raster samples, not on a chunk."""
+    import dask.array as dsa
+
+    from geonp.filling import survey
+    from geonp.filling.arrays import dask_plan
+    from geonp.filling.plan import normalizer_for
+    from geonp.io.raster import open_raster, raster_info
+    from tests.conftest import write_raster
+
+    rng = np.random.default_rng(1)
+    values = np.stack([smooth_field((300, 340), seed=2), smooth_field((300, 340), seed=3, offset=3000.0)])
+    values[:, 40:90, 100:180] = 0
+    values[:, rng.random((300, 340)) < 0.05] = 0
+    values = values.astype("float32")
+    cfg = FillConfig(model=str(tiny_model), nodata=0)
+    plans = [dask_plan(dsa.from_array(values, chunks=chunks), 0, cfg, references=False)[0]
+             for chunks in ((2, 64, 64), (2, 300, 100))]
+    assert plans[0] == plans[1]
+    # a chunk's own statistics differ from the sample's: the plan is not a chunk's
+    own = normalizer_for(load_model(tiny_model), 2, lambda: (values[:, :64, :64].reshape(2, -1),
+                                                            (values[:, :64, :64] != 0).reshape(2, -1)))
+    assert plans[0].norm != own
+    path = write_raster(tmp_path / "in.tif", values, nodata=0)
+    with open_raster(path) as src:
+        info = raster_info(src)
+        norm = normalizer_for(load_model(tiny_model), 2,
+                              lambda: survey.sample_for_stats(src, info, [1, 2], 0.0, lambda win: None))
+    assert plans[0].norm == norm  # the same pixels in the same order: bit for bit
+
+
+def test_both_drivers_size_a_block_halo_by_the_plan(tiny_model):
+    from geonp.filling.engine import BlockRunner
+    from geonp.filling.references import ESTIMATE_REACH
+
+    values, valid = _block()
+    loaded = load_model(tiny_model)
+    plan = _plan(FillConfig(model=loaded, tile_size=16, overlap=4, search_radius=24), loaded, values, valid)
+    assert plan.halo(False) == plan.opts.halo == 24 + 2 * 4 + 16
+    assert plan.halo(True) == ESTIMATE_REACH > plan.opts.halo
+    runner = BlockRunner.__new__(BlockRunner)  # its halo rule only: no model, no raster
+    runner.job = type("Job", (), {"plan": plan})()
+    assert runner._halos()[-1] == (plan.halo(False), None)
+    classes_plan = FillPlan.build(FillConfig(max_distance=5.0), None, n_bands=2, sample=lambda: (values, valid),
+                                  class_fill=True)
+    assert classes_plan.halo(True) == classes_plan.halo(False) > 0
