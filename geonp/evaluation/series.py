@@ -271,11 +271,21 @@ def _write_calibration(model: str, z2: list[list[np.ndarray]], dates: list[str])
 
 def _binned(y: np.ndarray, predictions: dict[str, tuple[np.ndarray, np.ndarray | None]], scored: np.ndarray,
             distance: np.ndarray) -> dict[str, list[dict[str, Any]]]:
-    """Every method's scores on the scored pixels ``[bands, h, w]`` per bin of ``distance`` ``[h, w]``."""
+    """Every method's scores on the scored pixels ``[bands, h, w]`` per bin of ``distance`` ``[h, w]``.
+
+    A method scores where it predicted: pixels it left unfilled (NaN mean or std: the single-date
+    fill's footprint rule may take a hidden area at a crop's edge for the scene's collar) are left
+    out of its bins (their ``n`` counts predicted pixels only); the date's RMSE columns keep them
+    (NaN), and ``unfilled`` counts geonp's.
+    """
     d = np.broadcast_to(distance, scored.shape)[scored]
-    return {key: binned_scores(y, mean[scored], None if std is None else np.maximum(std[scored], _STD_FLOOR), d,
-                               DISTANCE_BIN_EDGES)
-            for key, (mean, std) in predictions.items()}
+    out = {}
+    for key, (mean, std) in predictions.items():
+        m, s = mean[scored], None if std is None else std[scored]
+        ok = np.isfinite(m) if s is None else np.isfinite(m) & np.isfinite(s)
+        out[key] = binned_scores(y[ok], m[ok], None if s is None else np.maximum(s[ok], _STD_FLOOR), d[ok],
+                                 DISTANCE_BIN_EDGES)
+    return out
 
 
 def _read(path: Path) -> np.ndarray:

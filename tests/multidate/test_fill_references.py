@@ -399,3 +399,23 @@ def test_evaluate_series_calibrate_fits_the_multi_date_std_on_the_dates_scored(t
     assert abs(after["coverage95_all_hidden"] - 0.95) < 0.005 < abs(before["coverage95_all_hidden"] - 0.95)
     nothing = _cli(*args, "--targets-until", "2013-01-01", "--calibrate")
     assert nothing.exit_code != 0 and "found no target date to fit on" in nothing.output
+
+
+def test_binned_scores_leave_out_the_pixels_a_method_left_unfilled():
+    """A peer that leaves pixels unfilled (NaN) is scored where it predicted, not refused."""
+    from geonp.evaluation.series import _binned
+
+    rng = np.random.default_rng(0)
+    y_full = rng.normal(size=(1, 6, 6))
+    scored = np.ones((1, 6, 6), bool)
+    scored[0, 0] = False
+    mean, std = y_full + 0.1, np.full((1, 6, 6), 0.5)
+    gappy_mean, gappy_std = mean.copy(), std.copy()
+    gappy_mean[0, 5, :2] = np.nan
+    gappy_std[0, 4, :3] = np.nan
+    distance = np.arange(36, dtype=float).reshape(6, 6) / 4
+    bins = _binned(y_full[scored], {"full": (mean, std), "gappy": (gappy_mean, gappy_std), "nostd": (mean, None)},
+                   scored, distance)
+    assert sum(b["n"] for b in bins["full"]) == 30 and sum(b["n"] for b in bins["nostd"]) == 30
+    assert sum(b["n"] for b in bins["gappy"]) == 25
+    assert all(b["rmse"] is None or abs(b["rmse"] - 0.1) < 1e-9 for b in bins["gappy"])
