@@ -144,8 +144,10 @@ def _train_series(ctx: click.Context, inputs: tuple[str, ...], output: str, reci
         raise ConfigError("--series takes one folder of dated rasters (RASTER_OR_DIR)")
     data = dict(recipe["data"])
     # options of the run, not entries of a recipe
-    before, qa_kind = data.pop("before", None), data.pop("qa_kind", None)
+    before, qa_kind, metrics = data.pop("before", None), data.pop("qa_kind", None), data.pop("metrics", None)
     kwargs = {} if qa_kind is None else {"qa_kind": qa_kind}
+    if metrics is not None:
+        kwargs["metrics"] = metrics
     update, close = progress_bar(ctx.obj.get("quiet", False), "training")
     command = "geonp " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -136,3 +138,32 @@ def fit(
                 on_validate(record, is_best, result)
     result.optimizer_state = opt.state_dict()
     return result
+
+
+class MetricsWriter:
+    """Appends each validation record of a run to a ``.csv`` (header first) or ``.jsonl`` file.
+
+    Args:
+        path: The file, or None to write nothing.
+        resume: Keep what the file holds (a resumed run); otherwise it starts empty.
+    """
+
+    def __init__(self, path: Path | None, resume: bool) -> None:
+        """Build the writer; the arguments are described in the class docstring."""
+        self.path = path
+        if path is not None and not resume:
+            path.unlink(missing_ok=True)
+
+    def write(self, record: dict[str, Any]) -> None:
+        """Append one record (the same keys every time)."""
+        if self.path is None:
+            return
+        if self.path.suffix == ".csv":
+            new = not self.path.exists()
+            with self.path.open("a") as f:
+                if new:
+                    f.write(",".join(record) + "\n")
+                f.write(",".join(f"{v}" for v in record.values()) + "\n")
+        else:
+            with self.path.open("a") as f:
+                f.write(json.dumps(record) + "\n")

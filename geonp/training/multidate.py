@@ -44,7 +44,7 @@ from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.models import build_model
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.normalize import Normalizer
-from geonp.training.loop import FitResult, fit
+from geonp.training.loop import FitResult, MetricsWriter, fit
 from geonp.training.raster import best_of, hardware
 from geonp.training.windows import make_batch
 
@@ -317,6 +317,7 @@ def train_series(
     name: str | None = None,
     command: str | None = None,
     progress: Callable[[int, int, float], None] | None = None,
+    metrics: str | os.PathLike[str] | None = None,
 ) -> SeriesTrainReport:
     """Train a multi-date model on a time series and write it to ``output``.
 
@@ -346,6 +347,8 @@ def train_series(
         name: model name for its card.
         command: the command line, for the card.
         progress: ``(step, total, loss)`` callback.
+        metrics: write every validation record (step, train and validation NLL, learning rate,
+            seconds) to this ``.csv`` or ``.jsonl`` file: the run's learning curve.
     """
     from geonp.model_files.registry import load_model
 
@@ -410,9 +413,12 @@ def train_series(
     )
     best: dict[str, Any] = {"nll": math.inf, "step": -1}
 
+    metrics_writer = MetricsWriter(None if metrics is None else Path(metrics), resume=False)
+
     def save_best(record: dict[str, float], is_best: bool, result: FitResult) -> None:
         nonlocal card
         logger.info("step %d val_nll %.4f", record["step"], record["val_nll"])
+        metrics_writer.write(record)
         if is_best:
             best.update(nll=record["val_nll"], step=record["step"])
             card = replace(card, best_val_nll=record["val_nll"], best_step=int(record["step"]),

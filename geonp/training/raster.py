@@ -15,7 +15,6 @@ training run: the model, its card, the phases of :func:`geonp.training.loop.fit`
 
 from __future__ import annotations
 
-import json
 import logging
 import math
 import os
@@ -43,7 +42,7 @@ from geonp.model_files.train_state import load_training_state, save_training_sta
 from geonp.models import MODEL_FAMILIES, build_model, load_start_weights
 from geonp.training.allocator import keep_freed_memory
 from geonp.training.calibrate import calibrate_on_validation
-from geonp.training.loop import FitResult, fit
+from geonp.training.loop import FitResult, MetricsWriter, fit
 from geonp.training.parallel import GradientAverager, run_data_parallel, shard_size
 from geonp.training.prefetch import PrefetchedBatches, default_workers
 from geonp.training.windows import (
@@ -83,26 +82,6 @@ class TrainReport:
     best_step: int
     seconds: float
     history: list[dict[str, float]]
-
-
-class _MetricsWriter:
-    def __init__(self, path: Path | None, resume: bool) -> None:
-        self.path = path
-        if path is not None and not resume:
-            path.unlink(missing_ok=True)
-
-    def write(self, record: dict[str, Any]) -> None:
-        if self.path is None:
-            return
-        if self.path.suffix == ".csv":
-            new = not self.path.exists()
-            with self.path.open("a") as f:
-                if new:
-                    f.write(",".join(record) + "\n")
-                f.write(",".join(f"{v}" for v in record.values()) + "\n")
-        else:
-            with self.path.open("a") as f:
-                f.write(json.dumps(record) + "\n")
 
 
 def train(
@@ -266,7 +245,7 @@ def train(
             logger.warning("resuming with processes=%d where the run had %s: the tasks of the remaining steps "
                            "differ from those of an uninterrupted run", world, prog.get("processes", 1))
     total_steps = pretrain_steps + tcfg.steps
-    metrics_writer = _MetricsWriter(Path(metrics) if metrics else None, resume)
+    metrics_writer = MetricsWriter(Path(metrics) if metrics else None, resume)
 
     card = ModelCard(
         name=name or out.name,

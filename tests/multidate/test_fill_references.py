@@ -419,3 +419,17 @@ def test_binned_scores_leave_out_the_pixels_a_method_left_unfilled():
     assert sum(b["n"] for b in bins["full"]) == 30 and sum(b["n"] for b in bins["nostd"]) == 30
     assert sum(b["n"] for b in bins["gappy"]) == 25
     assert all(b["rmse"] is None or abs(b["rmse"] - 0.1) < 1e-9 for b in bins["gappy"])
+
+
+def test_train_series_writes_its_learning_curve(tmp_path):
+    """``geonp train --series --metrics``: one record per validation, as plain ``geonp train`` writes."""
+    curve = tmp_path / "curve.csv"
+    res = _cli("-q", "train", LSTS, "--series", "--output", tmp_path / "m", "--steps", 4, "--val-every", 2,
+               "--metrics", curve)
+    assert res.exit_code == 0, res.output
+    lines = curve.read_text().splitlines()
+    assert lines[0] == "step,train_nll,val_nll,lr,seconds"
+    rows = [dict(zip(lines[0].split(","), map(float, line.split(",")), strict=True)) for line in lines[1:]]
+    assert [r["step"] for r in rows] == [2.0, 4.0]
+    card = geonp.load_model(tmp_path / "m").card
+    assert min(r["val_nll"] for r in rows) == pytest.approx(card.best_val_nll)
