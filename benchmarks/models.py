@@ -15,6 +15,7 @@ Three parts, each optional:
 
     python benchmarks/models.py                                   # ~25 minutes on 2 cores
     python benchmarks/models.py --steps 20 --test-batches 4 --sizes 1024,4096   # smoke run
+    python benchmarks/models.py --parts gp --device cuda --steps 3000          # the peers on a GPU
 """
 
 from __future__ import annotations
@@ -52,9 +53,11 @@ def score_batches(model, batches: list) -> dict[str, float]:
     import torch
 
     model.eval()
+    device = next(model.parameters()).device
     nll, se, cov, n = 0.0, 0.0, 0.0, 0
     with torch.no_grad():
         for b in batches:
+            b = b.to(device)
             mean, std = model(b.xc, b.yc, b.xt, b.context_valid)
             tv = b.target_valid[..., None]
             z = (b.yt - mean) / std
@@ -76,7 +79,7 @@ def train_and_score(name: str, length_scale: float, sample: Callable, val: list,
     torch.manual_seed(args.seed)
     model = build_model(model_config(name, length_scale))
     cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup_steps=min(100, args.steps // 10),
-                      val_every=max(1, args.steps // 5), seed=args.seed, device="cpu")
+                      val_every=max(1, args.steps // 5), seed=args.seed, device=args.device)
     t0 = time.perf_counter()
     result = fit(model, sample, val, cfg)
     seconds = time.perf_counter() - t0
@@ -101,6 +104,34 @@ def print_table(title: str, rows: list[dict], reference: dict | None = None) -> 
               f"{r['seconds']:>9.0f}")
 
 
+def _gp_batch(batch_size: int, seed: int, step: int):
+    import numpy as np
+
+    from geonp.data.gp_tasks import sample_gp_batch
+
+    return sample_gp_batch(batch_size, np.random.default_rng([seed, step])).batch
+
+
+class Prefetched:
+    """``sample(step)`` from ``--data-workers`` processes, ``ahead`` steps ahead; the same batches as
+    calling ``fn(step)`` in order (each batch depends on its step alone)."""
+
+    def __init__(self, fn: Callable, workers: int, ahead: int = 16):
+        import multiprocessing
+        from concurrent.futures import ProcessPoolExecutor
+
+        self.fn, self.ahead, self.pending = fn, ahead, {}
+        self.pool = ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context("spawn")) if workers else None
+
+    def __call__(self, step: int):
+        if self.pool is None:
+            return self.fn(step)
+        for s in range(step, step + self.ahead):
+            if s not in self.pending:
+                self.pending[s] = self.pool.submit(self.fn, s)
+        return self.pending.pop(step).result()
+
+
 def gp_part(args, names: list[str]) -> None:
     import numpy as np
 
@@ -112,9 +143,9 @@ def gp_part(args, names: list[str]) -> None:
     weights = np.array([o["n"] for o in oracle], float)
     ref = {k: float(np.average([o[k] for o in oracle], weights=weights)) for k in ("nll", "rmse", "coverage95")}
 
-    def sample(step: int):
-        return sample_gp_batch(args.batch_size, np.random.default_rng([args.seed, step])).batch
+    from functools import partial
 
+    sample = Prefetched(partial(_gp_batch, args.batch_size, args.seed), args.data_workers)
     rows = [train_and_score(n, 0.5, sample, val, [t.batch for t in test], args) for n in names]
     print_table(f"2D GP (RBF, noise 0.1): {args.steps} steps x batch {args.batch_size}, lr {args.lr}, "
                 f"{args.test_batches * 16} test tasks", rows, {"name": "exact GP", **ref})
@@ -271,6 +302,8 @@ def main() -> None:
     parser.add_argument("--sizes", default="1024,4096,16384,65536", help="context sizes for the memory part")
     parser.add_argument("--queries", type=int, default=1024)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", default="cpu", help="training and scoring device: cpu or cuda")
+    parser.add_argument("--data-workers", type=int, default=0, help="gp part: processes cutting the tasks ahead")
     parser.add_argument("--max-gb", type=float, default=16.0, help="skip a run whose estimate exceeds this")
     parser.add_argument("--timeout", type=int, default=300, help="seconds allowed per memory run")
     parser.add_argument("--memory-worker", help=argparse.SUPPRESS)
