@@ -74,7 +74,7 @@ def measure(workers: int, src: Path, out: Path, model: str, fill_opts: dict) -> 
         client.run(_warm, str(resolve_model_path(model).resolve()))
         startup = time.perf_counter() - t0
         t1 = time.perf_counter()
-        report = geonp.fill_many(src, out, model=model, device="cpu", scheduler=cluster.scheduler_address,
+        report = geonp.fill_many(src, out, model=model, device="cpu", cluster=geonp.Cluster(scheduler=cluster.scheduler_address),
                                  **fill_opts)
         seconds = time.perf_counter() - t1
     assert report.ok, report.table()

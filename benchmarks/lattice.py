@@ -67,7 +67,7 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
 def pairs(observed: np.ndarray, opts: object) -> float:
     """Attention pairs per layer (context x context + targets x context, over all tasks), in millions:
     the model's cost, independent of the machine's load."""
-    from geonp.filling.predict import block_tasks
+    from geonp.filling.tile_tasks import block_tasks
 
     tasks = block_tasks(np.zeros(observed.shape), observed, ~observed, (0, observed.shape[1], 0, observed.shape[2]),
                         origin=(0, 0), opts=opts)

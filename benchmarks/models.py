@@ -1,8 +1,8 @@
-"""The peer models side by side: TNP-KR (scan), TNP-KR (dka), TNP-D and CMANP (seed 003).
+"""The peer models side by side: TNP-KR (scan), TNP-KR (dka), TNP-D and CMANP (Feng et al.).
 
 Three parts, each optional:
 
-1. ``gp``: the 2D GP (RBF) tasks of seed 002 §4.2. Every model is trained with the same steps,
+1. ``gp``: the 2D GP (RBF) tasks of the TNP-KR paper (Jenson et al.) §4.2. Every model is trained with the same steps,
    batch size, optimiser and task stream, then scored on the same fixed test batches beside the
    exact GP posterior (the best any model can do).
 2. ``raster``: 64x64 patches of the Landsat 8 scene with simulated gaps, as ``geonp train`` cuts

@@ -48,9 +48,9 @@ def main() -> None:
         for fit in ("regression", "none"):
             out = Path(tmp) / f"{fit}.tif"
             t0 = time.perf_counter()
-            geonp.fill_raster(LSTS / f"{TARGET}.tif", out, references=refs,
-                              reference_qa=[LSTS / f"{r}_fmask.tif" for r in REFS],
-                              qa=LSTS / f"{TARGET}_fmask.tif", qa_kind="fmask", reference_fit=fit)
+            geonp.fill_raster(LSTS / f"{TARGET}.tif", out, reference_fit=fit,
+                              references=[geonp.Reference(ref, qa=LSTS / f"{r}_fmask.tif") for ref, r in zip(refs, REFS)],
+                              gaps=geonp.Gaps(qa=LSTS / f"{TARGET}_fmask.tif", qa_kind="fmask"))
             print(f"--reference-fit {fit}: {time.perf_counter() - t0:.1f} s")
             panels.append((f"filled 2012-05-24\n--reference-fit {fit}", out))
         panels.append(("ref 2012-06-09", refs[1]))

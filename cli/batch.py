@@ -10,10 +10,11 @@ from geonp_cli.options import CountBar, fill_config_options
 
 from geonp.config import QA_KINDS
 
-#: The defaults of geonp.fill_many, shown in --help; options not given are left to it
+#: The options of geonp.Files and geonp.Cluster; their defaults (shown in --help) are the library's
 #: (tests/test_cli_defaults.py checks that they agree).
-BATCH_DEFAULTS = {"pattern": "*.tif", "neighbours": 0, "skip_existing": True, "threads_per_worker": 1,
-                  "dashboard_address": ":8787"}
+FILE_OPTIONS = ("pattern", "recursive", "skip_existing")
+CLUSTER_OPTIONS = ("scheduler", "workers", "threads_per_worker", "dashboard_address")
+BATCH_DEFAULTS = {"pattern": "*.tif", "skip_existing": True, "threads_per_worker": 1, "dashboard_address": ":8787"}
 
 
 @click.command(short_help="Fill every raster of a directory in parallel (Dask).")
@@ -25,7 +26,7 @@ BATCH_DEFAULTS = {"pattern": "*.tif", "neighbours": 0, "skip_existing": True, "t
 @click.option("--neighbours", type=click.IntRange(min=0), default=None,
               help="Multi-date: fill each raster with the K dates of the same grid in INPUT_DIR nearest to it in "
                    "time as references (dates from tags or names; QA files beside the rasters give clouds).  "
-                   f"[default: {BATCH_DEFAULTS['neighbours']}]")
+                   "[default: 0, each raster from its own pixels]")
 @click.option("--max-days", type=click.FloatRange(min=0), default=None,
               help="With --neighbours: take only dates at most this many days away (default: any).")
 @click.option("--qa-kind", type=click.Choice(QA_KINDS),
@@ -68,15 +69,24 @@ def batch(ctx: click.Context, input_dir: str, output_dir: str, bands: tuple[int,
     quiet, verbose = ctx.obj.get("quiet", False), ctx.obj.get("verbose", 0)
     # Dask's own INFO lines (cluster start and stop) only with -v; workers inherit the setting.
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "info" if verbose else "warning")
-    fill_options = {k: v for k, v in opts.items() if v is not None}
-    if bands:
-        fill_options["bands"] = bands
+    given = {k: v for k, v in opts.items() if v is not None}
+
     def on_cluster(link: str | None) -> None:
         if not quiet:
             click.echo(f"Dask dashboard: {link or 'none (install bokeh to get one)'}", err=True)
 
+    # each group's options not given are left to the library's defaults
+    files = geonp.Files(**{k: given.pop(k) for k in FILE_OPTIONS if k in given})
+    cluster = geonp.Cluster(**{k: given.pop(k) for k in CLUSTER_OPTIONS if k in given}, on_ready=on_cluster)
+    count, qa_kind, max_days = (given.pop(k, None) for k in ("neighbours", "qa_kind", "max_days"))
+    if not count and (qa_kind is not None or max_days is not None):
+        raise click.BadParameter("--qa-kind and --max-days go with --neighbours K", param_hint="--neighbours")
+    neighbours = geonp.Neighbours(count, qa_kind=qa_kind, max_days=max_days) if count else None
+    if bands:
+        given["bands"] = bands
     with CountBar(quiet, "files", "file") as progress:
-        report = geonp.fill_many(input_dir, output_dir, progress=progress, on_cluster=on_cluster, **fill_options)
+        report = geonp.fill_many(input_dir, output_dir, files=files, cluster=cluster, neighbours=neighbours,
+                                 progress=progress, **given)
     if not quiet or not report.ok:
         click.echo(report.table(failed_only=quiet))
     if not report.ok:

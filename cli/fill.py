@@ -7,6 +7,9 @@ from geonp_cli.options import CountBar, fill_config_options, none_if_empty, work
 
 from geonp.config import QA_KINDS
 
+GAP_OPTIONS = ("mask", "mask_values", "mask_bits", "qa", "qa_kind", "qa_classes", "footprint")
+OUTPUT_OPTIONS = ("uncertainty", "quicklook", "format", "dry_run")
+
 
 @click.command(short_help="Fill the gaps of a raster; write the filled raster and its std.")
 @click.argument("input", type=click.Path(dir_okay=True))
@@ -63,8 +66,13 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
     import geonp
 
     _check_quicklook(input, output, opts)
+    gaps = geonp.Gaps(**{k: opts.pop(k) for k in GAP_OPTIONS})  # type: ignore[arg-type]
+    outputs = geonp.Outputs(output, **{k: opts.pop(k) for k in OUTPUT_OPTIONS})  # type: ignore[arg-type]
+    references = geonp.Reference.from_options(opts.pop("references"), opts.pop("reference_dates"),  # type: ignore[arg-type]
+                                              opts.pop("reference_qa"))  # type: ignore[arg-type]
     with CountBar(ctx.obj.get("quiet", False), "filling", "px") as progress:
-        report = geonp.fill_raster(input, output, bands=bands or None, progress=progress, **opts)  # type: ignore[arg-type]
+        report = geonp.fill_raster(input, outputs, gaps=gaps, references=references, bands=bands or None,
+                                   progress=progress, **opts)  # type: ignore[arg-type]
     if report.dry_run:
         click.echo(f"Dry run of {input} with model {report.model} (nothing written):")
         for key, value in report.plan.items():

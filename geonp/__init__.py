@@ -6,10 +6,12 @@ Public API (``help(geonp.NAME)`` for each):
 - ``fill(dataarray, ...)``: fill an xarray DataArray (numpy or Dask), one date or a cube with a
   ``time`` dimension (each date from its nearest dates); returns filled and std.
 - ``fill_array(values, valid, ...)``: fill a numpy array ``[bands, h, w]``.
-- ``fill_many(input_dir, output_dir, ...)``: fill every raster of a directory (``geonp batch``).
+- ``fill_many(input_dir, output_dir, ...)``: fill every raster of a directory (``geonp batch``),
+  with ``Files`` (which), ``Cluster`` (where) and ``Neighbours`` (other dates as references).
 - ``load_model(name_or_dir)``, ``list_models()``: the built-in and trained models.
 - ``train(inputs, output, ...)``, ``train_series(...)``: train a model (single- or multi-date).
 - ``evaluate(raster, ...)``, ``evaluate_series(...)``: score a model on hidden pixels.
+- ``Gaps``, ``Outputs``, ``Reference``: a file fill's gap sources, its outputs, another date.
 - ``FillConfig``, ``TaskShape``, ``SeriesRecipe``, ``ContextSpec``: option objects.
 - ``default_uncertainty_path``, ``check_output_path``, ``parse_date``, ``scan_series``,
   ``series_summary``, ``series_report``: helpers the command line uses.
@@ -30,7 +32,7 @@ from geonp._version import __version__
 
 #: Public name -> the module that defines it (``module:name`` where the module names it otherwise).
 _LAZY = {
-    "fill": "geonp.filling.cube",  # one date (geonp.filling.arrays.fill) or a cube with a time dimension
+    "fill": "geonp.filling.cube",  # one date (geonp.filling.xarray_fill.fill) or a cube with a time dimension
     "fill_array": "geonp.filling.arrays",
     "fill_raster": "geonp.filling.raster",
     "load_model": "geonp.model_files.registry",
@@ -38,7 +40,13 @@ _LAZY = {
     "train": "geonp.training.raster",
     "evaluate": "geonp.evaluation",
     "fill_many": "geonp.batch.jobs",
+    "Files": "geonp.batch.options",
+    "Cluster": "geonp.batch.options",
+    "Neighbours": "geonp.batch.options",
     "FillConfig": "geonp.config",
+    "Gaps": "geonp.filling.inputs",
+    "Outputs": "geonp.filling.inputs",
+    "Reference": "geonp.filling.inputs",
     "TaskShape": "geonp.training.windows",
     "train_series": "geonp.training.multidate",
     "SeriesRecipe": "geonp.training.multidate",

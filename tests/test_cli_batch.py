@@ -129,7 +129,8 @@ def test_killed_run_resumes_to_the_same_outputs(tmp_path, tiny_model, cluster):
     names = [f"small{i}.tif" for i in range(4)] + ["zbig0.tif", "zbig1.tif"]
     for i, name in enumerate(names):
         write_scene(src / name, i, size=256 if name.startswith("zbig") else 48)
-    geonp.fill_many(src, clean, model=str(tiny_model), device="cpu", scheduler=cluster.scheduler_address)
+    geonp.fill_many(src, clean, model=str(tiny_model), device="cpu",
+                    cluster=geonp.Cluster(scheduler=cluster.scheduler_address))
 
     cmd = [sys.executable, "-c", "from geonp_cli.main import cli; cli()", "-q", "batch", str(src), str(out),
            "--model", str(tiny_model), "--device", "cpu", "--workers", "2"]

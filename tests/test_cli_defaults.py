@@ -4,6 +4,7 @@ Each command is run with its library call replaced by a stub that records the ke
 library's own resolution of them must give what it gives when called with nothing.
 """
 
+import dataclasses
 import inspect
 from dataclasses import asdict, fields
 
@@ -125,14 +126,15 @@ def test_evaluate_series_cli_leaves_every_default_to_the_library(tmp_path, monke
 
 
 def test_batch_cli_leaves_every_default_to_the_library(tmp_path, monkeypatch):
-    from geonp.batch.jobs import fill_many
+    from geonp.batch.options import Cluster, Files
 
     seen = _run(monkeypatch, "fill_many", ["batch", tmp_path, tmp_path / "out"])
-    params = inspect.signature(fill_many).parameters
-    assert BATCH_DEFAULTS == {k: params[k].default for k in BATCH_DEFAULTS}
-    assert not set(seen) & set(BATCH_DEFAULTS)
+    assert BATCH_DEFAULTS == {k: getattr(Files(), k, getattr(Cluster(), k, None)) for k in BATCH_DEFAULTS}
+    assert seen["files"] == Files() and seen["neighbours"] is None
+    assert dataclasses.replace(seen["cluster"], on_ready=None) == Cluster()
     fill_options = {k: v for k, v in seen.items() if k in {f.name for f in fields(FillConfig)}}
     assert FillConfig.of(None, **fill_options) == FillConfig()
+    assert set(seen) - set(fill_options) == {"files", "cluster", "neighbours", "progress"}
 
 
 def test_fill_cli_defaults_are_fill_configs(tmp_path, monkeypatch):
@@ -140,10 +142,16 @@ def test_fill_cli_defaults_are_fill_configs(tmp_path, monkeypatch):
     seen = _run(monkeypatch, "fill_raster", ["fill", raster, tmp_path / "out.tif"])
     options = {k: v for k, v in seen.items() if k in {f.name for f in fields(FillConfig)}}
     assert FillConfig.of(None, **options) == FillConfig()
-    params = inspect.signature(geonp.fill_raster).parameters
-    for name, value in seen.items():  # every other keyword is left at the library's default
-        if name in params and name not in options and name != "progress":
-            assert value == params[name].default or (value is None and params[name].default == ()), name
+    assert seen["gaps"] == geonp.Gaps() and seen["references"] == () and seen["date"] is None
+    assert set(seen) - set(options) == {"gaps", "references", "date", "progress"}
+
+
+def test_fill_cli_outputs_are_the_library_defaults(tmp_path, monkeypatch):
+    got = []
+    monkeypatch.setattr(geonp, "fill_raster", lambda inp, out, **kw: got.append(out) or _Report())
+    res = CliRunner().invoke(cli, ["-q", "fill", str(tmp_path / "in.tif"), str(tmp_path / "out.tif")])
+    assert res.exit_code == 0, res.output
+    assert got == [geonp.Outputs(str(tmp_path / "out.tif"))]
 
 
 def test_every_device_default_is_the_same():

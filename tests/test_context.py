@@ -15,7 +15,7 @@ from geonp.filling.calibration import (
     distance_to_observed,
     std_factor,
 )
-from geonp.filling.predict import TileOptions
+from geonp.filling.tile_tasks import TileOptions
 from geonp.model_files.calibration import Calibration
 from geonp.tasks.context import ContextSpec, HaloTooSmall, ring_edges, select_context
 from geonp.tasks.tiling import nearest_context
@@ -157,7 +157,7 @@ def test_training_and_fill_share_select_context():
     np.testing.assert_array_equal(task.xc, np.stack([rows - 80, cols - 90], -1).astype(np.float32))
     # the fill engine's per-tile search gives the same pixels for the same arrays and spec
     observed = valid & ~is_gap
-    opts = TileOptions(max_context=100, search_radius=150, n_far=48, rings=5, sectors=8)
+    opts = TileOptions(context=ContextSpec(n_near=100, search_radius=150, n_far=48, rings=5, sectors=8))
     assert opts.context == spec
     fill_rows, fill_cols = context_points(values, observed, hidden, core, opts.context, origin=(300, 400))[:2]
     np.testing.assert_array_equal(fill_rows, rows)
@@ -172,11 +172,11 @@ def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):
     from geonp.model_files.registry import load_model
 
     lm = load_model(tiny_model)
-    assert tile_options(lm, None, None, 8, 512).n_far == 0  # a card without far fields: 0.1's rule
+    assert tile_options(lm, None, None, 8, 512).context.n_far == 0  # a card without far fields: 0.1's rule
     lm.card = replace(lm.card, task_shape={"core_size": 32, "max_context": 96, "n_far": 40, "rings": 6,
                                            "sectors": 12})
     opts = tile_options(lm, None, None, 8, 300)
-    assert (opts.tile_size, opts.max_context, opts.n_far, opts.rings, opts.sectors) == (32, 96, 40, 6, 12)
+    assert (opts.tile_size, opts.max_context, opts.context.n_far, opts.context.rings, opts.context.sectors) == (32, 96, 40, 6, 12)
     assert opts.context == ContextSpec(n_near=96, n_far=40, search_radius=300, rings=6, sectors=12)
 
 

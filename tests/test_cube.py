@@ -10,7 +10,7 @@ import xarray as xr
 import geonp
 from geonp.data.gap_shapes import cloud_mask
 from geonp.errors import ConfigError, InputRasterError
-from geonp.filling import arrays
+from geonp.filling import xarray_fill
 from geonp.filling.cube import cube_neighbours
 from geonp.io.timeseries import DatedRaster, nearest
 
@@ -92,7 +92,7 @@ def test_the_result_keeps_dims_coords_attrs_crs_and_nodata(masked_fill):
 
 
 def test_two_chunkings_give_the_same_result_bit_for_bit(client, monkeypatch):
-    monkeypatch.setattr(arrays, "STATS_WINDOW", 24)  # the regression's sums over several windows
+    monkeypatch.setattr(xarray_fill, "STATS_WINDOW", 24)  # the regression's sums over several windows
     cube = _cube()
     a = geonp.fill(cube.chunk({"time": 1, "y": 32, "x": 32}), block_size=40)
     b = geonp.fill(cube.chunk({"time": 2, "y": 64, "x": 20}), block_size=40)

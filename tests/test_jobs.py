@@ -13,6 +13,7 @@ from affine import Affine
 
 import geonp
 from geonp.batch import jobs
+from geonp.batch import run as batch_run
 from geonp.batch.manifest import MANIFEST_NAME
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, OutputError
@@ -65,9 +66,10 @@ def scenes(tmp_path: Path) -> Path:
     return src
 
 
-def run(src: Path, out: Path, model: Path, cluster, **kw):
+def run(src: Path, out: Path, model: Path, cluster, recursive=False, skip_existing=True, **kw):
     kw.setdefault("device", "cpu")
-    return geonp.fill_many(src, out, model=str(model), scheduler=cluster.scheduler_address, **kw)
+    return geonp.fill_many(src, out, model=str(model), cluster=geonp.Cluster(scheduler=cluster.scheduler_address),
+                           files=geonp.Files(recursive=recursive, skip_existing=skip_existing), **kw)
 
 
 def test_good_files_filled_bad_files_reported(scenes, tmp_path, tiny_model, cluster):
@@ -194,9 +196,9 @@ def test_fill_one_reports_unexpected_errors(monkeypatch, tmp_path):
 
     monkeypatch.setattr(geonp.filling.raster, "fill_raster", boom)
     monkeypatch.setattr("geonp.model_files.registry.cached_model", lambda path, device: object())
-    task = jobs._FileTask("a.tif", str(tmp_path / "a.tif"), str(tmp_path / "o" / "a.tif"),
-                          str(tmp_path / "o" / "a_std.tif"), "m", False, ())
-    result = jobs._fill_one(task)
+    task = batch_run.FileTask("a.tif", str(tmp_path / "a.tif"), str(tmp_path / "o" / "a.tif"),
+                                str(tmp_path / "o" / "a_std.tif"), "m", False, ())
+    result = batch_run.fill_one(task)
     assert result["status"] == "failed" and result["reason"] == "RuntimeError: boom second line"
 
 
@@ -217,7 +219,7 @@ def test_errors_before_any_work(tmp_path, tiny_model, cluster):
     with pytest.raises(ConfigError, match="does not exist"):
         geonp.fill_many(tmp_path / "nope", tmp_path / "out", model=str(tiny_model))
     with pytest.raises(ConfigError, match="--recursive"):
-        geonp.fill_many(src, tmp_path / "out", pattern="*.jp2", model=str(tiny_model))
+        geonp.fill_many(src, tmp_path / "out", files=geonp.Files(pattern="*.jp2"), model=str(tiny_model))
     assert not (tmp_path / "out").exists()
     with pytest.raises(ConfigError, match="is INPUT_DIR"):
         geonp.fill_many(src, src, model=str(tiny_model))

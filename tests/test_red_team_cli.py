@@ -73,7 +73,7 @@ def test_a_mask_that_overlaps_part_of_the_input_still_adds_its_gaps(tmp_path, ti
     src = scene(tmp_path / "in.tif")  # nodata gap rows/cols 8..15: 64 px
     # A mask shifted 16 px east: its columns 0..3 at rows 0..3 cover input columns 16..19.
     mask = _mask_raster(tmp_path / "half.tif", x0=500000 + 16 * 30, gap=(slice(0, 4), slice(0, 4)))
-    report = geonp.fill_raster(src, tmp_path / "out.tif", mask=mask, model=str(tiny_model), device="cpu",
+    report = geonp.fill_raster(src, tmp_path / "out.tif", gaps=geonp.Gaps(mask=mask), model=str(tiny_model), device="cpu",
                                fill_outside=True)
     assert report.gap_pixels == 64 + 16
 
@@ -185,7 +185,7 @@ def test_projected_geojson_with_a_crs_member_masks_its_pixels(tmp_path, tiny_mod
     src = scene(tmp_path / "in.tif")
     # columns 20..23, rows 20..23 (pixel centres 500615..500705, 6999295..6999385)
     gj = _polygon(tmp_path / "clouds.geojson", 500600, 6999280, 500720, 6999400, crs="EPSG:32621")
-    report = geonp.fill_raster(src, tmp_path / "out.tif", mask=gj, model=str(tiny_model), device="cpu",
+    report = geonp.fill_raster(src, tmp_path / "out.tif", gaps=geonp.Gaps(mask=gj), model=str(tiny_model), device="cpu",
                                fill_outside=True)
     assert report.gap_pixels == 64 + 16
 
@@ -265,13 +265,14 @@ def test_plan_says_when_counts_are_estimated(tmp_path):
     import dataclasses
 
     from geonp.filling import engine, survey
-    from geonp.filling.predict import TileOptions
+    from geonp.filling.tile_tasks import TileOptions
     from geonp.io.raster import open_raster, raster_info
+    from geonp.tasks.context import ContextSpec
 
     with open_raster(scene(tmp_path / "in.tif")) as src:
         info = dataclasses.replace(raster_info(src), width=100_000, height=100_000)
     blocks = engine.plan_blocks(info.height, info.width, 512)
-    opts = TileOptions(tile_size=48, overlap=16, search_radius=512)
+    opts = TileOptions(tile_size=48, overlap=16, context=ContextSpec(search_radius=512))
     plan = survey.plan(info, [1], blocks, opts, 2500, 4, 512, 1, sampled_rows=335)
     assert plan["counts"].startswith("estimated from 335 evenly spaced rows of 100000")
     halo = 512 + 2 * 16 + 48

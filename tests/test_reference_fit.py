@@ -6,12 +6,14 @@ import numpy as np
 import pytest
 
 from geonp.filling.references import (
-    ESTIMATE_REACH,
     MIN_SHARED_PIXELS,
-    RESIDUAL_RADIUS,
     LineStats,
     ReferenceLines,
     fit_regression,
+)
+from geonp.filling.similar_pixels import (
+    ESTIMATE_REACH,
+    RESIDUAL_RADIUS,
     residual_correction,
     similar_pixel_correction,
 )

@@ -24,12 +24,9 @@ from typing import Any
 
 import numpy as np
 
+from geonp.data.gap_args import as_rng, check_coverage, check_shape, check_source
 from geonp.data.gap_shapes import (
-    as_rng,
     borrowed_mask,
-    check_coverage,
-    check_shape,
-    check_source,
     cloud_fields,
     cloud_mask,
     descending_rank,

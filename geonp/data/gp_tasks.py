@@ -1,4 +1,4 @@
-"""The 2D Gaussian-process benchmark of seed 002 §4.2, with the exact GP posterior as oracle.
+"""The 2D Gaussian-process benchmark of the TNP-KR paper §4.2, with the exact GP posterior as oracle.
 
 Per task: an RBF GP on ``[-2, 2]²`` with lengthscale ``ℓ ~ Beta(3, 7)``, unit variance and
 observation noise 0.1 (std). Points: 128 uniform random plus a 16x16 grid (384 in all). Context:

@@ -24,7 +24,7 @@ import numpy as np
 from scipy import fft as sfft
 from scipy import linalg
 
-from geonp.data.gap_shapes import as_rng
+from geonp.data.gap_args import as_rng
 from geonp.errors import ConfigError
 
 KernelName = Literal["rbf", "matern12", "matern32", "matern52"]

@@ -180,27 +180,14 @@ def evaluate(
     calibration: dict[str, CalibrationFit] | None = None
     out_methods = list(methods)
     if cfg.calibrate:
-        calibration = {}
-        for label, lm in loaded:
-            calibration[label], factor, bins = _calibrate(raster, clean, mask_list, scored, label, lm, cfg)
-            cal_label = f"{label}+cal"
-            for name, _ in mask_list:
-                scored[(name, cal_label)] = scaled(scored[(name, label)], factor, bins)
-            out_methods.insert(out_methods.index(label) + 1, cal_label)
+        calibration = _calibrate_all(raster, clean, mask_list, scored, loaded, out_methods, cfg)
 
     rows: list[dict[str, Any]] = []
     for name, _ in mask_list:
         for method in out_methods:
             rows.extend(score_rows(method, name, clean.bands, scored[(name, method)]))
     curves, scatter = curves_and_scatter(out_methods, mask_list, scored, cfg.seed)
-    by_distance: dict[str, dict[str, list[dict[str, Any]]]] = {}
-    for method in out_methods:
-        parts = [scored[(name, method)] for name, _ in mask_list]
-        by_distance[method] = {name: binned(p) for (name, _), p in zip(mask_list, parts, strict=True)}
-        pooled = Scored([y for p in parts for y in p.y], [mu for p in parts for mu in p.mu],
-                        None if parts[0].sigma is None else [s for p in parts for s in p.sigma or []],
-                        [], 0.0, dist=[d for p in parts for d in p.dist or []])
-        by_distance[method]["all"] = binned(pooled)
+    by_distance = _by_distance(out_methods, mask_list, scored)
 
     report = EvaluationReport(
         raster=os.fspath(raster), window=clean.window, bands=clean.bands, nodata=clean.nodata,
@@ -222,6 +209,41 @@ def evaluate(
     if cfg.json_path is not None:
         atomic_write_text(cfg.json_path, report.to_json())
     return report
+
+
+def _calibrate_all(
+    raster: str | os.PathLike[str],
+    clean: _Clean,
+    mask_list: list[tuple[str, np.ndarray]],
+    scored: dict[tuple[str, str], Scored],
+    loaded: list[tuple[str, Any]],
+    out_methods: list[str],
+    cfg: EvaluationConfig,
+) -> dict[str, CalibrationFit]:
+    """Fit each model's std scale; score it as ``LABEL+cal``, listed after its model in ``out_methods``."""
+    calibration = {}
+    for label, lm in loaded:
+        calibration[label], factor, bins = _calibrate(raster, clean, mask_list, scored, label, lm, cfg)
+        cal_label = f"{label}+cal"
+        for name, _ in mask_list:
+            scored[(name, cal_label)] = scaled(scored[(name, label)], factor, bins)
+        out_methods.insert(out_methods.index(label) + 1, cal_label)
+    return calibration
+
+
+def _by_distance(
+    out_methods: list[str], mask_list: list[tuple[str, np.ndarray]], scored: dict[tuple[str, str], Scored]
+) -> dict[str, dict[str, list[dict[str, Any]]]]:
+    """Scores by distance to the nearest observed pixel: per method, per mask and all masks pooled."""
+    by_distance: dict[str, dict[str, list[dict[str, Any]]]] = {}
+    for method in out_methods:
+        parts = [scored[(name, method)] for name, _ in mask_list]
+        by_distance[method] = {name: binned(p) for (name, _), p in zip(mask_list, parts, strict=True)}
+        pooled = Scored([y for p in parts for y in p.y], [mu for p in parts for mu in p.mu],
+                        None if parts[0].sigma is None else [s for p in parts for s in p.sigma or []],
+                        [], 0.0, dist=[d for p in parts for d in p.dist or []])
+        by_distance[method]["all"] = binned(pooled)
+    return by_distance
 
 
 def _read_clean(raster: str | os.PathLike[str], cfg: EvaluationConfig) -> _Clean:

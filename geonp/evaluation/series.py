@@ -29,13 +29,16 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from geonp.evaluation.baselines import fillnodata_baseline
 from geonp.evaluation.metrics import binned_scores, gaussian_nll, interval_coverage, pool_binned
 from geonp.filling.calibration import DISTANCE_BIN_EDGES, distance_to_observed
+
+if TYPE_CHECKING:
+    from geonp.io.series_stack import SeriesStack
 
 logger = logging.getLogger(__name__)
 
@@ -176,8 +179,7 @@ def evaluate_series(
             present scale) and write it into the model's directory, as ``geonp evaluate
             --calibrate`` does for single-date models. Fit it on dates kept from testing.
     """
-    import geonp
-    from geonp.training.multidate import load_series
+    from geonp.io.series_stack import load_series
 
     items = sorted(series, key=lambda d: (d.date, str(d.path)))
     stack = load_series(items, qa_kind=qa_kind)
@@ -193,7 +195,7 @@ def evaluate_series(
             if item.date < targets_from or t < n_refs or gaps[t] > 1 - min_clear or \
                     (targets_until is not None and item.date > targets_until):
                 continue
-            truth, ok = np.nan_to_num(stack.values[t]).astype(np.float64), stack.observed[t]
+            ok = stack.observed[t]
             if not (donors != t).any():
                 continue
             donor = int(rng.choice(donors[donors != t]))
@@ -201,40 +203,10 @@ def evaluate_series(
             if not hidden.any():
                 continue
             refs = list(range(t - n_refs, t))
-            shown = ok & ~hidden
-            inp = Path(tmp) / Path(item.path).name
-            _write_like(inp, item.path, truth, shown)
-            out, out1 = Path(tmp) / "filled.tif", Path(tmp) / "single.tif"
-            geonp.fill_raster(inp, out, model=model, references=[items[r].path for r in refs],
-                              reference_qa=[items[r].qa for r in refs], qa_kind=qa_kind, overwrite=True)
-            geonp.fill_raster(inp, out1, model=single_model, overwrite=True)  # the user's path: the default footprint
-            mean, std = _read(out), _read(Path(tmp) / "filled_std.tif")
-            every = hidden[None].repeat(truth.shape[0], 0)
-            fitted = every & (std > 0) & np.isfinite(mean)
-            z2.append([((truth[b][fitted[b]] - mean[b][fitted[b]]) / std[b][fitted[b]]) ** 2
-                       for b in range(truth.shape[0])])
-            single, single_std = _read(out1), _read(Path(tmp) / "single_std.tif")
-            gdal = fillnodata_baseline(truth, np.broadcast_to(shown, truth.shape)).mean
-            clearest = max(refs, key=lambda r: int((stack.observed[r] & shown).sum()))
-            reg = reference_regression(truth, shown, np.nan_to_num(stack.values[clearest]).astype(np.float64),
-                                       stack.observed[clearest])
-            scored = hidden[None] & np.isfinite(reg)
-            y = truth[scored]
-            z = truth[every]
-            scores.append(DateScore(
-                target=Path(item.path).name, date=str(item.date), references=[Path(items[r].path).name for r in refs],
-                donor=Path(items[donor].path).name, hidden=int(hidden.sum()), scored=int(scored[0].sum()),
-                rmse_geonp=_rmse(y, mean[scored]), rmse_gdal=_rmse(y, gdal[scored]),
-                rmse_regression=_rmse(y, reg[scored]), rmse_single_date=_rmse(y, single[scored]),
-                rmse_geonp_all_hidden=_rmse(z, mean[every]),
-                coverage95_all_hidden=interval_coverage(z, mean[every], std[every], 0.95),
-                coverage90=interval_coverage(y, mean[scored], std[scored], 0.90),
-                coverage95=interval_coverage(y, mean[scored], std[scored], 0.95),
-                nll=gaussian_nll(y, mean[scored], std[scored]),
-                unfilled=int((every & ~np.isfinite(mean)).sum()),
-                binned=_binned(y, {"geonp": (mean, std), "gdal": (gdal, None), "regression": (reg, None),
-                                   "single_date": (single, single_std)}, scored, distance_to_observed(shown)),
-            ))
+            score, z2_date = _score_date(items, stack, t, refs, donor, hidden, Path(tmp), model=model,
+                                         single_model=single_model, qa_kind=qa_kind)
+            scores.append(score)
+            z2.append(z2_date)
     if calibrate:
         _write_calibration(model, z2, [s.date for s in scores])
     if plot is not None:
@@ -244,6 +216,56 @@ def evaluate_series(
                                  for s in scores if s.scored > 0],
                           {SERIES_METHODS[key]: rows for key, rows in pooled_bins(scores).items()})
     return scores
+
+
+def _score_date(items: Sequence[Any], stack: SeriesStack, t: int, refs: list[int], donor: int, hidden: np.ndarray,
+                tmp: Path, *, model: str, single_model: str, qa_kind: str) -> tuple[DateScore, list[np.ndarray]]:
+    """Fill date ``t`` with ``hidden`` pixels hidden, with and without references, and score the fills.
+
+    Returns:
+        The date's score, and per band the squared standardised errors of the multi-date fill.
+    """
+    import geonp
+
+    item = items[t]
+    truth, ok = np.nan_to_num(stack.values[t]).astype(np.float64), stack.observed[t]
+    shown = ok & ~hidden
+    inp = tmp / Path(item.path).name
+    _write_like(inp, item.path, truth, shown)
+    out, out1 = tmp / "filled.tif", tmp / "single.tif"
+    ref_files = [geonp.Reference(items[r].path, qa=items[r].qa) for r in refs]
+    reads_qa = any(ref.qa is not None for ref in ref_files)  # qa_kind reads the references' QA alone
+    geonp.fill_raster(inp, out, model=model, references=ref_files, overwrite=True,
+                      gaps=geonp.Gaps(qa_kind=qa_kind if reads_qa else None))
+    geonp.fill_raster(inp, out1, model=single_model, overwrite=True)  # the user's path: the default footprint
+    mean, std = _read(out), _read(tmp / "filled_std.tif")
+    every = hidden[None].repeat(truth.shape[0], 0)
+    fitted = every & (std > 0) & np.isfinite(mean)
+    z2_date = [((truth[b][fitted[b]] - mean[b][fitted[b]]) / std[b][fitted[b]]) ** 2
+               for b in range(truth.shape[0])]
+    single, single_std = _read(out1), _read(tmp / "single_std.tif")
+    gdal = fillnodata_baseline(truth, np.broadcast_to(shown, truth.shape)).mean
+    clearest = max(refs, key=lambda r: int((stack.observed[r] & shown).sum()))
+    reg = reference_regression(truth, shown, np.nan_to_num(stack.values[clearest]).astype(np.float64),
+                               stack.observed[clearest])
+    scored = hidden[None] & np.isfinite(reg)
+    y = truth[scored]
+    z = truth[every]
+    score = DateScore(
+        target=Path(item.path).name, date=str(item.date), references=[Path(items[r].path).name for r in refs],
+        donor=Path(items[donor].path).name, hidden=int(hidden.sum()), scored=int(scored[0].sum()),
+        rmse_geonp=_rmse(y, mean[scored]), rmse_gdal=_rmse(y, gdal[scored]),
+        rmse_regression=_rmse(y, reg[scored]), rmse_single_date=_rmse(y, single[scored]),
+        rmse_geonp_all_hidden=_rmse(z, mean[every]),
+        coverage95_all_hidden=interval_coverage(z, mean[every], std[every], 0.95),
+        coverage90=interval_coverage(y, mean[scored], std[scored], 0.90),
+        coverage95=interval_coverage(y, mean[scored], std[scored], 0.95),
+        nll=gaussian_nll(y, mean[scored], std[scored]),
+        unfilled=int((every & ~np.isfinite(mean)).sum()),
+        binned=_binned(y, {"geonp": (mean, std), "gdal": (gdal, None), "regression": (reg, None),
+                           "single_date": (single, single_std)}, scored, distance_to_observed(shown)),
+    )
+    return score, z2_date
 
 
 def _write_calibration(model: str, z2: list[list[np.ndarray]], dates: list[str]) -> list[float]:

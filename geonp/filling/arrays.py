@@ -1,34 +1,29 @@
-"""Fill in-memory arrays: ``fill_array`` (numpy) and ``fill`` (xarray, lazily with Dask).
+"""Fill an in-memory numpy array: ``fill_array``.
 
-Both run the fill of one block (:func:`geonp.filling.block.fill_block`, with a
+It runs the fill of one block (:func:`geonp.filling.block.fill_block`, with a
 :class:`~geonp.filling.plan.FillPlan`) on arrays the caller holds, with the same missing-pixel
-rule, footprint rule and model options as :func:`geonp.filling.raster.fill_raster`, which fills files. A Dask-backed ``DataArray`` is filled
-chunk by chunk, each chunk read with a halo so that tiles align across chunks.
+rule, footprint rule and model options as :func:`geonp.filling.raster.fill_raster`, which fills
+files. xarray and Dask arrays are :mod:`geonp.filling.xarray_fill`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-import functools
-import math
-import operator
 from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-from rasterio.windows import Window
 
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
-from geonp.filling import engine, survey
+from geonp.filling import engine
 from geonp.filling.block import BlockInput, fill_block
-from geonp.filling.plan import FillPlan, fill_model, load_for_fill, plan_model
-from geonp.filling.references import LineStats, ReferenceLines, fit_regression
+from geonp.filling.inputs import Reference, as_references
+from geonp.filling.plan import FillPlan, fill_model, load_for_fill
+from geonp.filling.references import fit_regression
 from geonp.io.masks import valid_mask
 from geonp.io.validity import OutputValidity, finish_block
 
-__all__ = ["fill", "fill_array"]
+__all__ = ["fill_array"]
 
 
 def fill_array(
@@ -39,8 +34,7 @@ def fill_array(
     origin: tuple[int, int] = (0, 0),
     region: tuple[int, int, int, int] | None = None,
     fillable: np.ndarray | None = None,
-    references: Sequence[tuple[np.ndarray, np.ndarray | None, float]] = (),
-    reference_lines: ReferenceLines | None = None,
+    references: Sequence[Reference | tuple[np.ndarray, np.ndarray | None, float]] = (),
     **options: Any,
 ) -> tuple[np.ndarray, np.ndarray]:
     """Fill the gaps of an in-memory ``[bands, h, w]`` or ``[h, w]`` array.
@@ -57,12 +51,10 @@ def fill_array(
         region: ``(r0, r1, c0, c1)`` to fill (default all); the rest is context only.
         fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
         references: other dates of the same pixels, for a multi-date model (the built-in
-            ``multidate`` when no model is given): ``(values, valid, days)`` with ``values`` of
-            the array's shape, ``valid`` its mask (or None: NaN/Inf and ``nodata`` are missing)
-            and ``days`` the date offset from the array's date (negative = before it).
-        reference_lines: the reference regression's lines when the array is a window of a larger
-            raster (fitted on all of it: :class:`~geonp.filling.references.LineStats`); None fits them
-            on this array.
+            ``multidate`` when no model is given): each a :class:`~geonp.filling.inputs.Reference`
+            (or its ``(values, valid, days)`` triple) with ``values`` of the array's shape,
+            ``valid`` its mask (or None: NaN/Inf and ``nodata`` are missing) and ``days`` the date
+            offset from the array's date (negative = before it).
         **options: :class:`~geonp.config.FillConfig` fields.
 
     Returns:
@@ -93,7 +85,7 @@ def fill_array(
         raise NoValidPixelsError("the array has no valid pixel to fill from")
     h, w = values.shape[1:]
     region = region or (0, h, 0, w)
-    plan, predictor = _plan(values, valid, cfg, refs, reference_lines)
+    plan, predictor = _plan(values, valid, cfg, refs)
     out = fill_block(BlockInput(values.astype(np.float64), valid, region, origin=origin, fillable=fillable,
                                 references=tuple(refs)), plan, predictor)
     core = (slice(None), slice(region[0], region[1]), slice(region[2], region[3]))
@@ -102,8 +94,8 @@ def fill_array(
     return (filled[0], std_out[0]) if one_band else (filled, std_out)
 
 
-def _plan(values: np.ndarray, valid: np.ndarray, cfg: FillConfig, refs: list[tuple[np.ndarray, np.ndarray, float]],
-          reference_lines: ReferenceLines | None) -> tuple[FillPlan, Any]:
+def _plan(values: np.ndarray, valid: np.ndarray, cfg: FillConfig,
+          refs: list[tuple[np.ndarray, np.ndarray, float]]) -> tuple[FillPlan, Any]:
     """The plan of an array's fill and its predictor (None for a nearest-class fill: no model)."""
     n = values.shape[0]
 
@@ -116,8 +108,7 @@ def _plan(values: np.ndarray, valid: np.ndarray, cfg: FillConfig, refs: list[tup
     loaded = load_for_fill(fill_model(cfg.model, references=bool(refs)), references=bool(refs))
     lines = None
     if refs and cfg.reference_fit == "regression":
-        lines = reference_lines if reference_lines is not None else fit_regression(
-            values, valid, [(vals, ok) for vals, ok, _ in refs])
+        lines = fit_regression(values, valid, [(vals, ok) for vals, ok, _ in refs])
     plan = FillPlan.build(cfg, loaded, n_bands=n, sample=sample, reference_lines=lines)
     return plan, plan.predictor(loaded)
 
@@ -144,303 +135,24 @@ def _refuse_references_for_classes(refs: Sequence[Any]) -> None:
                           "references; drop references, or fill measurements without categorical")
 
 
-def _array_references(references: Sequence[tuple[np.ndarray, np.ndarray | None, float]],
-                      shape: tuple[int, ...], nodata: float | None) -> list[tuple[np.ndarray, np.ndarray, float]]:
+def _array_references(references: Sequence[Any], shape: tuple[int, ...],
+                      nodata: float | None) -> list[tuple[np.ndarray, np.ndarray, float]]:
     """Check ``fill_array``'s references; each as ``(values, observed, days)`` of ``shape``."""
     out = []
-    for i, (ref, ok, days) in enumerate(references, 1):
+    for i, item in enumerate(as_references(references), 1):
+        _refuse_files(i, item, "fill_array")
+        ref, ok, days = item.source, item.valid, item.days
         ref = np.asarray(ref, dtype=np.float64)
         ref = ref[None] if ref.ndim == 2 else ref
         if ref.shape != shape:
             raise InputRasterError(f"reference {i} has shape {ref.shape}, the array {shape}; give each "
                                    "reference on the array's grid with the same bands")
-        _check_days(i, days)
         internal = None if ok is None else np.broadcast_to(ok, shape)
         out.append((ref, valid_mask(ref, nodata=nodata, internal_valid=internal), float(days)))
     return out
 
 
-def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tuple[Any, float]] = (),
-         **options: Any) -> Any:
-    """Fill the gaps of an ``xarray.DataArray`` (``[band,] y, x``); lazy when it is Dask-backed.
-
-    ``geonp.fill`` is :func:`geonp.filling.cube.fill`: it fills a data cube with a ``time`` dimension
-    (:func:`geonp.filling.cube.fill_cube`) and hands one date to this function.
-
-    Missing pixels are NaN/Inf, ``nodata`` (default ``da.rio.nodata`` or ``da.attrs["_FillValue"]``).
-    A Dask-backed array is filled chunk by chunk with one plan (:func:`dask_plan`: the model, and
-    the normaliser from the windows ``fill_raster`` samples, computed now): each output chunk reads
-    its input chunk with a halo of ``search_radius + tile_size + 2 * overlap`` pixels, so tiles
-    align across chunks and the result equals an in-memory fill.
-
-    ``references`` are other dates of the same grid, ``(DataArray, days)`` with ``days`` the date
-    offset from ``da``'s date (negative = before it); their gaps follow the same rule (their own
-    nodata). They are filled with the ``multidate`` model by default and the reference
-    regression (``reference_fit``), whose lines are fitted on the whole array first (one pass
-    over a Dask-backed input), as ``geonp fill --reference`` does. Reproject references onto
-    ``da``'s grid first (``rioxarray``'s ``reproject_match``).
-
-    ``categorical="nearest"`` fills a class array with the class of the nearest observed pixel
-    (:mod:`geonp.filling.classes`; no model runs, and chunks are read with a halo of its reach).
-
-    Returns:
-        An ``xarray.Dataset`` with ``filled`` (in the input's dtype, CRS set the rioxarray way,
-        nodata as the input's: an input without nodata gets none, as ``geonp fill`` writes
-        none) and ``uncertainty`` (float32 std, 0 on observed pixels, NaN where nothing was
-        filled), with the input's coordinates and attributes
-        (:func:`geonp.filling.xarray_result.build_result`; also ``da.geonp.fill()``).
-    """
-    if da.ndim not in (2, 3):
-        raise InputRasterError(f"expected a DataArray with dims (band, y, x) or (y, x), got {da.dims}")
-    squeeze = da.ndim == 2
-    arr3 = da.expand_dims("band") if squeeze else da
-    cfg = FillConfig.of(config, **options)
-    nodata = nodata_of(arr3, cfg)
-    refs = _xarray_references(references, arr3)
-    if cfg.categorical == "nearest":
-        _refuse_references_for_classes(refs)
-    data = arr3.data
-    footprint = None
-    if not cfg.fill_outside:  # the same footprint rule as fill_raster (geonp.io.footprint)
-        from geonp.io.footprint import footprint_of_array
-
-        footprint = footprint_of_array(_valid(data, nodata).any(axis=0))
-    if hasattr(data, "dask"):
-        filled, std = _fill_dask(data, nodata, cfg, footprint=footprint, references=refs)
-    else:
-        values = np.asarray(data, dtype=np.float64)
-        h, w = values.shape[1:]
-        ref_values = [np.asarray(r, dtype=np.float64) for r, _ in refs]
-        inside = _inside(footprint, Window(0, 0, w, h), ref_values, cfg.nodata)
-        filled, std = fill_array(values, _valid(values, nodata), cfg, fillable=inside,
-                                 references=[(r, None, days) for r, (_, days) in zip(ref_values, refs, strict=True)])
-    from geonp.filling.xarray_result import build_result
-
-    ds = build_result(filled, std, arr3, nodata=nodata)
-    if squeeze:
-        ds = ds.isel(band=0, drop=True)
-    return ds
-
-
-def nodata_of(da: Any, cfg: FillConfig) -> float | None:
-    """The nodata value in force for ``da``: the option's, else ``rio.nodata``, ``_FillValue`` or ``nodata``."""
-    nodata = cfg.nodata
-    if nodata is None:
-        nodata = da.attrs.get("_FillValue", da.attrs.get("nodata"))
-        with contextlib.suppress(Exception):  # rioxarray not imported or no CRS: keep the attrs' value
-            nodata = da.rio.nodata if da.rio.nodata is not None else nodata
-    return nodata
-
-
-def _inside(footprint: Any, window: Window, references: Sequence[np.ndarray], nodata: float | None
-            ) -> np.ndarray | None:
-    """Where gaps may be filled: inside the footprint, or observed by a reference (it is inside the
-    scene) where the footprint is only the collar's shape (:mod:`geonp.io.footprint`)."""
-    if footprint is None:
-        return None
-    return footprint.fillable(window, [valid_mask(ref, nodata=nodata) for ref in references])
-
-
-def _valid(values: Any, nodata: float | None) -> Any:
-    """:func:`geonp.io.masks.valid_mask` of numpy values, block by block (lazily) of Dask ones."""
-    if hasattr(values, "dask"):
-        return values.map_blocks(lambda block: valid_mask(block, nodata=nodata), dtype=bool)
-    return valid_mask(values, nodata=nodata)
-
-
-def _check_days(i: int, days: Any) -> None:
-    """Refuse a reference's date offset that is not a finite number of days."""
-    if not (isinstance(days, int | float | np.number) and math.isfinite(float(days))):
-        raise ConfigError(f"reference {i} has days={days!r}; give its date offset from the array's "
-                          "date as a number of days (negative = before it)")
-
-
-def _xarray_references(references: Sequence[tuple[Any, float]], like: Any) -> list[tuple[Any, float]]:
-    """``geonp.fill``'s references as ``([band, y, x] data, days)``, checked against ``like``'s grid."""
-    out = []
-    for i, item in enumerate(references, 1):
-        if not (isinstance(item, tuple | list) and len(item) == 2):
-            raise ConfigError(f"reference {i} must be a (DataArray, days) pair; days is its date offset "
-                              "from the array's date (negative = before it)")
-        ref, days = item
-        _check_days(i, days)
-        ref3 = ref.expand_dims("band") if ref.ndim == 2 else ref
-        if ref3.shape != like.shape:
-            raise InputRasterError(f"reference {i} has shape {tuple(ref3.shape)}, the array {tuple(like.shape)}; "
-                                   "reproject it onto the array's grid first (rioxarray's reproject_match)")
-        data = ref3.data
-        ref_nodata = ref3.attrs.get("_FillValue", ref3.attrs.get("nodata"))
-        with contextlib.suppress(Exception):
-            ref_nodata = ref3.rio.nodata if ref3.rio.nodata is not None else ref_nodata
-        if ref_nodata is not None:  # its own nodata becomes NaN, the missing value every fill knows
-            data = data.astype(np.float64)
-            data = (data.map_blocks(lambda b, v=ref_nodata: np.where(b == v, np.nan, b), dtype=np.float64)
-                    if hasattr(data, "dask") else np.where(data == ref_nodata, np.nan, data))
-        out.append((data, days))
-    return out
-
-
-#: The reference regression's sums are taken on windows of this many pixels a side, aligned on the
-#: grid, and added in one fixed order: float sums then come out the same bit for bit whatever the
-#: chunks (summed chunk by chunk, their order and grouping would follow the chunks).
-STATS_WINDOW = 512
-
-
-def _window_sums(block: np.ndarray, *refs: np.ndarray, nodata: float | None, ref_nodata: float | None) -> LineStats:
-    """The regression's sums over one window of the target (``[bands, h, w]``) and its references."""
-    values = np.ascontiguousarray(block, dtype=np.float64)
-    stats = LineStats.empty(len(refs), values.shape[0])
-    ref_values = [np.ascontiguousarray(r, dtype=np.float64) for r in refs]
-    stats.add(values, _valid(values, nodata), [(r, valid_mask(r, nodata=ref_nodata)) for r in ref_values])
-    return stats
-
-
-def _lines_of_sums(parts: Sequence[LineStats]) -> ReferenceLines | None:
-    """Add the windows' sums in their order and fit the lines."""
-    return functools.reduce(operator.add, parts).lines()
-
-
-def _lines_of_dask(data: Any, nodata: float | None, cfg: FillConfig, references: Sequence[tuple[Any, float]]
-                   ) -> Any:
-    """The reference regression's lines over the whole Dask array, lazily (a ``dask.delayed`` reduction).
-
-    The sums are taken on fixed windows of the grid (:data:`STATS_WINDOW`), whatever the chunks,
-    and added in row-major order, so that the lines do not depend on the chunking, bit for bit.
-    """
-    import dask
-
-    _, h, w = data.shape
-    parts = []
-    for r0 in range(0, h, STATS_WINDOW):
-        for c0 in range(0, w, STATS_WINDOW):
-            win = (slice(None), slice(r0, min(h, r0 + STATS_WINDOW)), slice(c0, min(w, c0 + STATS_WINDOW)))
-            parts.append(dask.delayed(_window_sums, pure=True)(data[win], *(r[win] for r, _ in references),
-                                                                 nodata=nodata, ref_nodata=cfg.nodata))
-    return dask.delayed(_lines_of_sums, pure=True)(parts)
-
-
-def dask_plan(data: Any, nodata: float | None, cfg: FillConfig, *, references: bool) -> tuple[FillPlan, Any]:
-    """The plan of a Dask fill of ``data`` (``[bands, y, x]``) and the model it loaded (None: no model).
-
-    Built once per date, before any chunk: the normaliser, where it is fitted on the input, from
-    the windows :func:`fill_raster <geonp.filling.raster.fill_raster>` samples of the same raster
-    (:func:`~geonp.filling.survey.sample_windows`; only they are computed), so that no chunk's
-    fill depends on the chunks. The plan holds no reference lines: they are a lazy reduction
-    (:func:`_lines_of_dask`) that :func:`_fill_dask` adds to it.
-    """
-    n = data.shape[0]
-
-    def sample() -> tuple[np.ndarray, np.ndarray]:
-        return survey.sample_windows(data.shape[1], data.shape[2], n, functools.partial(_read_windows, data, nodata,
-                                                                                        cfg.nodata))
-
-    if cfg.categorical == "nearest":
-        return FillPlan.build(cfg, None, n_bands=n, sample=sample, class_fill=True), None
-    loaded = load_for_fill(fill_model(cfg.model, references=references), references=references)
-    return FillPlan.build(cfg, loaded, n_bands=n, sample=sample), loaded
-
-
-def _read_windows(data: Any, nodata: float | None, option_nodata: float | None, windows: list[Window]
-                  ) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Values and observed flags of windows of ``data`` (computed together when it is a Dask array)."""
-    parts = [data[:, w.row_off:w.row_off + w.height, w.col_off:w.col_off + w.width] for w in windows]
-    if hasattr(data, "dask"):
-        import dask
-
-        parts = list(dask.compute(*parts))
-    values = [np.asarray(p, dtype=np.float64) for p in parts]
-    return [(v, _observed(v, nodata, option_nodata)) for v in values]
-
-
-def _observed(values: np.ndarray, nodata: float | None, option_nodata: float | None) -> np.ndarray:
-    """The observed pixels of a chunk as ``fill_array`` marks them (the option's nodata, then the array's)."""
-    return valid_mask(values, nodata=option_nodata, internal_valid=_valid(values, nodata))
-
-
-def _with_lines(plan: FillPlan, lines: ReferenceLines | None) -> FillPlan:
-    """``plan`` with the reference regression's lines (fitted lazily on the whole array)."""
-    return plan if lines is None else dataclasses.replace(plan, reference_lines=lines)
-
-
-def _fill_chunk(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int], footprint: Any,
-                plan: FillPlan, loaded: Any, *refs: np.ndarray, nodata: float | None, option_nodata: float | None,
-                days: Sequence[float]) -> np.ndarray:
-    """Fill one output chunk from its input read with a halo: ``[2, bands, h, w]`` (filled, std).
-
-    ``loaded`` is the model when it was given as an object; else this worker's copy of the
-    model the plan names is used (:func:`~geonp.filling.plan.plan_model`, loaded once per worker).
-    """
-    values = np.asarray(block, dtype=np.float64)
-    valid = _observed(values, nodata, option_nodata)
-    references = tuple((r, valid_mask(r, nodata=option_nodata), float(d))
-                       for r, d in zip((np.asarray(r, dtype=np.float64) for r in refs), days, strict=True))
-    core = (slice(None), slice(region[0], region[1]), slice(region[2], region[3]))
-    if not valid.any() and not any(ok.any() for _, ok, _ in references):
-        # nothing observed within the chunk's halo: its gaps have no context
-        return np.stack([values[core], np.where(valid[core], 0.0, np.nan)])
-    inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), [r for r, _, _ in references],
-                     option_nodata)
-    predictor = None if plan.class_reach is not None else plan.predictor(loaded or plan_model(plan))
-    out = fill_block(BlockInput(values, valid, region, origin=(r0, c0), fillable=inside, references=references),
-                     plan, predictor)
-    filled = _in_type(values[core], valid[core], out.mean, option_nodata)
-    return np.stack([filled, out.uncertainty.astype(np.float64)])
-
-
-def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, footprint: Any = None,
-               references: Sequence[tuple[Any, float]] = (), blocks: int | None = None) -> tuple[Any, Any]:
-    """Build lazy filled/std arrays, one delayed task per output chunk (input read with a halo).
-
-    The fill's plan is built here, once (:func:`dask_plan`), and every chunk's task shares it;
-    each chunk is read with the plan's halo (:meth:`FillPlan.halo
-    <geonp.filling.plan.FillPlan.halo>`) and filled by :func:`~geonp.filling.block.fill_block`.
-    ``footprint`` may be a :class:`~geonp.io.footprint.Footprint` or a ``dask.delayed`` one; the
-    reference regression's lines are a Dask reduction over the whole array (:func:`_lines_of_dask`)
-    that every chunk's task waits for: nothing but the normaliser's sample windows is computed
-    here. ``blocks``: fill squares of this many pixels on the grid (``fill_raster``'s blocks)
-    whatever the input's chunks, so that the model's batches, and the result, do not depend on
-    them (None: the input's chunks).
-    """
-    import dask
-    import dask.array as dsa
-    from dask.delayed import Delayed
-
-    data = data.rechunk({0: -1})
-    references = [(r.rechunk(data.chunks) if hasattr(r, "dask") else dsa.from_array(r, chunks=data.chunks), days)
-                  for r, days in references]
-    try:
-        plan, loaded = dask_plan(data, nodata, cfg, references=bool(references))
-    except NoValidPixelsError:  # a band observed nowhere: nothing to fill from, every chunk left as it is
-        valid = data.map_blocks(_observed, nodata, cfg.nodata, dtype=bool)
-        return data.astype(np.float64), dsa.where(valid, 0.0, np.nan).astype(np.float32)
-    regression = bool(references) and cfg.reference_fit == "regression"
-    halo = plan.halo(regression)
-    lines = _lines_of_dask(data, nodata, cfg, references) if regression else None
-    # one key that every chunk's task shares (not pure: a pure key would hash the plan's arrays)
-    shared_plan = dask.delayed(_with_lines, pure=False)(plan, lines)
-    # a model given as an object travels to the workers (once each); a named one each worker loads
-    model = None if loaded is None or not plan.model.startswith("object:") else dask.delayed(loaded, traverse=False)
-    if footprint is not None and not isinstance(footprint, Delayed):
-        footprint = dask.delayed(footprint)  # one key that every chunk's task shares
-    one = dask.delayed(_fill_chunk, pure=False)
-    days = [float(d) for _, d in references]
-    _, h, w = data.shape
-    if blocks is None:
-        row_edges, col_edges = np.cumsum((0,) + data.chunks[1]), np.cumsum((0,) + data.chunks[2])
-    else:
-        row_edges, col_edges = np.r_[0:h:blocks, h], np.r_[0:w:blocks, w]
-    rows = []
-    for i in range(len(row_edges) - 1):
-        cols = []
-        for j in range(len(col_edges) - 1):
-            r0, r1, c0, c1 = row_edges[i], row_edges[i + 1], col_edges[j], col_edges[j + 1]
-            hr0, hr1, hc0, hc1 = max(0, r0 - halo), min(h, r1 + halo), max(0, c0 - halo), min(w, c1 + halo)
-            region = (int(r0 - hr0), int(r1 - hr0), int(c0 - hc0), int(c1 - hc0))
-            shape = (2, data.shape[0], r1 - r0, c1 - c0)
-            refs = [r[:, hr0:hr1, hc0:hc1] for r, _ in references]
-            task = one(data[:, hr0:hr1, hc0:hc1], int(hr0), int(hc0), region, footprint, shared_plan, model, *refs,
-                       nodata=nodata, option_nodata=cfg.nodata, days=days)
-            cols.append(dsa.from_delayed(task, shape=shape, dtype=np.float64))
-        rows.append(cols)
-    both = dsa.block(rows)
-    return both[0], both[1].astype(np.float32)
+def _refuse_files(i: int, ref: Reference, function: str) -> None:
+    """An in-memory fill's references are in memory too."""
+    if ref.is_file:
+        raise ConfigError(f"reference {i}: {function} takes arrays on the array's grid; fill_raster reads files")

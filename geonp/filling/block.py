@@ -20,8 +20,9 @@ from scipy import ndimage
 from geonp.filling import classes
 from geonp.filling.calibration import distance_to_observed
 from geonp.filling.plan import FillPlan
-from geonp.filling.predict import BlockReference, Predictor
+from geonp.filling.predict import Predictor
 from geonp.filling.references import REGRESSION_WEIGHT, ReferenceLines
+from geonp.filling.tile_tasks import BlockReference
 from geonp.model_files.calibration import Calibration
 from geonp.tasks.normalize import Normalizer
 
@@ -220,7 +221,7 @@ def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, o
     """The model's fill weighed with the reference regression's where a reference observes a gap pixel.
 
     The regression's estimate of a pixel uses the pixels within
-    :data:`~geonp.filling.references.ESTIMATE_REACH` of it, which the block's halo holds.
+    :data:`~geonp.filling.similar_pixels.ESTIMATE_REACH` of it, which the block's halo holds.
     """
     r0, r1, c0, c1 = region
     at = np.zeros(raw.shape[1:], dtype=bool)

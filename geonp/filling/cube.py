@@ -4,13 +4,13 @@ odc-stac and stackstac load STAC items as one lazy ``DataArray`` with a ``time``
 date of such a cube is filled as :func:`geonp.fill` fills one date with references: its
 ``neighbours`` nearest other dates of the cube (within ``max_days``) are the references, chosen
 by the rule ``geonp batch --neighbours`` uses (:func:`geonp.io.timeseries.nearest_dates`), and
-the date is filled block by block (:func:`geonp.filling.arrays._fill_dask`), each block read with a
+the date is filled block by block (:func:`geonp.filling.xarray_fill._fill_dask`), each block read with a
 halo. When the cube is Dask-backed nothing is computed but each date's normalisation sample (a few
-windows: :func:`geonp.filling.arrays.dask_plan`). The result is the same bit for bit
+windows: :func:`geonp.filling.xarray_fill.dask_plan`). The result is the same bit for bit
 whatever the cube's chunks: the blocks are ``block_size`` squares of the grid, as
 :func:`geonp.fill_raster` lays them (so the model's batches are the same), and the reference
 regression's lines of a date are a Dask reduction over fixed windows of the grid
-(:func:`geonp.filling.arrays._lines_of_dask`), which the date's blocks wait for. A cube held in
+(:func:`geonp.filling.xarray_fill._lines_of_dask`), which the date's blocks wait for. A cube held in
 memory is filled at once.
 """
 
@@ -24,14 +24,15 @@ import numpy as np
 
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError
-from geonp.filling.arrays import _fill_dask, nodata_of
+from geonp.filling.inputs import Reference
+from geonp.filling.xarray_fill import _fill_dask, nodata_of
 from geonp.io.masks import valid_mask
 from geonp.io.timeseries import nearest_dates
 
 __all__ = ["cube_neighbours", "fill", "fill_cube"]
 
 
-def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tuple[Any, float]] = (),
+def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[Reference | tuple[Any, float]] = (),
          neighbours: int | None = None, max_days: float | None = None, mask: Any = None, **options: Any) -> Any:
     """Fill the gaps of an ``xarray.DataArray``: one date, or every date of a data cube; lazy on Dask.
 
@@ -39,12 +40,12 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
     STAC items) is a cube: every date is filled from its ``neighbours`` (default 2) nearest other
     dates within ``max_days``, its gaps from NaN/nodata or the ``mask`` cube (:func:`fill_cube`).
     Any other (``[band,] y, x``) is one date, filled from its own pixels and the ``references``
-    given (:func:`geonp.filling.arrays.fill`, whose docstring tells the options and the result).
+    given (:func:`geonp.filling.xarray_fill.fill`, whose docstring tells the options and the result).
 
     Raises:
         ConfigError: ``references`` with a cube, or ``neighbours``/``max_days``/``mask`` with one date.
     """
-    from geonp.filling import arrays
+    from geonp.filling import xarray_fill
 
     if "time" in da.dims:
         if references:
@@ -54,8 +55,8 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[tupl
                          mask=mask, **options)
     if neighbours is not None or max_days is not None or mask is not None:
         raise ConfigError(f"neighbours=, max_days= and mask= fill a cube with a time dimension; this DataArray has "
-                          f"dims {da.dims}: give one date's references with references=[(DataArray, days)]")
-    return arrays.fill(da, config, references=references, **options)
+                          f"dims {da.dims}: give one date's references with references=[geonp.Reference(DataArray, days=-16)]")
+    return xarray_fill.fill(da, config, references=references, **options)
 
 
 def cube_neighbours(times: Sequence[Any], k: int, *, max_days: float | None = None,

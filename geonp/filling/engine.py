@@ -32,8 +32,9 @@ from geonp.filling.plan import FillPlan, plan_model
 from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
-from geonp.io.raster import RasterInfo, open_raster, raster_info, read_window
+from geonp.io.raster import RasterInfo, open_raster, raster_info
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
+from geonp.io.windows import read_window
 from geonp.tasks.context import HaloTooSmall
 from geonp.tasks.tiling import make_tiles
 
@@ -132,7 +133,7 @@ class BlockRunner:
         margin = 2 * opts.overlap + opts.tile_size
         narrow = _NARROW_SEARCH + margin
         needs_far = plan.max_distance is not None and plan.max_distance + margin > narrow
-        if narrow >= halo or needs_far or opts.n_far:
+        if narrow >= halo or needs_far or opts.context.n_far:
             return [(halo, None)]
         return [(narrow, _NARROW_SEARCH), (halo, None)]
 

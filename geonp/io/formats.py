@@ -195,57 +195,74 @@ def check_creation_options(
     """
     opts = {k.upper(): v for k, v in creation_options.items()}
     side_w, side_h = max(1, min(int(width), _TRIAL_MAX_SIDE)), max(1, min(int(height), _TRIAL_MAX_SIDE))
-    convert = cog or driver not in DIRECT_DRIVERS
     token = secrets.token_hex(6)
     # GTiff and COG are tried in memory; other drivers (netCDF, for one) need a real file.
     scratch = None if driver in DIRECT_DRIVERS or cog else tempfile.mkdtemp(prefix="geonp-trial-")
     where = "/vsimem" if scratch is None else scratch
     tmp, final = f"{where}/geonp-trial-{token}.tif", f"{where}/geonp-trial-{token}-final"
-    problems: list[str] = []
     try:
-        with _capture_gdal() as messages, warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            try:
-                from affine import Affine
-
-                grid = {"width": side_w, "height": side_h, "crs": crs,
-                        "transform": transform or Affine(30.0, 0.0, 0.0, 0.0, -30.0, 0.0)}
-                profile = output_profile(grid, count=count, dtype=dtype,
-                                         nodata=nodata, creation_options={} if convert else opts,
-                                         cog=convert)
-                with rasterio.open(tmp, "w", **profile) as dst:
-                    dst.write(np.zeros((count, side_h, side_w), dtype=dtype))
-                if cog:
-                    rasterio.shutil.copy(tmp, final + ".tif", driver="COG", **cog_options(opts))
-                elif convert:
-                    rasterio.shutil.copy(tmp, final + suffix_for(driver), driver=driver, **opts)
-                    with rasterio.open(final + suffix_for(driver)) as back:
-                        if (back.count, back.width, back.height) != (count, side_w, side_h):
-                            problems.append(
-                                f"its {count}-band copy reads back as {back.count} band(s) of "
-                                f"{back.width}x{back.height} px (the {driver} driver splits or "
-                                "changes the bands); use one band with -b")
-            except ConfigError:
-                raise
-            except Exception as err:  # noqa: BLE001 - GDAL's refusal, reported below
-                problems.extend(messages)  # GDAL's own reasons come as messages before the error
-                text = " ".join(str(err).split())
-                if text and "See previous exception" not in text:
-                    problems.append(text)
-                if not problems:
-                    problems.append(type(err).__name__)
-            problems.extend(m for m in messages if _is_option_problem(m))
-            if names_only:
-                problems = [p for p in problems if "creation option" in p.lower()
-                            or "not recognised" in p.lower()]
+        grid = {"width": side_w, "height": side_h, "crs": crs, "transform": transform}
+        problems = _trial_problems(opts, grid, tmp, final, dtype=dtype, count=count, nodata=nodata, driver=driver,
+                                   cog=cog, names_only=names_only)
     finally:
         for name in (tmp, final + ".tif", final + suffix_for(driver)):
             with contextlib.suppress(Exception):
                 rasterio.shutil.delete(name)
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
-    if not problems:
-        return
+    if problems:
+        raise ConfigError(_refusal(problems, opts, dtype=dtype, driver=driver, cog=cog, what=what, option=option))
+
+
+def _trial_problems(opts: dict[str, str], grid: dict[str, Any], tmp: str, final: str, *, dtype: str, count: int,
+                    nodata: float | None, driver: str, cog: bool, names_only: bool) -> list[str]:
+    """Write the trial file ``tmp`` (and its ``final`` copy); what GDAL reported against it.
+
+    ``grid`` holds the trial's ``width``, ``height``, ``crs`` and ``transform`` (None: 30 m pixels).
+    """
+    convert = cog or driver not in DIRECT_DRIVERS
+    side_w, side_h = grid["width"], grid["height"]
+    problems: list[str] = []
+    with _capture_gdal() as messages, warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            from affine import Affine
+
+            grid = {**grid, "transform": grid["transform"] or Affine(30.0, 0.0, 0.0, 0.0, -30.0, 0.0)}
+            profile = output_profile(grid, count=count, dtype=dtype,
+                                     nodata=nodata, creation_options={} if convert else opts,
+                                     cog=convert)
+            with rasterio.open(tmp, "w", **profile) as dst:
+                dst.write(np.zeros((count, side_h, side_w), dtype=dtype))
+            if cog:
+                rasterio.shutil.copy(tmp, final + ".tif", driver="COG", **cog_options(opts))
+            elif convert:
+                rasterio.shutil.copy(tmp, final + suffix_for(driver), driver=driver, **opts)
+                with rasterio.open(final + suffix_for(driver)) as back:
+                    if (back.count, back.width, back.height) != (count, side_w, side_h):
+                        problems.append(
+                            f"its {count}-band copy reads back as {back.count} band(s) of "
+                            f"{back.width}x{back.height} px (the {driver} driver splits or "
+                            "changes the bands); use one band with -b")
+        except ConfigError:
+            raise
+        except Exception as err:  # noqa: BLE001 - GDAL's refusal, reported below
+            problems.extend(messages)  # GDAL's own reasons come as messages before the error
+            text = " ".join(str(err).split())
+            if text and "See previous exception" not in text:
+                problems.append(text)
+            if not problems:
+                problems.append(type(err).__name__)
+        problems.extend(m for m in messages if _is_option_problem(m))
+        if names_only:
+            problems = [p for p in problems if "creation option" in p.lower()
+                        or "not recognised" in p.lower()]
+    return problems
+
+
+def _refusal(problems: list[str], opts: dict[str, str], *, dtype: str, driver: str, cog: bool, what: str,
+             option: str) -> str:
+    """The one-line message of a refused trial: the options, GDAL's reasons and a fix."""
     shown = " ".join(f"{k}={v}" for k, v in opts.items()) or "the default options"
     target = "COG" if cog else driver
     text = "; ".join(dict.fromkeys(p.split(" in ", 1)[1] if p.startswith("CPLE_") and " in " in p else p
@@ -266,7 +283,7 @@ def check_creation_options(
     if opts.get("COMPRESS", "").upper() == "JPEG" and dtype not in ("uint8", "int8"):
         text = f"JPEG compression holds only 8-bit values, not {dtype} ({text})"
     subject = f"{option} {shown} cannot write" if opts else "geonp cannot write"
-    raise ConfigError(f"{lead}{subject} the {dtype} {what} as {target}: GDAL says {text}; {hint}")
+    return f"{lead}{subject} the {dtype} {what} as {target}: GDAL says {text}; {hint}"
 
 
 def _is_option_problem(message: str) -> bool:

@@ -150,6 +150,40 @@ def build_gap_sources(
         ConfigError: Conflicting or incomplete options.
         InputRasterError: A mask or footprint file that cannot be used.
     """
+    _check_gap_options(mask=mask, mask_values=mask_values, mask_bits=mask_bits, qa=qa, qa_kind=qa_kind,
+                       qa_classes=qa_classes, footprint=footprint, fill_outside=fill_outside)
+    values = parse_int_list(mask_values, option="--mask-values", low=-(2**63))
+    bits = parse_int_list(mask_bits, option="--mask-bits", high=63)
+    classes = resolve_classes(qa_kind, qa_classes) if qa_kind is not None else ()
+    fp = _footprint(src, info=info, bands=bands, nodata=nodata, qa=qa, qa_kind=qa_kind, footprint=footprint,
+                    fill_outside=fill_outside)
+    sources = GapSources(
+        info=info,
+        footprint=fp,
+        mask=None if mask is None else os.fspath(mask),
+        mask_values=values,
+        mask_bits=bits,
+        qa=None if qa is None else os.fspath(qa),
+        qa_kind=qa_kind,
+        qa_classes=classes,
+        references=tuple(references),
+    )
+    sources.extra_gaps(Window(0, 0, 1, 1))  # a bad mask file fails here, before any work
+    return sources
+
+
+def _check_gap_options(
+    *,
+    mask: str | os.PathLike[str] | None,
+    mask_values: str | Sequence[int] | None,
+    mask_bits: str | Sequence[int] | None,
+    qa: str | os.PathLike[str] | None,
+    qa_kind: str | None,
+    qa_classes: str | Sequence[str] | None,
+    footprint: str | os.PathLike[str] | None,
+    fill_outside: bool,
+) -> None:
+    """Refuse conflicting or incomplete mask, QA and footprint options (see :func:`build_gap_sources`)."""
     if mask_values is not None and mask_bits is not None:
         raise ConfigError(
             "--mask-values and --mask-bits read the mask in two ways; give one of them."
@@ -166,34 +200,31 @@ def build_gap_sources(
         )
     if footprint is not None and fill_outside:
         raise ConfigError("--footprint and --fill-outside contradict each other; give one of them.")
-    values = parse_int_list(mask_values, option="--mask-values", low=-(2**63))
-    bits = parse_int_list(mask_bits, option="--mask-bits", high=63)
-    classes = resolve_classes(qa_kind, qa_classes) if qa_kind is not None else ()
+
+
+def _footprint(
+    src: DatasetReader,
+    *,
+    info: RasterInfo,
+    bands: Sequence[int],
+    nodata: float | None,
+    qa: str | os.PathLike[str] | None,
+    qa_kind: str | None,
+    footprint: str | os.PathLike[str] | None,
+    fill_outside: bool,
+) -> Footprint:
+    """The data footprint: everywhere, loaded from ``footprint``, or computed (QA fill = no data)."""
     if fill_outside:
-        fp = footprint_everywhere(info.width, info.height)
-    elif footprint is not None:
-        fp = load_footprint(footprint, like=info)
-    else:
-        no_data = None
-        if qa is not None and qa_kind is not None:  # every kind has a fill class: no data there
-            qa_name = os.fspath(qa)
+        return footprint_everywhere(info.width, info.height)
+    if footprint is not None:
+        return load_footprint(footprint, like=info)
+    no_data = None
+    if qa is not None and qa_kind is not None:  # every kind has a fill class: no data there
+        qa_name = os.fspath(qa)
 
-            def no_data(window: Window) -> np.ndarray:
-                return read_mask_file(
-                    qa_name, like=info, window=window, qa_kind=qa_kind, qa_classes=("fill",)
-                )
+        def no_data(window: Window) -> np.ndarray:
+            return read_mask_file(
+                qa_name, like=info, window=window, qa_kind=qa_kind, qa_classes=("fill",)
+            )
 
-        fp = compute_footprint(src, info=info, bands=bands, nodata=nodata, no_data=no_data)
-    sources = GapSources(
-        info=info,
-        footprint=fp,
-        mask=None if mask is None else os.fspath(mask),
-        mask_values=values,
-        mask_bits=bits,
-        qa=None if qa is None else os.fspath(qa),
-        qa_kind=qa_kind,
-        qa_classes=classes,
-        references=tuple(references),
-    )
-    sources.extra_gaps(Window(0, 0, 1, 1))  # a bad mask file fails here, before any work
-    return sources
+    return compute_footprint(src, info=info, bands=bands, nodata=nodata, no_data=no_data)

@@ -17,7 +17,8 @@ from rasterio.windows import Window
 
 from geonp.errors import InputRasterError
 from geonp.io.qa import decode_gaps
-from geonp.io.raster import RasterInfo, check_nodata_in_range, open_raster, read_window
+from geonp.io.raster import RasterInfo, check_nodata_in_range, open_raster
+from geonp.io.windows import read_window
 
 logger = logging.getLogger(__name__)
 
@@ -61,9 +62,9 @@ def valid_mask(
         arr: Pixel values, any shape.
         nodata: The nodata value, NaN, or None for none.
         internal_valid: Optional boolean array broadcastable to ``arr``, True = valid (from
-            :func:`geonp.io.raster.read_band_masks`); ANDed in.
+            :func:`geonp.io.windows.read_band_masks`); ANDed in.
         source_dtype: The type the pixels had in the file when ``arr`` was widened (as
-            :func:`geonp.io.raster.read_window` does); defaults to ``arr.dtype``.
+            :func:`geonp.io.windows.read_window` does); defaults to ``arr.dtype``.
 
     Returns:
         Boolean array shaped like ``arr``, True = valid.
@@ -124,7 +125,7 @@ def read_mask_file(
 
     Returns:
         Boolean array ``[window.height, window.width]``, True = missing (gap). Outside the
-        raster it is True, like the NaN padding of :func:`geonp.io.raster.read_window`.
+        raster it is True, like the NaN padding of :func:`geonp.io.windows.read_window`.
 
     Raises:
         InputRasterError: If the mask cannot be read or resampled, or a plain mask holds values

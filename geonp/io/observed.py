@@ -14,9 +14,8 @@ from geonp.io.raster import (
     RasterInfo,
     has_internal_mask,
     raster_info,
-    read_band_masks,
-    read_window,
 )
+from geonp.io.windows import read_band_masks, read_window
 
 
 def read_observed(

@@ -34,10 +34,9 @@ from geonp.io.raster import (
     check_nodata_in_range,
     open_raster,
     raster_info,
-    read_band_masks,
-    read_window,
 )
 from geonp.io.reproject import same_grid, source_window, warp_array
+from geonp.io.windows import read_band_masks, read_window
 
 __all__ = ["RESAMPLING_METHODS", "Reference", "open_references", "read_references"]
 
@@ -260,6 +259,54 @@ def open_references(
             bands than needed, cannot be reprojected, does not overlap the target, or has no date.
     """
     names = [os.fspath(p) for p in paths]
+    _check_reference_options(names, bands=bands, dates=dates, qa=qa, qa_kind=qa_kind, qa_classes=qa_classes,
+                             resampling=resampling)
+    classes = resolve_classes(qa_kind, qa_classes) if qa_kind is not None else ()
+    out = []
+    for i, name in enumerate(names):
+        if _same_file(name, like.path):
+            raise InputRasterError(
+                f"Reference {name} is the input raster itself; give other dates of the same "
+                "place as references."
+            )
+        with open_raster(name, role="Reference") as src:
+            info = raster_info(src)
+            _check_reference(src, info, like, bands, name)
+        if nodata is not None:
+            check_nodata_in_range(nodata, info.dtype)
+        qa_path = None if qa is None or qa[i] is None else os.fspath(qa[i])  # type: ignore[arg-type]
+        _check_reference_qa(qa_path)
+        day = raster_date(info, override=None if dates is None else dates[i], role="Reference",
+                          option="--reference-date")
+        out.append(Reference(
+            path=name,
+            date=day,
+            bands=tuple(int(b) for b in bands),
+            nodata=float(nodata) if nodata is not None else info.nodata,
+            qa=qa_path,
+            qa_kind=qa_kind,
+            qa_classes=classes,
+            resampling=resampling,
+        ))
+    return out
+
+
+def _check_reference_options(
+    names: Sequence[str],
+    *,
+    bands: Sequence[int],
+    dates: Sequence[str | datetime.date | None] | None,
+    qa: Sequence[str | os.PathLike[str] | None] | None,
+    qa_kind: str | None,
+    qa_classes: str | Sequence[str] | None,
+    resampling: str,
+) -> None:
+    """Check the options of :func:`open_references` against each other (no file is opened).
+
+    Raises:
+        ConfigError: No bands, an unknown resampling, lists of dates or QA files that do not
+            match the references, or QA classes without a QA kind.
+    """
     if not bands:
         raise ConfigError("No band selected to fill; give at least one band.")
     if resampling not in RESAMPLING_METHODS:
@@ -279,37 +326,14 @@ def open_references(
         )
     if qa_classes is not None and qa_kind is None:
         raise ConfigError("QA classes need a QA kind to name them; give the kind too.")
-    classes = resolve_classes(qa_kind, qa_classes) if qa_kind is not None else ()
-    out = []
-    for i, name in enumerate(names):
-        if _same_file(name, like.path):
-            raise InputRasterError(
-                f"Reference {name} is the input raster itself; give other dates of the same "
-                "place as references."
-            )
-        with open_raster(name, role="Reference") as src:
-            info = raster_info(src)
-            _check_reference(src, info, like, bands, name)
-        if nodata is not None:
-            check_nodata_in_range(nodata, info.dtype)
-        qa_path = None if qa is None or qa[i] is None else os.fspath(qa[i])  # type: ignore[arg-type]
-        if qa_path is not None and not qa_path.lower().endswith((".geojson", ".json")):
-            open_raster(qa_path, role="Reference QA").close()
-        elif qa_path is not None and not Path(qa_path).is_file():
-            raise InputRasterError(f"Reference QA {qa_path} does not exist; check the path.")
-        day = raster_date(info, override=None if dates is None else dates[i], role="Reference",
-                          option="--reference-date")
-        out.append(Reference(
-            path=name,
-            date=day,
-            bands=tuple(int(b) for b in bands),
-            nodata=float(nodata) if nodata is not None else info.nodata,
-            qa=qa_path,
-            qa_kind=qa_kind,
-            qa_classes=classes,
-            resampling=resampling,
-        ))
-    return out
+
+
+def _check_reference_qa(qa_path: str | None) -> None:
+    """Check that a reference's QA raster opens, or its vector QA file exists."""
+    if qa_path is not None and not qa_path.lower().endswith((".geojson", ".json")):
+        open_raster(qa_path, role="Reference QA").close()
+    elif qa_path is not None and not Path(qa_path).is_file():
+        raise InputRasterError(f"Reference QA {qa_path} does not exist; check the path.")
 
 
 def read_references(

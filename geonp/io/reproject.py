@@ -27,7 +27,8 @@ from rasterio.windows import from_bounds as window_from_bounds
 from rasterio.windows import transform as window_transform
 
 from geonp.errors import InputRasterError
-from geonp.io.raster import RasterInfo, open_raster, read_window
+from geonp.io.raster import RasterInfo, open_raster
+from geonp.io.windows import read_window
 
 __all__ = [
     "bounds_overlap",

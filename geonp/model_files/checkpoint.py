@@ -96,6 +96,47 @@ def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.de
             that do not match the architecture in the config.
     """
     path = Path(directory)
+    meta = _read_meta(path)
+    check_model_meta(meta, path / CONFIG)
+    card = ModelCard.from_dict(meta.get("card"), where=path / CONFIG)
+    try:
+        config = ModelConfig.from_dict(meta.get("model", {}))
+    except ConfigError as err:
+        raise CheckpointError(f"{path / CONFIG} describes a model this geonp cannot build: {err}") from err
+    check_weights_header(path / WEIGHTS)
+    try:
+        state = load_file(str(path / WEIGHTS), device="cpu")
+    except (SafetensorError, OSError, ValueError) as err:
+        raise CheckpointError(
+            f"{path / WEIGHTS} is corrupt or truncated ({err}); re-download or retrain the model"
+        ) from err
+    try:
+        module = build_model(config)
+    except (KeyError, ValueError, TypeError, RuntimeError) as err:
+        raise CheckpointError(f"{path / CONFIG} describes a model this geonp cannot build ({err})") from err
+    _check_state(module, state, config, path)
+    try:
+        module.load_state_dict(state)
+    except RuntimeError as err:
+        raise CheckpointError(f"{path / WEIGHTS} cannot be loaded into its architecture ({err})") from err
+    module.to(device).eval()
+    return LoadedModel(
+        module=module,
+        config=config,
+        normalizer=meta.get("normalizer"),
+        calibration=None if meta.get("calibration") is None else Calibration.from_dict(meta["calibration"]),
+        card=card,
+        path=path,
+    )
+
+
+def _read_meta(path: Path) -> dict[str, Any]:
+    """The ``config.json`` of model directory ``path``, checked to be this geonp's format.
+
+    Raises:
+        CheckpointError: ``path`` is a file or lacks a file, or its config is corrupt or of
+            another format version.
+    """
     if path.is_file():
         raise CheckpointError(
             f"{path} is a file; a geonp model is a directory with {CONFIG} and {WEIGHTS} "
@@ -114,23 +155,15 @@ def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.de
             f"{path} has format_version={got}; this geonp {__version__} reads {FORMAT_VERSION}. "
             "Retrain the model with this geonp."
         )
-    check_model_meta(meta, path / CONFIG)
-    card = ModelCard.from_dict(meta.get("card"), where=path / CONFIG)
-    try:
-        config = ModelConfig.from_dict(meta.get("model", {}))
-    except ConfigError as err:
-        raise CheckpointError(f"{path / CONFIG} describes a model this geonp cannot build: {err}") from err
-    check_weights_header(path / WEIGHTS)
-    try:
-        state = load_file(str(path / WEIGHTS), device="cpu")
-    except (SafetensorError, OSError, ValueError) as err:
-        raise CheckpointError(
-            f"{path / WEIGHTS} is corrupt or truncated ({err}); re-download or retrain the model"
-        ) from err
-    try:
-        module = build_model(config)
-    except (KeyError, ValueError, TypeError, RuntimeError) as err:
-        raise CheckpointError(f"{path / CONFIG} describes a model this geonp cannot build ({err})") from err
+    return meta
+
+
+def _check_state(module: torch.nn.Module, state: dict[str, torch.Tensor], config: ModelConfig, path: Path) -> None:
+    """Check that weights ``state`` fit ``module``'s architecture and are finite.
+
+    Raises:
+        CheckpointError: missing, unexpected or misshapen tensors, or NaN/Inf weights.
+    """
     expected = module.state_dict()
     missing = sorted(set(expected) - set(state))
     unexpected = sorted(set(state) - set(expected))
@@ -143,19 +176,6 @@ def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.de
         )
     if any(not torch.isfinite(t).all() for t in state.values() if t.is_floating_point()):
         raise CheckpointError(f"{path / WEIGHTS} holds NaN or Inf weights; retrain the model")
-    try:
-        module.load_state_dict(state)
-    except RuntimeError as err:
-        raise CheckpointError(f"{path / WEIGHTS} cannot be loaded into its architecture ({err})") from err
-    module.to(device).eval()
-    return LoadedModel(
-        module=module,
-        config=config,
-        normalizer=meta.get("normalizer"),
-        calibration=None if meta.get("calibration") is None else Calibration.from_dict(meta["calibration"]),
-        card=card,
-        path=path,
-    )
 
 
 def write_calibration(directory: str | os.PathLike[str], calibration: Calibration) -> Path:

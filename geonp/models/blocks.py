@@ -1,4 +1,4 @@
-"""KRBlock (seed 002 Algorithm 1): shared attention and feed-forward for query and key streams."""
+"""KRBlock (the TNP-KR paper Algorithm 1): shared attention and feed-forward for query and key streams."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ class KRBlock(nn.Module):
 
     Keys (context tokens) attend to keys; queries (targets) attend to the keys only, never to each
     other. One attention module, one feed-forward network and one pair of LayerNorms serve both
-    streams (seed 000 Alg. 2), so a query's output depends on its own token and the context alone:
+    streams (the first TNP-KR preprint Alg. 2), so a query's output depends on its own token and the context alone:
     queries may be processed in any chunking with identical results.
 
     Args:

@@ -1,9 +1,9 @@
-"""CMANP (seed 003 §3): Constant Memory Attentive Neural Processes.
+"""CMANP (the CMANP paper §3): Constant Memory Attentive Neural Processes.
 
 Three levels, bottom up:
 
 - :func:`~geonp.models.attention.constant_memory.cross_attention_update`, the kernel (beside the
-  other kernels in :mod:`geonp.models.attention`): seed 003's ``UPDATE`` (§3.1.1). It folds a
+  other kernels in :mod:`geonp.models.attention`): the CMANP paper's ``UPDATE`` (§3.1.1). It folds a
   block of new keys and values into the cross-attention output of a *fixed* set of queries. It
   keeps only the per-query log normaliser ``log c`` and the normalised output ``CA``, never
   revisiting old keys: constant memory in the number of context points (§3.1.2).
@@ -20,14 +20,15 @@ CMANP embeds coordinates, so it is not translation invariant: context tokens emb
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 from torch import nn
 
 from geonp.models.attention.constant_memory import CrossAttentionState, cross_attention_update
 from geonp.models.attention.dense import dense_attention
-from geonp.models.heads import GaussianHead
-from geonp.models.layers import MLP, MultiHeadProjection, check_shapes, decode_in_chunks
+from geonp.models.base import NeuralProcess
+from geonp.models.layers import MLP, MultiHeadProjection
 
 
 class _AttentionLayer(nn.Module):
@@ -54,7 +55,7 @@ class _AttentionLayer(nn.Module):
 
 
 class CMAB(nn.Module):
-    """Constant Memory Attention Block (seed 003 §3.2): ``SA(CA(L_I, SA(CA(L_B, D_C))))``.
+    """Constant Memory Attention Block (the CMANP paper §3.2): ``SA(CA(L_I, SA(CA(L_B, D_C))))``.
 
     The context enters only through phase 1's cross-attention from the block's fixed learned
     latents ``L_B``, kept as a :class:`CrossAttentionState`: :meth:`absorb` folds in context
@@ -118,7 +119,7 @@ class CMANPState:
     blocks: tuple[CrossAttentionState, ...]
 
 
-class CMANP(nn.Module):
+class CMANP(NeuralProcess):
     """Constant Memory Attentive Neural Process with the call signature of ``TNPKR``.
 
     Args:
@@ -136,23 +137,12 @@ class CMANP(nn.Module):
     """
 
     def __init__(
-        self,
-        *,
-        dim_y: int = 1,
-        dim_x: int = 2,
-        dim: int = 64,
-        depth: int = 4,
-        num_heads: int = 4,
-        ff_dim: int = 256,
-        num_latents: int = 64,
-        pos_scale: float = 16.0,
-        sigma_min: float = 0.01,
-        dropout: float = 0.0,
-        context_chunk: int = 1024,
+        self, *, dim_y: int = 1, dim_x: int = 2, dim: int = 64, depth: int = 4, num_heads: int = 4,
+        ff_dim: int = 256, num_latents: int = 64, pos_scale: float = 16.0, sigma_min: float = 0.01,
+        dropout: float = 0.0, context_chunk: int = 1024,
     ) -> None:
         """Build the module; the arguments are described in the class docstring."""
-        super().__init__()
-        self.dim_y, self.dim_x = dim_y, dim_x
+        super().__init__(dim_y=dim_y, dim_x=dim_x)
         self.pos_scale = float(pos_scale)
         self.context_chunk = context_chunk
         self.latents = nn.Parameter(torch.randn(num_latents, dim) * 0.02)  # L_0
@@ -164,7 +154,7 @@ class CMANP(nn.Module):
         self.decoder = nn.ModuleList(
             _AttentionLayer(dim, num_heads, ff_dim, dropout, cross=True) for _ in range(depth)
         )
-        self.head = GaussianHead(dim, dim_y, hidden=2 * dim, sigma_min=sigma_min)
+        self.add_head(dim, sigma_min=sigma_min)
 
     def empty_state(self, batch: int, device: torch.device) -> CMANPState:
         """The state of an empty context."""
@@ -179,7 +169,7 @@ class CMANP(nn.Module):
         *,
         context_chunk: int | None = None,
     ) -> CMANPState:
-        """Absorb new context points without revisiting the old ones (seed 003 updating phase).
+        """Absorb new context points without revisiting the old ones (the CMANP paper updating phase).
 
         Args:
             state: the state so far (not modified).
@@ -204,16 +194,22 @@ class CMANP(nn.Module):
         return CMANPState(tuple(blocks))
 
     def encode_context(
-        self,
-        xc: torch.Tensor,
-        yc: torch.Tensor,
-        context_valid: torch.Tensor | None = None,
-        *,
-        context_chunk: int | None = None,
+        self, xc: torch.Tensor, yc: torch.Tensor, context_valid: torch.Tensor | None = None,
+        *, context_chunk: int | None = None,
     ) -> CMANPState:
-        """Conditioning phase: fold ``xc [B, Nc, P], yc [B, Nc, dy]`` into a fresh state."""
+        """Conditioning phase: fold ``xc [B, Nc, P], yc [B, Nc, dy]`` into a fresh state.
+
+        ``context_chunk``: context points per fold (default ``self.context_chunk``; same result).
+        """
         state = self.empty_state(xc.shape[0], xc.device)
         return self.update(state, xc, yc, context_valid, context_chunk=context_chunk)
+
+    def condition(
+        self, xc: torch.Tensor, yc: torch.Tensor, context_valid: torch.Tensor | None = None,
+        **options: Any,
+    ) -> list[torch.Tensor]:
+        """The latents every query decodes from: :meth:`latents_of` the encoded context."""
+        return self.latents_of(self.encode_context(xc, yc, context_valid, **options))
 
     def latents_of(self, state: CMANPState) -> list[torch.Tensor]:
         """Each CMAB's output latents ``L_i [B, L, E]``, ``i = 1..depth``."""
@@ -231,30 +227,3 @@ class CMANP(nn.Module):
         for layer, lat in zip(self.decoder, latents, strict=True):
             qs = layer(qs, lat)  # X^i = CA(X^{i-1}, L_i)
         return self.head(qs)
-
-    def forward(
-        self,
-        xc: torch.Tensor,
-        yc: torch.Tensor,
-        xt: torch.Tensor,
-        context_valid: torch.Tensor | None = None,
-        *,
-        query_chunk: int | None = None,
-        context_chunk: int | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Predictive mean and std at ``xt``.
-
-        Args:
-            xc: context coordinates ``[B, Nc, P]``.
-            yc: context values ``[B, Nc, dy]``.
-            xt: target coordinates ``[B, Nt, P]``.
-            context_valid: ``[B, Nc]`` True for real context points (False = padding).
-            query_chunk: decode targets this many at a time (same result, less memory).
-            context_chunk: context points per fold (default ``self.context_chunk``; same result).
-
-        Returns:
-            ``(mean, std)``, each ``[B, Nt, dy]``.
-        """
-        check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
-        latents = self.latents_of(self.encode_context(xc, yc, context_valid, context_chunk=context_chunk))
-        return decode_in_chunks(lambda x: self.decode(latents, x), xt, query_chunk)

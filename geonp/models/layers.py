@@ -1,9 +1,8 @@
-"""Small building blocks shared by the models: MLPs and multi-head projections."""
+"""Small building blocks shared by the models: MLPs, head split and merge, multi-head projections."""
 
 from __future__ import annotations
 
 import itertools
-from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -41,6 +40,18 @@ class MLP(nn.Sequential):
         super().__init__(*layers)
 
 
+def split_heads(x: torch.Tensor, num_heads: int) -> torch.Tensor:
+    """Split the width of tokens into heads: ``[B, N, H·D] -> [B, H, N, D]``."""
+    b, n, e = x.shape
+    return x.reshape(b, n, num_heads, e // num_heads).transpose(1, 2)  # [B, H, N, D]
+
+
+def merge_heads(x: torch.Tensor) -> torch.Tensor:
+    """Lay the heads side by side again: ``[B, H, N, D] -> [B, N, H·D]``."""
+    b, h, n, d = x.shape
+    return x.transpose(1, 2).reshape(b, n, h * d)  # [B, N, H·D]
+
+
 class MultiHeadProjection(nn.Module):
     """Query/key/value/output projections with head split and merge.
 
@@ -62,58 +73,14 @@ class MultiHeadProjection(nn.Module):
 
     def split(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, N, E] -> [B, H, N, D]``."""
-        b, n, e = x.shape
-        return x.reshape(b, n, self.num_heads, e // self.num_heads).transpose(1, 2)
+        return split_heads(x, self.num_heads)
 
     def merge(self, x: torch.Tensor) -> torch.Tensor:
         """``[B, H, N, D] -> [B, N, E]`` followed by the output projection."""
-        b, h, n, d = x.shape
-        return self.to_out(x.transpose(1, 2).reshape(b, n, h * d))
+        return self.to_out(merge_heads(x))
 
     def qkv(
         self, x_q: torch.Tensor, x_kv: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
         """Project and split: ``[B, Nq, E], [B, Nk, E] -> q [B,H,Nq,D], k, v [B,H,Nk,D]``."""
         return self.split(self.to_q(x_q)), self.split(self.to_k(x_kv)), self.split(self.to_v(x_kv))
-
-
-def decode_in_chunks(
-    decode: Callable[[torch.Tensor], tuple[torch.Tensor, torch.Tensor]],
-    xt: torch.Tensor,
-    query_chunk: int | None,
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Run ``decode`` on ``xt [B, Nt, P]`` in chunks of targets and concatenate ``(mean, std)``.
-
-    Valid for models whose targets are independent given the context (all of geonp's).
-    """
-    if query_chunk is None or query_chunk >= xt.shape[1]:
-        return decode(xt)
-    parts = [decode(xt[:, i : i + query_chunk]) for i in range(0, xt.shape[1], query_chunk)]
-    return torch.cat([p[0] for p in parts], 1), torch.cat([p[1] for p in parts], 1)
-
-
-def check_shapes(
-    xc: torch.Tensor,
-    yc: torch.Tensor,
-    xt: torch.Tensor,
-    context_valid: torch.Tensor | None,
-    dim_x: int,
-    dim_y: int,
-) -> None:
-    """Raise ValueError unless ``xc [B, Nc, P], yc [B, Nc, dy], xt [B, Nt, P], context_valid [B, Nc]``.
-
-    Every neural process of geonp checks its inputs with it.
-    """
-    ok = (
-        xc.dim() == 3 and yc.dim() == 3 and xt.dim() == 3
-        and xc.shape[:2] == yc.shape[:2] and xt.shape[0] == xc.shape[0]
-        and xc.shape[-1] == dim_x and xt.shape[-1] == dim_x and yc.shape[-1] == dim_y
-        and (context_valid is None or context_valid.shape == xc.shape[:2])
-    )
-    if not ok:
-        cv = None if context_valid is None else tuple(context_valid.shape)
-        raise ValueError(
-            f"expected xc [B, Nc, {dim_x}], yc [B, Nc, {dim_y}], xt [B, Nt, {dim_x}], context_valid "
-            f"[B, Nc]; got xc {tuple(xc.shape)}, yc {tuple(yc.shape)}, xt {tuple(xt.shape)}, "
-            f"context_valid {cv}"
-        )

@@ -1,4 +1,4 @@
-"""TNP-D (seed 001 §3): the transformer neural process baseline with a diagonal Gaussian head.
+"""TNP-D (Nguyen & Grover, TNP §3): the transformer neural process baseline with a diagonal Gaussian head.
 
 Context tokens embed ``[x, y]`` and target tokens ``[x, 0]`` with one MLP; a post-norm transformer
 runs over the concatenated sequence with a mask that lets every token attend to the context only.
@@ -11,8 +11,8 @@ import torch
 from torch import nn
 
 from geonp.models.attention.dense import dense_attention
-from geonp.models.heads import GaussianHead
-from geonp.models.layers import MLP, MultiHeadProjection, check_shapes, decode_in_chunks
+from geonp.models.base import NeuralProcess
+from geonp.models.layers import MLP, MultiHeadProjection
 
 
 class _EncoderLayer(nn.Module):
@@ -29,8 +29,11 @@ class _EncoderLayer(nn.Module):
         return self.norm2(x + self.drop(self.ff(x)))  # post-norm, as torch's TransformerEncoder
 
 
-class TNPD(nn.Module):
+class TNPD(NeuralProcess):
     """TNP-D with the same call signature as :class:`~geonp.models.tnpkr.TNPKR`.
+
+    The context cannot be encoded apart from the targets (they share one sequence), so its
+    conditioning state is the context itself and every decoding runs the whole sequence.
 
     Args:
         dim_y: value channels.
@@ -43,44 +46,31 @@ class TNPD(nn.Module):
         dropout: residual dropout.
     """
 
-    def __init__(
-        self,
-        *,
-        dim_y: int = 1,
-        dim_x: int = 2,
-        dim: int = 64,
-        depth: int = 6,
-        num_heads: int = 4,
-        ff_dim: int = 256,
-        sigma_min: float = 0.01,
-        dropout: float = 0.0,
-    ) -> None:
+    def __init__(self, *, dim_y: int = 1, dim_x: int = 2, dim: int = 64, depth: int = 6,
+                 num_heads: int = 4, ff_dim: int = 256, sigma_min: float = 0.01,
+                 dropout: float = 0.0) -> None:
         """Build the module; the arguments are described in the class docstring."""
-        super().__init__()
-        self.dim_y, self.dim_x = dim_y, dim_x
+        super().__init__(dim_y=dim_y, dim_x=dim_x)
         self.embed = MLP([dim_x + dim_y, 2 * dim, dim])
         self.layers = nn.ModuleList(_EncoderLayer(dim, num_heads, ff_dim, dropout) for _ in range(depth))
-        self.head = GaussianHead(dim, dim_y, hidden=2 * dim, sigma_min=sigma_min)
+        self.add_head(dim, sigma_min=sigma_min)
 
-    def forward(
-        self,
-        xc: torch.Tensor,
-        yc: torch.Tensor,
-        xt: torch.Tensor,
-        context_valid: torch.Tensor | None = None,
-        *,
-        query_chunk: int | None = None,
+    def encode_context(
+        self, xc: torch.Tensor, yc: torch.Tensor, context_valid: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """The context as it is, ``(xc, yc, context_valid)``: TNP-D encodes it with the targets."""
+        return xc, yc, context_valid
+
+    def decode(
+        self, state: tuple[torch.Tensor, torch.Tensor, torch.Tensor | None], xt: torch.Tensor
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Predictive mean and std at ``xt``; same arguments as ``TNPKR.forward``."""
-        check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
-        if query_chunk is not None and query_chunk < xt.shape[1]:
-            return decode_in_chunks(lambda x: self.forward(xc, yc, x, context_valid), xt, query_chunk)
-        b, nc, nt = xc.shape[0], xc.shape[1], xt.shape[1]
-        tokens = self.embed(
-            torch.cat([torch.cat([xc, yc], -1), torch.cat([xt, xt.new_zeros(b, nt, self.dim_y)], -1)], 1)
-        )  # [B, Nc+Nt, E]
+        """Run the transformer over context and targets ``xt [B, Nt, P]``; ``(mean, std) [B, Nt, dy]``."""
+        xc, yc, context_valid = state
+        b, nc = xc.shape[0], xc.shape[1]
+        targets = torch.cat([xt, self.unknown_values(xt)], -1)  # [B, Nt, P + dy]
+        tokens = self.embed(torch.cat([torch.cat([xc, yc], -1), targets], 1))  # [B, Nc+Nt, E]
         cv = context_valid if context_valid is not None else xc.new_ones(b, nc, dtype=torch.bool)
-        key_valid = torch.cat([cv, cv.new_zeros(b, nt)], 1)  # only context tokens are keys
+        key_valid = torch.cat([cv, cv.new_zeros(b, xt.shape[1])], 1)  # only context tokens are keys
         for layer in self.layers:
             tokens = layer(tokens, key_valid)
         return self.head(tokens[:, nc:])

@@ -1,4 +1,4 @@
-"""TNP-KR (seed 002 §3): embedding, a stack of KRBlocks, a Gaussian head. Composition only."""
+"""TNP-KR (the TNP-KR paper §3): embedding, a stack of KRBlocks, a Gaussian head. Composition only."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from torch import nn
 
 from geonp.models.attention import make_attention
 from geonp.models.attention.bias import DistanceCache
+from geonp.models.base import NeuralProcess
 from geonp.models.blocks import KRBlock
-from geonp.models.heads import GaussianHead
-from geonp.models.layers import MLP, check_shapes, decode_in_chunks
+from geonp.models.layers import MLP
 
 
 @dataclass
@@ -66,7 +66,7 @@ def idw_prior(xt: torch.Tensor, xc: torch.Tensor, yc: torch.Tensor, valid: torch
 
 
 class TokenEmbedding(nn.Module):
-    """Observed-flag and value embeddings co-embedded by an MLP (seed 002 eq. 2).
+    """Observed-flag and value embeddings co-embedded by an MLP (the TNP-KR paper eq. 2).
 
     Coordinates enter the token only when ``embed_coords`` is set; off by default, which keeps
     scan attention translation invariant (location enters through the kernel bias alone).
@@ -96,7 +96,7 @@ class TokenEmbedding(nn.Module):
         return self.mlp(torch.cat(parts, dim=-1))
 
 
-class TNPKR(nn.Module):
+class TNPKR(NeuralProcess):
     """Transformer Neural Process with Kernel Regression blocks.
 
     Args:
@@ -127,35 +127,19 @@ class TNPKR(nn.Module):
     """
 
     def __init__(
-        self,
-        *,
-        dim_y: int = 1,
-        dim_x: int = 2,
-        dim: int = 64,
-        depth: int = 6,
-        num_heads: int = 4,
-        ff_dim: int = 256,
-        attention: str = "scan",
-        bias: str | None = "rbf",
-        num_basis: int = 5,
-        bias_length_scale: float = 4.0,
-        embed_coords: bool = False,
-        temporal: bool = False,
-        time_length_scale: float = 32.0,
-        sigma_min: float = 0.01,
-        dropout: float = 0.0,
-        q_chunk: int = 1024,
-        k_chunk: int = 1024,
-        query_prior: bool = False,
+        self, *, dim_y: int = 1, dim_x: int = 2, dim: int = 64, depth: int = 6, num_heads: int = 4,
+        ff_dim: int = 256, attention: str = "scan", bias: str | None = "rbf", num_basis: int = 5,
+        bias_length_scale: float = 4.0, embed_coords: bool = False, temporal: bool = False,
+        time_length_scale: float = 32.0, sigma_min: float = 0.01, dropout: float = 0.0,
+        q_chunk: int = 1024, k_chunk: int = 1024, query_prior: bool = False,
     ) -> None:
         """Build the module; the arguments are described in the class docstring."""
-        super().__init__()
+        super().__init__(dim_y=dim_y, dim_x=dim_x)
         if temporal and (dim_x < 2 or attention not in ("scan", "dense") or bias is None):
             raise ValueError("a temporal model needs dim_x >= 2 (space, then days), scan or dense "
                              "attention and a kernel bias")
         if temporal and query_prior:
             raise ValueError("query_prior is for single-date models (a temporal model's context mixes dates)")
-        self.dim_y, self.dim_x = dim_y, dim_x
         self.temporal = temporal
         self.embed = TokenEmbedding(dim, dim_y, dim_x, embed_coords=embed_coords, hidden=2 * dim,
                                     temporal=temporal)
@@ -167,7 +151,7 @@ class TNPKR(nn.Module):
             for _ in range(depth)
         ]
         self.blocks = nn.ModuleList(blocks)
-        self.head = GaussianHead(dim, dim_y, hidden=2 * dim, sigma_min=sigma_min)
+        self.add_head(dim, sigma_min=sigma_min)
         self.query_prior = query_prior
         if query_prior:
             self.prior_proj = nn.Linear(dim_y + 1, dim)
@@ -198,8 +182,7 @@ class TNPKR(nn.Module):
 
     def decode(self, state: ContextState, xt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Predict targets ``xt [B, Nt, P]`` from an encoded context; ``(mean, std) [B, Nt, dy]``."""
-        zeros = xt.new_zeros((*xt.shape[:-1], self.dim_y))  # target values start at 0 (eq. 2)
-        qs = self.embed(xt, zeros, observed=False)
+        qs = self.embed(xt, self.unknown_values(xt), observed=False)  # target values start at 0 (eq. 2)
         prior = None
         if self.query_prior:
             prior, nearest = idw_prior(xt, state.xc, state.yc, state.valid)
@@ -210,28 +193,3 @@ class TNPKR(nn.Module):
         if prior is not None:
             mean = mean + self.prior_gain * prior
         return mean, std
-
-    def forward(
-        self,
-        xc: torch.Tensor,
-        yc: torch.Tensor,
-        xt: torch.Tensor,
-        context_valid: torch.Tensor | None = None,
-        *,
-        query_chunk: int | None = None,
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Predictive mean and std at ``xt``.
-
-        Args:
-            xc: context coordinates ``[B, Nc, P]``.
-            yc: context values ``[B, Nc, dy]``.
-            xt: target coordinates ``[B, Nt, P]``.
-            context_valid: ``[B, Nc]`` True for real context points (False = padding).
-            query_chunk: decode targets this many at a time (same result, less memory).
-
-        Returns:
-            ``(mean, std)``, each ``[B, Nt, dy]``.
-        """
-        check_shapes(xc, yc, xt, context_valid, self.dim_x, self.dim_y)
-        state = self.encode_context(xc, yc, context_valid)
-        return decode_in_chunks(lambda x: self.decode(state, x), xt, query_chunk)

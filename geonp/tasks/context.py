@@ -168,11 +168,30 @@ def _far(
     exclude: np.ndarray,
 ) -> tuple[np.ndarray, np.ndarray]:
     """The far set: observed lattice candidates, picked round-robin over rings and sectors."""
-    h, w = observed.shape
+    w = observed.shape[1]
     o0, o1 = origin
     box = (qb[0] + o0, qb[1] + o0, qb[2] + o1, qb[3] + o1)  # absolute query window
-    centre_r = 0.5 * (box[0] + box[1] - 1)
-    centre_c = 0.5 * (box[2] + box[3] - 1)
+    pr, pc, ring = _far_candidates(observed, box, spec, origin, skip_within)
+    if pr.size and exclude.size:
+        flat = (pr - o0) * w + (pc - o1)
+        ok = ~np.isin(flat, exclude)
+        pr, pc, ring = pr[ok], pc[ok], ring[ok]
+    if pr.size == 0:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pick = _round_robin(pr, pc, ring, box, spec)
+    return pr[pick] - o0, pc[pick] - o1
+
+
+def _far_candidates(
+    observed: np.ndarray,
+    box: tuple[int, int, int, int],
+    spec: ContextSpec,
+    origin: tuple[int, int],
+    skip_within: float,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Observed pixels of each ring's lattice around ``box``: absolute rows, columns and ring."""
+    h, w = observed.shape
+    o0, o1 = origin
     edges = ring_edges(spec)
     all_r, all_c, all_ring = [], [], []
     for k in range(spec.rings):
@@ -200,14 +219,16 @@ def _far(
         all_c.append(pc[keep])
         all_ring.append(np.full(int(keep.sum()), k))
     if not all_r:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    pr, pc, ring = np.concatenate(all_r), np.concatenate(all_c), np.concatenate(all_ring)
-    if exclude.size:
-        flat = (pr - o0) * w + (pc - o1)
-        ok = ~np.isin(flat, exclude)
-        pr, pc, ring = pr[ok], pc[ok], ring[ok]
-    if pr.size == 0:
-        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        return np.zeros(0, np.int64), np.zeros(0, np.int64), np.zeros(0, np.int64)
+    return np.concatenate(all_r), np.concatenate(all_c), np.concatenate(all_ring)
+
+
+def _round_robin(
+    pr: np.ndarray, pc: np.ndarray, ring: np.ndarray, box: tuple[int, int, int, int], spec: ContextSpec
+) -> np.ndarray:
+    """Indices of the ``spec.n_far`` candidates picked round-robin over rings and sectors."""
+    centre_r = 0.5 * (box[0] + box[1] - 1)
+    centre_c = 0.5 * (box[2] + box[3] - 1)
     angle = np.arctan2(pr - centre_r, pc - centre_c)  # (-pi, pi]
     sector = np.minimum((angle + math.pi) / (2 * math.pi) * spec.sectors, spec.sectors - 1).astype(
         np.int64
@@ -234,8 +255,7 @@ def _far(
     cell_rank = np.repeat(cell_rank_of_head, np.diff(np.r_[starts, order.size]))
     cell_rank_all = np.empty(order.size, np.int64)
     cell_rank_all[order] = cell_rank
-    pick = np.lexsort((ring, cell_rank_all, rank))[: spec.n_far]
-    return pr[pick] - o0, pc[pick] - o1
+    return np.lexsort((ring, cell_rank_all, rank))[: spec.n_far]
 
 
 def select_context(

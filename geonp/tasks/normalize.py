@@ -182,18 +182,7 @@ class Normalizer:
                 f"values has shape {arr.shape}; fit needs [bands, ...] with at "
                 "least one band. Add a leading band axis."
             )
-        ok = np.isfinite(arr) if np.issubdtype(arr.dtype, np.inexact) else np.ones(arr.shape, bool)
-        if valid is not None:
-            v = np.asarray(valid, dtype=bool)
-            if v.ndim == arr.ndim - 1 and v.shape == arr.shape[1:]:
-                v = v[None]
-            try:
-                ok &= np.broadcast_to(v, arr.shape)
-            except ValueError as err:
-                raise ConfigError(
-                    f"valid has shape {v.shape} but values has shape {arr.shape}; "
-                    "pass a mask of shape values.shape or values.shape[1:]."
-                ) from err
+        ok = _usable(arr, valid)
         if max_samples < 1:
             raise ConfigError(
                 f"max_samples={max_samples} is < 1; fit needs at least one value "
@@ -300,3 +289,24 @@ class Normalizer:
                 'it takes exactly "mean" and "std". Fix the model config.'
             )
         return cls(mean=d["mean"], std=d["std"])
+
+
+def _usable(arr: np.ndarray, valid: np.ndarray | None) -> np.ndarray:
+    """Bool ``arr.shape``: finite values that ``valid`` (per pixel or per value) marks valid.
+
+    Raises:
+        ConfigError: ``valid`` does not broadcast to ``arr``.
+    """
+    ok = np.isfinite(arr) if np.issubdtype(arr.dtype, np.inexact) else np.ones(arr.shape, bool)
+    if valid is not None:
+        v = np.asarray(valid, dtype=bool)
+        if v.ndim == arr.ndim - 1 and v.shape == arr.shape[1:]:
+            v = v[None]
+        try:
+            ok &= np.broadcast_to(v, arr.shape)
+        except ValueError as err:
+            raise ConfigError(
+                f"valid has shape {v.shape} but values has shape {arr.shape}; "
+                "pass a mask of shape values.shape or values.shape[1:]."
+            ) from err
+    return ok

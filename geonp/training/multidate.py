@@ -25,27 +25,28 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import torch
 
-from geonp._version import __version__
 from geonp.config import ModelConfig, TrainConfig, load_recipe
 from geonp.data.batch import Batch
 from geonp.data.gaps import sample_window_mask
 from geonp.data.synthetic import gp_grid_field
 from geonp.data.tasks import ReferenceBand, Task, window_task
 from geonp.errors import ConfigError, NoValidPixelsError
+from geonp.io.series_stack import Dated, SeriesStack, load_series
 from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.models import build_model
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.normalize import Normalizer
+from geonp.training.cards import best_of, series_card
 from geonp.training.loop import FitResult, MetricsWriter, fit
-from geonp.training.raster import best_of, hardware
 from geonp.training.windows import make_batch
 
 logger = logging.getLogger(__name__)
@@ -56,79 +57,6 @@ BORROW_PROBABILITY = 0.4
 #: Tile blend margin of fills with a multi-date model (its card's ``task_shape.overlap``): small
 #: tiles with a wide margin would carry each reference pixel into many tiles.
 FILL_OVERLAP = 2
-
-
-class Dated(Protocol):
-    """A raster of a series: ``path``, ``date`` and optional ``qa`` (see ``geonp.io.timeseries``)."""
-
-    path: str
-    date: dt.date
-    qa: str | None
-
-
-@dataclass
-class SeriesStack:
-    """A co-registered time series in memory.
-
-    Attributes:
-        values: ``[T, bands, h, w]`` float32, NaN where a date has no usable value.
-        observed: ``[T, h, w]`` True where every band of a date is usable.
-        days: ``[T]`` days since 1970-01-01.
-        names: file names, for the card.
-        clear: ``[T]`` fraction of observed pixels of each date.
-    """
-
-    values: np.ndarray
-    observed: np.ndarray
-    days: np.ndarray
-    names: list[str]
-    clear: np.ndarray = field(init=False)
-
-    def __post_init__(self) -> None:
-        """Compute the clear fractions."""
-        self.clear = self.observed.mean((1, 2))
-
-
-def load_series(items: Sequence[Dated], *, bands: Sequence[int] | None = None, nodata: float | None = None,
-                qa_kind: str | None = "fmask", qa_classes: Sequence[str] | None = None) -> SeriesStack:
-    """Read a series of same-grid rasters (and their QA bands) into memory.
-
-    Raises:
-        InputRasterError: a raster on another grid than the first, or unreadable.
-    """
-    from rasterio.windows import Window
-
-    from geonp.errors import InputRasterError
-    from geonp.io.masks import read_mask_file, resolve_nodata
-    from geonp.io.observed import read_observed
-    from geonp.io.raster import open_raster, raster_info, select_bands
-
-    if not items:
-        raise ConfigError("the time series is empty; give a folder of dated rasters")
-    stack, observed, days, names = [], [], [], []
-    ordered = sorted(items, key=lambda d: (d.date, str(d.path)))
-    first = None
-    for item in ordered:
-        with open_raster(item.path) as src:
-            info = raster_info(src)
-            if first is None:
-                first = info
-            elif (info.width, info.height) != (first.width, first.height) or \
-                    not info.transform.almost_equals(first.transform):
-                raise InputRasterError(f"{item.path} is not on the grid of {ordered[0].path}; training on a "
-                                       "time series needs co-registered rasters (gdalwarp them first)")
-            window = Window(0, 0, info.width, info.height)
-            # the missing-pixel rule of every fill: NaN/Inf, nodata, internal mask or alpha
-            raw, ok = read_observed(src, window, select_bands(info, bands), info=info,
-                                    nodata=resolve_nodata(info, nodata))
-        ok = ok.all(0)
-        if item.qa is not None and qa_kind is not None:
-            ok &= ~read_mask_file(item.qa, like=info, window=window, qa_kind=qa_kind, qa_classes=qa_classes)
-        stack.append(np.where(ok, raw, np.nan).astype(np.float32))
-        observed.append(ok)
-        days.append((item.date - dt.date(1970, 1, 1)).days)
-        names.append(Path(item.path).name)
-    return SeriesStack(np.stack(stack), np.stack(observed), np.asarray(days, np.int64), names)
 
 
 @dataclass(frozen=True)
@@ -151,6 +79,11 @@ class SeriesRecipe:
     max_references: int = 3
     previous_probability: float = 0.6
     min_observed: float = 0.3
+
+    def card_shape(self) -> dict[str, Any]:
+        """The task shape a model card states for this geometry (with the fills' tile overlap)."""
+        return {**self.spec.to_dict(), "max_context": self.spec.n_near, "core_size": self.core_size,
+                "max_targets": self.max_targets, "overlap": FILL_OVERLAP, "max_references": self.max_references}
 
 
 def series_task(stack: SeriesStack, norm: Normalizer, targets: np.ndarray, recipe: SeriesRecipe,
@@ -245,6 +178,8 @@ class SeriesTrainReport:
     best_step: int
     seconds: float
 
+
+_Draw = Callable[[np.random.Generator], Task | None]
 
 #: ``data`` entries of a multi-date recipe that set the task geometry (:func:`series_geometry`).
 GEOMETRY_KEYS = ("core_size", "max_context", "n_far", "search_radius", "rings", "sectors", "n_ref", "ref_margin",
@@ -368,79 +303,95 @@ def train_series(
         module, mcfg = start.module, start.config
     else:
         module, mcfg = temporal_from(start.module, start.config)
-    shape = {k: v for k, v in (start.card.task_shape or {}).items()
-             if k not in ("patch_size", "tasks_per_window")}  # single-date window settings
-    usable = stack.clear >= recipe.min_observed
-    cut = np.quantile(stack.days, 0.8) if val_from is None else (val_from - dt.date(1970, 1, 1)).days
-    train_targets = np.flatnonzero(usable & (stack.days < cut))
-    val_targets = np.flatnonzero(usable & (stack.days >= cut))
-    if train_targets.size == 0 or val_targets.size == 0:
-        raise NoValidPixelsError("no training or no validation target date has enough clear pixels "
-                                 f"({recipe.min_observed:.0%}); add dates or lower the validation split")
-
-    def draw(targets: np.ndarray, st: float) -> Callable[[np.random.Generator], Task | None]:
-        return lambda r: spacetime_task(recipe, r) if r.random() < st else series_task(stack, norm, targets, recipe, r)
-
+    train_targets, val_targets = _split_targets(stack, recipe.min_observed, val_from)
+    draw = partial(_task_draw, stack, norm, recipe)
     val_rng = np.random.default_rng(tcfg.seed + 10_000)
     val_batches = [make_batch(draw(val_targets, 0.0), min(8, val_tasks), val_rng)
                    for _ in range(max(1, val_tasks // 8))]
     out = Path(output)
     out.mkdir(parents=True, exist_ok=True)
-    card = ModelCard(
-        name=name or out.name,
-        description="multi-date TNP-KR (space + time kernel bias) fine-tuned by geonp train --series "
-                    f"from {start.name} on {len(chosen)} dates",
-        geonp_version=__version__,
-        command=command,
-        training_data=stack.names,
-        init_from=str(init_from),
-        band_count=int(stack.values.shape[1]),
-        any_band_count=True,
-        coord_unit="pixel",
-        task_shape={**shape, **recipe.spec.to_dict(), "max_context": recipe.spec.n_near,
-                    "core_size": recipe.core_size, "max_targets": recipe.max_targets,
-                    "overlap": FILL_OVERLAP, "max_references": recipe.max_references},
-        pretrain_steps=pretrain_steps,
-        steps=tcfg.steps,
-        batch_size=batch_size,
-        train_config=tcfg.__dict__,
-        hardware=hardware(),
-        extra={
-            "date_range": [str(min(i.date for i in chosen)), str(max(i.date for i in chosen))],
-            "validation_targets": [stack.names[i] for i in val_targets],
-            "spacetime_fraction": spacetime_fraction,
-        },
-    )
-    best: dict[str, Any] = {"nll": math.inf, "step": -1}
-
-    metrics_writer = MetricsWriter(None if metrics is None else Path(metrics), resume=False)
-
-    def save_best(record: dict[str, float], is_best: bool, result: FitResult) -> None:
-        nonlocal card
-        logger.info("step %d val_nll %.4f", record["step"], record["val_nll"])
-        metrics_writer.write(record)
-        if is_best:
-            best.update(nll=record["val_nll"], step=record["step"])
-            card = replace(card, best_val_nll=record["val_nll"], best_step=int(record["step"]),
-                           training_seconds=round(time.perf_counter() - t0, 1))
-            save_model(out, module, mcfg, normalizer=norm.to_dict(), card=card)
-
+    card = series_card(start, recipe.card_shape(), tcfg, stack, chosen, val_targets, out, name=name,
+                       command=command, init_from=init_from, pretrain_steps=pretrain_steps,
+                       batch_size=batch_size, spacetime_fraction=spacetime_fraction)
+    saver = _SeriesSaver(out, module, mcfg, norm, card, started=t0,
+                         metrics=MetricsWriter(None if metrics is None else Path(metrics), resume=False))
     total = pretrain_steps + tcfg.steps
-    result = FitResult(best_val_nll=math.inf)
-    opt_state = None
-    for begin, end, frac in ((0, pretrain_steps, 1.0), (pretrain_steps, total, spacetime_fraction)):
-        if begin >= end:
-            continue
-        sampler = draw(train_targets, frac)
-
-        def sample(step: int, sampler: Callable[[np.random.Generator], Task | None] = sampler) -> Batch:
-            return make_batch(sampler, batch_size, np.random.default_rng([tcfg.seed, step]))
-
-        result = fit(module, sample, val_batches, TrainConfig(**{**tcfg.__dict__, "steps": end}),
-                     start_step=begin, optimizer_state=opt_state, best_val_nll=result.best_val_nll,
-                     on_validate=save_best,
-                     progress=None if progress is None else lambda s, n, v: progress(s, total, v))
-        opt_state = result.optimizer_state
-    if best["step"] < 0:
+    phases = ((0, pretrain_steps, draw(train_targets, 1.0)),
+              (pretrain_steps, total, draw(train_targets, spacetime_fraction)))
+    _fit_phases(module, phases, val_batches, tcfg, saver, batch_size=batch_size, progress=progress)
+    if saver.best_step < 0:
         raise NoValidPixelsError("training produced no model; the validation NLL was never finite")
     return SeriesTrainReport(out, total, *best_of(load_checkpoint(out).card), time.perf_counter() - t0)
+
+
+def _fit_phases(module: torch.nn.Module, phases: Sequence[tuple[int, int, _Draw]], val_batches: list[Batch],
+                tcfg: TrainConfig, saver: _SeriesSaver, *, batch_size: int,
+                progress: Callable[[int, int, float], None] | None) -> None:
+    """Train ``module`` through each ``(begin, end, draw)`` phase, carrying the optimiser state."""
+    total = phases[-1][1]
+    result = FitResult(best_val_nll=math.inf)
+    opt_state = None
+    for begin, end, draw in phases:
+        if begin >= end:
+            continue
+        sample = partial(_sample, draw, batch_size, tcfg.seed)
+        result = fit(module, sample, val_batches, TrainConfig(**{**tcfg.__dict__, "steps": end}),
+                     start_step=begin, optimizer_state=opt_state, best_val_nll=result.best_val_nll,
+                     on_validate=saver,
+                     progress=None if progress is None else lambda s, n, v: progress(s, total, v))
+        opt_state = result.optimizer_state
+
+
+def _split_targets(stack: SeriesStack, min_observed: float,
+                   val_from: dt.date | None) -> tuple[np.ndarray, np.ndarray]:
+    """Training and validation target dates (indices), each with ``min_observed`` of it observed.
+
+    Validation targets are the dates from ``val_from`` on (default: the last 20 % of the days).
+
+    Raises:
+        NoValidPixelsError: either set is empty.
+    """
+    usable = stack.clear >= min_observed
+    cut = np.quantile(stack.days, 0.8) if val_from is None else (val_from - dt.date(1970, 1, 1)).days
+    train_targets = np.flatnonzero(usable & (stack.days < cut))
+    val_targets = np.flatnonzero(usable & (stack.days >= cut))
+    if train_targets.size == 0 or val_targets.size == 0:
+        raise NoValidPixelsError("no training or no validation target date has enough clear pixels "
+                                 f"({min_observed:.0%}); add dates or lower the validation split")
+    return train_targets, val_targets
+
+
+def _task_draw(stack: SeriesStack, norm: Normalizer, recipe: SeriesRecipe, targets: np.ndarray,
+               spacetime: float) -> _Draw:
+    """A task sampler: a simulated space-time task with chance ``spacetime``, else one of ``targets``."""
+    return lambda r: spacetime_task(recipe, r) if r.random() < spacetime else series_task(stack, norm, targets,
+                                                                                           recipe, r)
+
+
+def _sample(draw: _Draw, batch_size: int, seed: int, step: int) -> Batch:
+    """Step ``step``'s batch, seeded by the run's seed and the step."""
+    return make_batch(draw, batch_size, np.random.default_rng([seed, step]))
+
+
+@dataclass
+class _SeriesSaver:
+    """``fit``'s validation callback: logs and records each validation, saves the best model."""
+
+    out: Path
+    module: torch.nn.Module
+    mcfg: ModelConfig
+    norm: Normalizer
+    card: ModelCard
+    started: float
+    metrics: MetricsWriter
+    best_step: int = -1
+
+    def __call__(self, record: dict[str, float], is_best: bool, result: FitResult) -> None:
+        """Write ``record`` to the metrics; save the model if it is the best so far."""
+        logger.info("step %d val_nll %.4f", record["step"], record["val_nll"])
+        self.metrics.write(record)
+        if is_best:
+            self.best_step = int(record["step"])
+            self.card = replace(self.card, best_val_nll=record["val_nll"], best_step=int(record["step"]),
+                                training_seconds=round(time.perf_counter() - self.started, 1))
+            save_model(self.out, self.module, self.mcfg, normalizer=self.norm.to_dict(), card=self.card)

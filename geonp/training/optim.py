@@ -9,7 +9,7 @@ import torch
 
 
 class Yogi(torch.optim.Optimizer):
-    """Yogi (Zaheer et al. 2018), the optimiser of seed 002, with decoupled weight decay.
+    """Yogi (Zaheer et al. 2018), the optimiser of the TNP-KR paper, with decoupled weight decay.
 
     Like Adam, but the second moment moves additively:
     ``v ← v − (1 − β2)·sign(v − g²)·g²``, which keeps the effective learning rate from growing fast.

@@ -10,7 +10,8 @@ Each band is a separate task (``dim_y = 1``), so a model works on any band count
 different band counts can be mixed (each group of rasters keeps its own normalisation).
 
 The windows and the tasks cut from them are :mod:`geonp.training.windows`; this module is the
-training run: the model, its card, the phases of :func:`geonp.training.loop.fit`, resuming.
+training run: the model, the phases of :func:`geonp.training.loop.fit`, resuming. Its settings are
+:mod:`geonp.training.settings`, its card :mod:`geonp.training.cards`.
 """
 
 from __future__ import annotations
@@ -18,10 +19,9 @@ from __future__ import annotations
 import logging
 import math
 import os
-import platform
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,25 +29,27 @@ from typing import Any
 import numpy as np
 import torch
 
-from geonp._version import __version__
-from geonp.config import ModelConfig, TrainConfig, load_recipe
+from geonp.config import ModelConfig, TrainConfig
 from geonp.data.batch import Batch
-from geonp.data.datasets import split_columns
 from geonp.data.tasks import Task
 from geonp.errors import ConfigError, InputRasterError
 from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import load_checkpoint, save_model
 from geonp.model_files.registry import resolve_model_path
 from geonp.model_files.train_state import load_training_state, save_training_state
-from geonp.models import MODEL_FAMILIES, build_model, load_start_weights
+from geonp.models import build_model, load_start_weights
+from geonp.tasks.normalize import Normalizer
 from geonp.training.allocator import keep_freed_memory
 from geonp.training.calibrate import calibrate_on_validation
+from geonp.training.cards import best_of, raster_card
 from geonp.training.loop import FitResult, MetricsWriter, fit
 from geonp.training.parallel import GradientAverager, run_data_parallel, shard_size
 from geonp.training.prefetch import PrefetchedBatches, default_workers
+from geonp.training.settings import RunSettings, from_recipe, settle
 from geonp.training.windows import (
     TaskRecipe,
     TaskShape,
+    WindowGroup,
     gap_source_mask,
     gp_tasks,
     make_batch,
@@ -57,19 +59,7 @@ from geonp.training.windows import (
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["TrainReport", "best_of", "hardware", "train"]
-
-
-def hardware() -> str:
-    """This machine as a model card states it: CPU, cores and GPU."""
-    gpu = "CUDA " + torch.cuda.get_device_name() if torch.cuda.is_available() else "no GPU"
-    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} cores, {gpu}"
-
-
-def best_of(card: ModelCard) -> tuple[float, int]:
-    """A trained model's best validation NLL and its step, from its card (NaN and -1 if unstated)."""
-    nll = math.nan if card.best_val_nll is None else float(card.best_val_nll)
-    return nll, -1 if card.best_step is None else int(card.best_step)
+__all__ = ["TrainReport", "train"]
 
 
 @dataclass
@@ -182,188 +172,175 @@ def train(
                 "footprint_probability": footprint_probability, "gp_fraction": gp_fraction,
                 "init_from": init_from, "pool_megabytes": pool_megabytes, "metrics": metrics, "name": name,
                 "calibrate": calibrate}
-    mcfg, tcfg, task_shape, opts = _from_recipe(recipe, model, training, task_shape, explicit)
-    (nodata, bands, batch_size, val_fraction, test_fraction, val_tasks, pool_size, pretrain_steps, gap_source,
-     gap_mix, footprint_probability, gp_fraction, init_from, pool_megabytes, metrics, name, calibrate) = opts.values()
-    if mcfg.dim_y != 1:
-        raise ConfigError(f"raster training models each band on its own (dim_y=1), got dim_y={mcfg.dim_y}")
-    if not 0 < val_fraction < 1 or not 0 <= test_fraction < 1 or val_fraction + test_fraction >= 0.9:
-        raise ConfigError(f"val_fraction={val_fraction} and test_fraction={test_fraction} must leave "
-                          "at least 10% of the columns for training")
-    if not inputs:
-        raise ConfigError("no training rasters given")
-    overrides = {k: v for k, v in (("n_far", n_far), ("search_radius", search_radius), ("rings", rings),
-                                   ("sectors", sectors), ("tasks_per_window", tasks_per_window))
-                 if v is not None}
-    if overrides:
-        task_shape = TaskShape(**{**task_shape.__dict__, **overrides})
-    if task_shape.core_size > task_shape.patch_size:
-        task_shape = TaskShape(**{**task_shape.__dict__, "core_size": task_shape.patch_size})
-    if not 0.0 <= gp_fraction <= 1.0:
-        raise ConfigError(f"gp_fraction={gp_fraction} must be in [0, 1]")
-    if gap_mix is None and task_shape.patch_size >= 128:
-        from geonp.data.gaps import WINDOW_KIND_WEIGHTS
+    shape_overrides = {"n_far": n_far, "search_radius": search_radius, "rings": rings, "sectors": sectors,
+                       "tasks_per_window": tasks_per_window}
+    run = settle(*from_recipe(recipe, model, training, task_shape, explicit), shape_overrides=shape_overrides,
+                 processes=processes, inputs=inputs)
+    return _train(run, inputs, Path(output), resume=resume, command=command, progress=progress,
+                  data_workers=data_workers)
 
-        gap_mix = dict(WINDOW_KIND_WEIGHTS)
+
+def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path, *, resume: bool,
+           command: str | None, progress: Callable[[int, int, float], None] | None,
+           data_workers: int | None) -> TrainReport:
+    """Run :func:`train` with its settled settings (the arguments are :func:`train`'s)."""
+    opts, tcfg, shape = run.opts, run.tcfg, run.task_shape
     keep_freed_memory()  # a step's large tensors reuse the last step's memory (no page faults)
-    world = 1 if processes is None else processes
-    if not isinstance(world, int) or not 1 <= world <= batch_size:
-        raise ConfigError(f"processes={processes!r} must be an integer from 1 to batch_size={batch_size}")
-    out = Path(output)
     t0 = time.perf_counter()
     rng = np.random.default_rng(tcfg.seed)
-    train_groups, val_groups = window_groups(inputs, task_shape, rng, nodata=nodata, bands=bands,
-                                       val_fraction=val_fraction, test_fraction=test_fraction,
-                                       pool_size=pool_size, val_count=max(val_tasks, 16),
-                                       pool_megabytes=pool_megabytes, seed=tcfg.seed)
-    norm = train_groups[0].norm
+    train_groups, val_groups = window_groups(inputs, shape, rng, nodata=opts.nodata, bands=opts.bands,
+                                             val_fraction=opts.val_fraction, test_fraction=opts.test_fraction,
+                                             pool_size=opts.pool_size, val_count=max(opts.val_tasks, 16),
+                                             pool_megabytes=opts.pool_megabytes, seed=tcfg.seed)
     out.mkdir(parents=True, exist_ok=True)  # only once the data is usable: no empty model directory
-    task_recipe = TaskRecipe(task_shape, gap_mix, gap_source_mask(gap_source), footprint_probability)
-
-    val_rng = np.random.default_rng(tcfg.seed + 10_000)
-    val_batches = [
-        make_batch(lambda r: raster_tasks(val_groups, task_recipe, r), min(16, val_tasks), val_rng)
-        for _ in range(max(1, val_tasks // 16))
-    ]
-
+    task_recipe = TaskRecipe(shape, opts.gap_mix, gap_source_mask(opts.gap_source), opts.footprint_probability)
+    val_batches = _validation_batches(val_groups, task_recipe, opts.val_tasks, tcfg.seed)
     torch.manual_seed(tcfg.seed)
-    module = build_model(mcfg)
-    if init_from is not None and not resume:
-        start_weights = load_checkpoint(resolve_model_path(init_from)).module.state_dict()
-        try:
-            load_start_weights(module, start_weights)
-        except RuntimeError as err:
-            raise ConfigError(f"cannot start from {init_from}: its architecture differs from the one asked "
-                              f"for; pass the same --dim/--depth/--heads/--ff-dim ({str(err).splitlines()[0]})") from err
-    start, opt_state, best, history = 0, None, math.inf, []
-    if resume:
-        state, opt_state, prog = load_training_state(out)
-        module.load_state_dict(state)
-        start, best, history = int(prog["step"]), float(prog["best_val_nll"]), list(prog["history"])
-        logger.info("resuming from step %d", start)
-        if int(prog.get("processes", 1)) != world:
-            logger.warning("resuming with processes=%d where the run had %s: the tasks of the remaining steps "
-                           "differ from those of an uninterrupted run", world, prog.get("processes", 1))
-    total_steps = pretrain_steps + tcfg.steps
-    metrics_writer = MetricsWriter(Path(metrics) if metrics else None, resume)
+    module = build_model(run.mcfg)
+    if opts.init_from is not None and not resume:
+        _load_start_weights(module, opts.init_from)
+    begun = _resume(module, out, run.world) if resume else _Begun()
+    saver = _BestSaver(out, module, run.mcfg, train_groups[0].norm, history=begun.history, started=t0,
+                       world=run.world, metrics=MetricsWriter(Path(opts.metrics) if opts.metrics else None, resume),
+                       card=raster_card(run, inputs, out, command, band_count=train_groups[0].pool.values.shape[1]))
+    trainer = _Trainer(module, run, _phases(run, task_recipe, train_groups), val_batches, begun, saver,
+                       progress, data_workers)
+    if trainer.averager is None:
+        trainer.run(0)
+    else:
+        run_data_parallel(run.world, trainer.run, trainer.averager)
+    if not (out / "model.safetensors").exists():
+        raise InputRasterError("training produced no model; the validation NLL was never finite")
+    if opts.calibrate:
+        calibrate_on_validation(out, inputs[0], val_fraction=opts.val_fraction, test_fraction=opts.test_fraction,
+                                min_val_columns=shape.patch_size, nodata=opts.nodata, bands=opts.bands,
+                                seed=tcfg.seed, device=tcfg.device)
+    return TrainReport(out, run.total_steps, *best_of(load_checkpoint(out).card), time.perf_counter() - t0,
+                       begun.history)
 
-    card = ModelCard(
-        name=name or out.name,
-        description=f"{MODEL_FAMILIES[mcfg.arch].describe(mcfg)} trained by geonp train on {len(inputs)} raster(s)",
-        geonp_version=__version__,
-        command=command,
-        training_data=[str(Path(p).name) for p in inputs],
-        band_count=int(train_groups[0].pool.values.shape[1]),
-        coord_unit=mcfg.coord_unit,
-        task_shape=task_shape.to_dict(),
-        gap_mix=gap_mix,
-        gp_fraction=gp_fraction,
-        init_from=None if init_from is None else str(init_from),
-        hardware=hardware(),
-        pretrain_steps=pretrain_steps,
-        steps=tcfg.steps,
-        batch_size=batch_size,
-        train_config=tcfg.__dict__,
-        extra={
-            "bands": list(bands) if bands else None,
-            "nodata": nodata,
-            "footprint_probability": footprint_probability if gap_mix is not None else 0.0,
-            "split": {"axis": "columns", "val_fraction": val_fraction, "test_fraction": test_fraction,
-                      "regions": [split_columns(_width(p), val_fraction=val_fraction, test_fraction=test_fraction,
-                                                min_val_columns=task_shape.patch_size).__dict__ for p in inputs]},
-        },
-    )
 
-    def save_best(record: dict[str, float], is_best: bool, result: FitResult) -> None:
-        nonlocal card
+def _validation_batches(val_groups: Sequence[WindowGroup], recipe: TaskRecipe, val_tasks: int,
+                        seed: int) -> list[Batch]:
+    """The fixed validation batches (16 tasks each), the same for every run of a seed."""
+    val_rng = np.random.default_rng(seed + 10_000)
+    return [make_batch(lambda r: raster_tasks(val_groups, recipe, r), min(16, val_tasks), val_rng)
+            for _ in range(max(1, val_tasks // 16))]
+
+
+def _load_start_weights(module: torch.nn.Module, init_from: str | os.PathLike[str]) -> None:
+    """Start ``module`` from the weights of the model ``init_from`` names.
+
+    Raises:
+        ConfigError: that model's architecture differs from ``module``'s.
+    """
+    start_weights = load_checkpoint(resolve_model_path(init_from)).module.state_dict()
+    try:
+        load_start_weights(module, start_weights)
+    except RuntimeError as err:
+        raise ConfigError(f"cannot start from {init_from}: its architecture differs from the one asked "
+                          f"for; pass the same --dim/--depth/--heads/--ff-dim ({str(err).splitlines()[0]})") from err
+
+
+@dataclass
+class _Begun:
+    """Where the run starts: step, optimiser state, best validation NLL and history so far."""
+
+    step: int = 0
+    opt_state: dict[str, Any] | None = None
+    best: float = math.inf
+    history: list[dict[str, float]] = field(default_factory=list)
+
+
+def _resume(module: torch.nn.Module, out: Path, world: int) -> _Begun:
+    """Load the training state in ``out`` into ``module``; where the interrupted run stood."""
+    state, opt_state, prog = load_training_state(out)
+    module.load_state_dict(state)
+    begun = _Begun(int(prog["step"]), opt_state, float(prog["best_val_nll"]), list(prog["history"]))
+    logger.info("resuming from step %d", begun.step)
+    if int(prog.get("processes", 1)) != world:
+        logger.warning("resuming with processes=%d where the run had %s: the tasks of the remaining steps "
+                       "differ from those of an uninterrupted run", world, prog.get("processes", 1))
+    return begun
+
+
+@dataclass
+class _BestSaver:
+    """``fit``'s validation callback: records each validation, saves the best model and the state."""
+
+    out: Path
+    module: torch.nn.Module
+    mcfg: ModelConfig
+    norm: Normalizer
+    history: list[dict[str, float]]
+    started: float
+    world: int
+    metrics: MetricsWriter
+    card: ModelCard
+
+    def __call__(self, record: dict[str, float], is_best: bool, result: FitResult) -> None:
+        """Append ``record`` to the history and metrics; save the model if best, and the state."""
         record = {**record, "step": record["step"]}
-        history.append(record)
-        metrics_writer.write(record)
+        self.history.append(record)
+        self.metrics.write(record)
         if is_best:
-            card = replace(card, best_val_nll=record["val_nll"], best_step=int(record["step"]),
-                           training_seconds=round(time.perf_counter() - t0, 1))
-            save_model(out, module, mcfg, normalizer=norm.to_dict(), card=card)
-        save_training_state(out, module, result.optimizer_state or {"state": {}, "param_groups": []},
-                            {"step": result.step, "best_val_nll": result.best_val_nll, "history": history,
-                             "processes": world})
+            self.card = replace(self.card, best_val_nll=record["val_nll"], best_step=int(record["step"]),
+                                training_seconds=round(time.perf_counter() - self.started, 1))
+            save_model(self.out, self.module, self.mcfg, normalizer=self.norm.to_dict(), card=self.card)
+        save_training_state(self.out, self.module, result.optimizer_state or {"state": {}, "param_groups": []},
+                            {"step": result.step, "best_val_nll": result.best_val_nll, "history": self.history,
+                             "processes": self.world})
 
-    phases: list[tuple[int, int, Callable[[np.random.Generator], list[Task]]]] = []
-    if pretrain_steps:
-        phases.append((0, pretrain_steps, lambda r: gp_tasks(task_recipe, r)))
-    phases.append((pretrain_steps, total_steps,
-                   lambda r: gp_tasks(task_recipe, r) if gp_fraction and r.random() < gp_fraction
-                   else raster_tasks(train_groups, task_recipe, r)))
-    averager = GradientAverager(module, world) if world > 1 else None
-    workers = (0 if world > 1 else default_workers()) if data_workers is None else data_workers
 
-    def run_phases(rank: int) -> FitResult:
+_Phase = tuple[int, int, Callable[[np.random.Generator], list[Task]]]
+
+
+def _phases(run: RunSettings, recipe: TaskRecipe, train_groups: Sequence[WindowGroup]) -> list[_Phase]:
+    """``(begin, end, draw)`` of each phase: GP pre-training if asked, then the raster steps."""
+    pretrain, gp_fraction = run.opts.pretrain_steps, run.opts.gp_fraction
+    phases: list[_Phase] = []
+    if pretrain:
+        phases.append((0, pretrain, lambda r: gp_tasks(recipe, r)))
+    phases.append((pretrain, run.total_steps,
+                   lambda r: gp_tasks(recipe, r) if gp_fraction and r.random() < gp_fraction
+                   else raster_tasks(train_groups, recipe, r)))
+    return phases
+
+
+class _Trainer:
+    """Runs the phases of a :func:`train` run in one process (rank), all of them when alone."""
+
+    def __init__(self, module: torch.nn.Module, run: RunSettings, phases: list[_Phase], val_batches: list[Batch],
+                 begun: _Begun, saver: _BestSaver, progress: Callable[[int, int, float], None] | None,
+                 data_workers: int | None) -> None:
+        """Hold the run's parts; the averager (processes > 1) is made here, before any fork."""
+        self.module, self.run_settings, self.phases, self.val_batches = module, run, phases, val_batches
+        self.begun, self.saver, self.progress = begun, saver, progress
+        self.averager = GradientAverager(module, run.world) if run.world > 1 else None
+        self.workers = (0 if run.world > 1 else default_workers()) if data_workers is None else data_workers
+
+    def run(self, rank: int) -> FitResult:
         """This process's share of the training (all of it when ``world`` is 1)."""
-        result, state, first_step = FitResult(best_val_nll=best), opt_state, start
+        run, progress = self.run_settings, self.progress
+        result, state, first_step = FitResult(best_val_nll=self.begun.best), self.begun.opt_state, self.begun.step
         lead = rank == 0  # validates, saves, reports
-        for begin, end, draw in phases:
+        for begin, end, draw in self.phases:
             if first_step >= end:
                 continue
-            phase_cfg = TrainConfig(**{**tcfg.__dict__, "steps": end})
-
-            def sample(step: int, draw: Callable[[np.random.Generator], list[Task]] = draw) -> Batch:
-                seed = [tcfg.seed, step] if world == 1 else [tcfg.seed, step, rank]
-                return make_batch(draw, shard_size(batch_size, world, rank), np.random.default_rng(seed))
-
             first = max(first_step, begin)
-            with PrefetchedBatches(sample, range(first, end), workers) as batches:
-                result = fit(module, batches, val_batches if lead else [], phase_cfg, start_step=first,
+            with PrefetchedBatches(partial(self._sample, rank, draw), range(first, end), self.workers) as batches:
+                result = fit(self.module, batches, self.val_batches if lead else [],
+                             TrainConfig(**{**run.tcfg.__dict__, "steps": end}), start_step=first,
                              optimizer_state=state, best_val_nll=result.best_val_nll,
-                             on_validate=save_best if lead else None,
+                             on_validate=self.saver if lead else None,
                              progress=None if progress is None or not lead else
-                             lambda s, n, v: progress(s, total_steps, v),
-                             average_gradients=None if averager is None else partial(averager.average, rank))
+                             lambda s, n, v: progress(s, run.total_steps, v),
+                             average_gradients=None if self.averager is None else
+                             partial(self.averager.average, rank))
             state, first_step = result.optimizer_state, end
         return result
 
-    if averager is None:
-        run_phases(0)
-    else:
-        run_data_parallel(world, run_phases, averager)
-    if not (out / "model.safetensors").exists():
-        raise InputRasterError("training produced no model; the validation NLL was never finite")
-    if calibrate:
-        calibrate_on_validation(out, inputs[0], val_fraction=val_fraction, test_fraction=test_fraction,
-                                min_val_columns=task_shape.patch_size, nodata=nodata, bands=bands, seed=tcfg.seed,
-                                device=tcfg.device)
-    return TrainReport(out, total_steps, *best_of(load_checkpoint(out).card), time.perf_counter() - t0, history)
-
-
-_SHAPE_KEYS = tuple(f.name for f in fields(TaskShape))
-
-
-def _from_recipe(
-    recipe: str | os.PathLike[str] | Mapping[str, Mapping[str, Any]],
-    model: ModelConfig | None,
-    training: TrainConfig | None,
-    task_shape: TaskShape | None,
-    explicit: dict[str, Any],
-) -> tuple[ModelConfig, TrainConfig, TaskShape, dict[str, Any]]:
-    """The run's settings: each argument given to :func:`train`, else the recipe's entry.
-
-    Returns ``(model, training, task_shape, options)`` with ``options`` in the order of ``explicit``.
-    """
-    rec = load_recipe(recipe)
-    data = dict(rec["data"])
-    shape = {k: data.pop(k) for k in list(data) if k in _SHAPE_KEYS}
-    unknown = sorted(set(data) - set(explicit))
-    if unknown:
-        raise ConfigError(f"unknown data option(s) {unknown} in the recipe; valid: "
-                          f"{sorted(set(explicit) | set(_SHAPE_KEYS))}")
-    options = {k: data.get(k) if v is None else v for k, v in explicit.items()}
-    try:
-        return (model or ModelConfig.from_dict(rec["model"]), training or TrainConfig.from_dict(rec["training"]),
-                task_shape or TaskShape(**shape), options)
-    except TypeError as err:
-        raise ConfigError(f"invalid recipe: {err}") from err
-
-
-def _width(path: str | os.PathLike[str]) -> int:
-    from geonp.io.raster import open_raster
-
-    with open_raster(path) as src:
-        return int(src.width)
+    def _sample(self, rank: int, draw: Callable[[np.random.Generator], list[Task]], step: int) -> Batch:
+        """Rank ``rank``'s share of step ``step``'s batch (seeded by step, and rank when parallel)."""
+        run = self.run_settings
+        seed = [run.tcfg.seed, step] if run.world == 1 else [run.tcfg.seed, step, rank]
+        return make_batch(draw, shard_size(run.opts.batch_size, run.world, rank), np.random.default_rng(seed))

@@ -40,10 +40,10 @@ def run_block(job, block):
 
 def fill_one(task):
     import geonp.filling.engine
-    from geonp.batch import jobs
+    from geonp.batch import run
 
     geonp.filling.engine.BlockRunner.__call__ = lambda self, block, progress=None: busy()
-    return jobs._fill_one(task)
+    return run.fill_one(task)
 '''
 
 #: ``geonp ARGS`` with the stuck step in place: blocks of a fill's worker processes, or the files
@@ -52,11 +52,11 @@ STUCK_RUN = r'''
 import sys
 
 import stuck
-from geonp.batch import jobs
+from geonp.batch import run
 from geonp.filling import engine
 
 engine.run_block = stuck.run_block
-jobs._fill_one = stuck.fill_one
+run.fill_one = stuck.fill_one
 
 from geonp_cli.main import cli
 

@@ -155,7 +155,7 @@ def test_an_interrupt_carries_what_the_writers_left(tmp_path) -> None:
 
 
 def test_an_interrupted_batch_names_the_partial_files_that_remain(tmp_path) -> None:
-    from geonp.batch.jobs import _left_by_interrupt
+    from geonp.batch.run import left_by_interrupt
     from geonp.io.partials import host_tag, own_partials
 
     live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"])
@@ -169,7 +169,7 @@ def test_an_interrupted_batch_names_the_partial_files_that_remain(tmp_path) -> N
         for path in (stuck, killed, other):
             path.write_bytes(b"partial")
         interrupt = KeyboardInterrupt()
-        _left_by_interrupt(interrupt, [tmp_path / "a.tif"], {other})
+        left_by_interrupt(interrupt, [tmp_path / "a.tif"], {other})
         assert listing(tmp_path) == [stuck.name, other.name]  # the killed worker's file is removed
         assert set(interrupt.partials_left) - set(own_partials()) == {stuck}
     finally:

@@ -89,8 +89,8 @@ def test_a_dask_fill_plans_once_with_the_file_fills_normaliser_whatever_the_chun
     import dask.array as dsa
 
     from geonp.filling import survey
-    from geonp.filling.arrays import dask_plan
     from geonp.filling.plan import normalizer_for
+    from geonp.filling.xarray_fill import dask_plan
     from geonp.io.raster import open_raster, raster_info
     from tests.conftest import write_raster
 
@@ -117,7 +117,7 @@ def test_a_dask_fill_plans_once_with_the_file_fills_normaliser_whatever_the_chun
 
 def test_both_drivers_size_a_block_halo_by_the_plan(tiny_model):
     from geonp.filling.engine import BlockRunner
-    from geonp.filling.references import ESTIMATE_REACH
+    from geonp.filling.similar_pixels import ESTIMATE_REACH
 
     values, valid = _block()
     loaded = load_model(tiny_model)

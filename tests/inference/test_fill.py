@@ -176,7 +176,7 @@ def test_mask_file_and_band_selection(tmp_path, tiny_model):
     arr, gap = _scene(3)
     src = write_raster(tmp_path / "in.tif", arr.astype("uint16"))
     mask = write_raster(tmp_path / "mask.tif", gap.astype("uint8"))
-    geonp.fill_raster(src, tmp_path / "o.tif", model=tiny_model, mask=mask, bands=[2, 3])
+    geonp.fill_raster(src, tmp_path / "o.tif", model=tiny_model, gaps=geonp.Gaps(mask=mask), bands=[2, 3])
     with rasterio.open(tmp_path / "o.tif") as f:
         out = f.read()
     assert out.shape[0] == 2
@@ -195,7 +195,7 @@ def test_bad_inputs_give_one_line_errors_and_no_output(tmp_path, tiny_model):
         geonp.fill_raster(empty, out, model=tiny_model)
     other = write_raster(tmp_path / "m.tif", np.zeros((1, 10, 10), "uint8"), crs=None)
     with pytest.raises(InputRasterError, match="another grid"):
-        geonp.fill_raster(src, out, model=tiny_model, mask=other)
+        geonp.fill_raster(src, out, model=tiny_model, gaps=geonp.Gaps(mask=other))
     assert not out.exists() and not (tmp_path / "o_std.tif").exists()
     out.write_bytes(b"x")
     with pytest.raises(OutputError, match="--overwrite"):

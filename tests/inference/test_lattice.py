@@ -7,11 +7,12 @@ import dataclasses
 import numpy as np
 
 import geonp
-from geonp.data.gap_shapes import cloud_mask
 from geonp.data.synthetic import gp_grid_field
-from geonp.filling import predict
-from geonp.filling.predict import Predictor, TileOptions, block_tasks, reference_predict
+from geonp.filling import tile_tasks
+from geonp.filling.predict import Predictor, reference_predict
+from geonp.filling.tile_tasks import TileOptions, block_tasks
 from geonp.model_files.registry import load_model
+from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import LATTICE, read_off, spacing_map, tile_targets
 from geonp.tasks.tiling import Tile
 from tests.conftest import smooth_field
@@ -72,7 +73,7 @@ def test_pixels_near_data_use_the_narrow_margin():
 def test_lattice_predictor_equals_its_per_tile_twin(tiny_model):
     model = load_model(tiny_model).module
     values, observed, to_fill = _hole()
-    opts = TileOptions(tile_size=24, overlap=8, max_context=64, search_radius=96, **LATTICE_OPTS)
+    opts = TileOptions(tile_size=24, overlap=8, context=ContextSpec(n_near=64, search_radius=96), **LATTICE_OPTS)
     region, origin = (0, 120, 0, 120), (3, 5)
     tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=opts)
     assert any(t.src is not None for t in tasks) and any(t.src is None for t in tasks)
@@ -85,11 +86,11 @@ def test_lattice_predictor_equals_its_per_tile_twin(tiny_model):
 
 def test_bands_sharing_a_gap_pattern_share_geometry_and_give_the_same_tasks(monkeypatch):
     values, observed, to_fill = _hole(size=96, hole=(30, 70))
-    opts = TileOptions(tile_size=24, overlap=8, max_context=64, search_radius=96, **LATTICE_OPTS)
+    opts = TileOptions(tile_size=24, overlap=8, context=ContextSpec(n_near=64, search_radius=96), **LATTICE_OPTS)
     shared = block_tasks(values, observed, to_fill, (0, 96, 0, 96), origin=(0, 0), opts=opts)
-    monkeypatch.setattr(predict, "_pattern_groups", lambda o, t, shared: [[b] for b in range(o.shape[0])])
+    monkeypatch.setattr(tile_tasks, "_pattern_groups", lambda o, t, shared: [[b] for b in range(o.shape[0])])
     alone = block_tasks(values, observed, to_fill, (0, 96, 0, 96), origin=(0, 0), opts=opts)
-    key = lambda t: (t.band, tuple(t.index[:4]))  # noqa: E731
+    key = lambda t: (t.band, tuple(t.index[:4]))
     assert len(shared) == len(alone) > 4
     for a, b in zip(sorted(shared, key=key), sorted(alone, key=key), strict=True):
         for field in ("xc", "yc", "xt", "shift", "scale"):
@@ -102,9 +103,9 @@ def test_pattern_groups_split_bands_whose_gaps_differ():
     observed = np.ones((3, 8, 8), bool)
     observed[:, 2:5, 2:5] = False
     observed[1, 0, 0] = False
-    groups = predict._pattern_groups(observed, ~observed, shared=True)
+    groups = tile_tasks._pattern_groups(observed, ~observed, shared=True)
     assert groups == [[0, 2], [1]]
-    assert predict._pattern_groups(observed, ~observed, shared=False) == [[0], [1], [2]]
+    assert tile_tasks._pattern_groups(observed, ~observed, shared=False) == [[0], [1], [2]]
 
 
 def test_lattice_fill_matches_every_pixel_fill_on_a_gp_field_with_a_large_hole():

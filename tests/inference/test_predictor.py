@@ -8,16 +8,10 @@ import rasterio
 
 import geonp
 from geonp.data.gap_shapes import cloud_mask
-from geonp.filling.predict import (
-    Predictor,
-    TileOptions,
-    band_tasks,
-    block_tasks,
-    pack,
-    reference_predict,
-)
+from geonp.filling.predict import Predictor, pack, reference_predict
+from geonp.filling.tile_tasks import TileOptions, band_tasks, block_tasks
 from geonp.model_files.registry import load_model
-from geonp.tasks.context import HaloTooSmall
+from geonp.tasks.context import ContextSpec, HaloTooSmall
 from tests.conftest import DEVICES, smooth_field, write_raster
 
 
@@ -34,7 +28,7 @@ def _block(size=150, seed=0):
 def test_batched_predictor_equals_per_tile_reference(tiny_model, device):
     model = load_model(tiny_model).module
     values, observed, to_fill = _block()
-    opts = TileOptions(tile_size=24, overlap=6, max_context=64, search_radius=64)
+    opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=64))
     region, origin = (20, 130, 10, 140), (300, 700)  # a block with a halo, somewhere in a raster
     tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=opts)
     shape = (2, 110, 130)
@@ -53,7 +47,7 @@ def test_batched_predictor_equals_per_tile_reference(tiny_model, device):
 def test_results_do_not_depend_on_batch_size(tiny_model):
     model = load_model(tiny_model).module
     values, observed, to_fill = _block(seed=3)
-    opts = TileOptions(tile_size=20, overlap=4, max_context=48, search_radius=40)
+    opts = TileOptions(tile_size=20, overlap=4, context=ContextSpec(n_near=48, search_radius=40))
     region = (10, 140, 10, 140)
     runs = [Predictor(model, opts, batch_rows=rows, chunk_rows=chunk).predict(
         values, observed, to_fill, region, origin=(0, 0)) for rows, chunk in ((1, 100), (2048, 512), (10**6, 10**6))]
@@ -65,7 +59,7 @@ def test_results_do_not_depend_on_batch_size(tiny_model):
 def test_progress_counts_every_gap_pixel_of_the_region(tiny_model):
     model = load_model(tiny_model).module
     values, observed, to_fill = _block(seed=5)
-    opts = TileOptions(tile_size=24, overlap=6, max_context=64, search_radius=64)
+    opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=64))
     region = (20, 130, 10, 140)
     done = []
     Predictor(model, opts, batch_rows=2048).predict(values, observed, to_fill, region, origin=(0, 0),
@@ -108,7 +102,7 @@ def test_narrow_halo_reads_give_the_same_fill_as_full_halo_reads(tmp_path, tiny_
     arr = smooth_field((size, size), seed=7).astype("float32")
     arr[20:190, 20:190] = np.nan  # a 170-px cloud: its centre needs a context search past 64 px
     arr[np.random.default_rng(1).random((size, size)) < 0.05] = np.nan
-    opts = TileOptions(tile_size=24, overlap=6, max_context=64, search_radius=160)
+    opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=160))
     obs = np.isfinite(arr)
     with pytest.raises(HaloTooSmall):
         band_tasks(np.nan_to_num(arr), obs, ~obs, (96, 120, 96, 120), origin=(0, 0), opts=opts, limit=64)

@@ -1,6 +1,6 @@
 """The real tile layout of a block, quarter splits included, against a brute-force reference.
 
-``predict.band_tasks`` lays tiles on the raster's global grid and splits a tile in four (again
+``tile_tasks.band_tasks`` lays tiles on the raster's global grid and splits a tile in four (again
 and again, down to 12 px) where scattered gaps have more observed neighbours than the context
 cap. The reference below rebuilds that layout with plain loops from the documented rules, and
 the test checks every task's pixels and blend weights against it, and that every gap pixel of
@@ -12,7 +12,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from geonp.filling.predict import TileOptions, band_tasks
+from geonp.filling.tile_tasks import TileOptions, band_tasks
+from geonp.tasks.context import ContextSpec
 
 MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
 
@@ -84,7 +85,7 @@ def _scene(size=120, seed=0):
                                            ((37, 203), (9, 111, 14, 104))])
 def test_tasks_match_the_brute_force_layout_and_every_gap_is_on_one_core(origin, region):
     values, observed, to_fill = _scene()
-    opts = TileOptions(tile_size=32, overlap=5, max_context=60, search_radius=40)
+    opts = TileOptions(tile_size=32, overlap=5, context=ContextSpec(n_near=60, search_radius=40))
     tasks = band_tasks(values, observed, to_fill, region, origin=origin, opts=opts)
     ref = reference_layout(observed, to_fill, region, origin, opts)
     r0, r1, c0, c1 = region

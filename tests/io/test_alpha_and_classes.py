@@ -20,8 +20,9 @@ from rasterio.windows import Window
 import geonp
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.alpha import SAMPLE_GRID, SAMPLE_SIDE, looks_like_alpha, sample_band, tagged_alpha
-from geonp.io.raster import open_raster, raster_info, read_band_masks
+from geonp.io.raster import open_raster, raster_info
 from geonp.io.validity import plan_output_validity
+from geonp.io.windows import read_band_masks
 
 RGBA = [ColorInterp.red, ColorInterp.green, ColorInterp.blue, ColorInterp.alpha]
 

@@ -11,7 +11,8 @@ from rasterio.windows import Window
 
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.masks import read_mask_file, resolve_nodata, valid_mask
-from geonp.io.raster import open_raster, raster_info, read_window
+from geonp.io.raster import open_raster, raster_info
+from geonp.io.windows import read_window
 
 TRANSFORM = Affine(30.0, 0.0, 300000.0, 0.0, -30.0, 5000020.0)
 LANDSAT7 = Path("/work/shared/data/landsat7_slcoff_225078_20110306_b1.tif")

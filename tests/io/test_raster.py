@@ -19,10 +19,9 @@ from geonp.io.raster import (
     check_nodata_in_range,
     open_raster,
     raster_info,
-    read_band_masks,
-    read_window,
     select_bands,
 )
+from geonp.io.windows import read_band_masks, read_window
 
 LANDSAT7 = Path("/work/shared/data/landsat7_slcoff_225078_20110306_b1.tif")
 TRANSFORM = Affine(30.0, 0.0, 300000.0, 0.0, -30.0, 5000020.0)

@@ -91,7 +91,7 @@ def test_cached_model_sees_a_calibration_written_in_the_same_process(tmp_path):
     from rasterio.windows import Window
 
     from geonp import evaluate
-    from geonp.batch.jobs import _FileTask, _fill_one
+    from geonp.batch.run import FileTask, fill_one
     from geonp.model_files.registry import cached_model
 
     sample = PRETRAINED.parents[1] / "sample_data"
@@ -107,9 +107,9 @@ def test_cached_model_sees_a_calibration_written_in_the_same_process(tmp_path):
 
     def fill(name: str) -> np.ndarray:  # as a geonp batch worker fills: the model from cached_model
         out = tmp_path / f"{name}.tif"
-        task = _FileTask("in.tif", str(tmp_path / "in.tif"), str(out), str(tmp_path / f"{name}_std.tif"),
+        task = FileTask("in.tif", str(tmp_path / "in.tif"), str(out), str(tmp_path / f"{name}_std.tif"),
                          str(model), False, (("device", "cpu"),))
-        assert _fill_one(task)["status"] == "done"
+        assert fill_one(task)["status"] == "done"
         with rasterio.open(tmp_path / f"{name}_std.tif") as src:
             return src.read()
 

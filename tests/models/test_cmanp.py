@@ -153,7 +153,7 @@ def test_context_permutation_and_query_chunking_invariance():
 
 
 def test_not_translation_invariant():
-    # coordinates are embedded (seed 003 is not translation invariant), unlike TNP-KR scan
+    # coordinates are embedded (the CMANP paper is not translation invariant), unlike TNP-KR scan
     model = _model()
     xc, yc, xt, valid = _task()
     shift = torch.tensor([40.0, -25.0])

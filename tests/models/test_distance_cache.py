@@ -8,7 +8,7 @@ import torch
 from geonp.config import ModelConfig
 from geonp.models import build_model
 from geonp.models.attention import bias
-from geonp.models.layers import decode_in_chunks
+from geonp.models.base import decode_in_chunks
 
 
 def _task(seed: int = 0, nc: int = 70, nt: int = 45):

@@ -32,7 +32,7 @@ def test_scan_model_is_translation_invariant(grid):
 
 
 def test_dka_model_is_not_translation_invariant():
-    # the invariance test above can fail: DKA co-embeds coordinates (seed 002 §3.4)
+    # the invariance test above can fail: DKA co-embeds coordinates (the TNP-KR paper §3.4)
     model = _model(attention="dka")
     xc, yc, xt, valid = _task()
     shift = torch.tensor([40.0, -25.0])

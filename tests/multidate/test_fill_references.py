@@ -14,8 +14,9 @@ from geonp.data.tasks import ReferenceBand, context_points, window_task
 from geonp.errors import ConfigError, InputRasterError
 from geonp.evaluation.baselines import fillnodata_baseline
 from geonp.evaluation.series import reference_regression
-from geonp.filling.predict import BlockReference, TileOptions, block_tasks
 from geonp.filling.references import REGRESSION_WEIGHT
+from geonp.filling.tile_tasks import BlockReference, TileOptions, block_tasks
+from geonp.tasks.context import ContextSpec
 
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
 TARGET = LSTS / "LE70350322012129EDC00.tif"  # 2012-05-08, clear
@@ -205,8 +206,7 @@ def test_training_and_filling_choose_the_same_reference_pixels():
     is_gap = np.zeros((60, 60), bool)
     is_gap[10:40, 12:44] = True  # a cloud: gaps with few observed neighbours (no split of the tile)
     observed &= ~is_gap
-    opts = TileOptions(tile_size=16, overlap=0, max_context=40, search_radius=32, n_ref=100, ref_margin=1,
-                       temporal=True)
+    opts = TileOptions(tile_size=16, overlap=0, context=ContextSpec(n_near=40, search_radius=32, n_ref=100, ref_margin=1), temporal=True)
     tasks = block_tasks(values, observed[None], is_gap[None], (16, 32, 16, 32), origin=(0, 0), opts=opts,
                         references=[BlockReference(ref_vals, ref_ok[None], -16.0)])
     task = window_task(values, observed | is_gap, is_gap, core=(16, 32, 16, 32), spec=opts.context,

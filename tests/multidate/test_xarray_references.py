@@ -52,7 +52,7 @@ def test_xarray_references_must_share_the_grid_and_carry_days(tmp_path):
     da = _open(inp)
     with pytest.raises(InputRasterError, match="reproject it onto the array's grid first"):
         geonp.fill(da, references=[(da.isel(x=slice(0, 40)), -16)])
-    with pytest.raises(ConfigError, match="must be a \\(DataArray, days\\) pair"):
+    with pytest.raises(ConfigError, match="reference 1 has days=None; give its date offset"):
         geonp.fill(da, references=[da])
     with pytest.raises(ConfigError, match="reference 1 has days='soon'"):
         geonp.fill(da, references=[(da, "soon")])

@@ -12,7 +12,7 @@ import geonp
 from geonp.config import TrainConfig, load_recipe
 from geonp.model_files.checkpoint import load_checkpoint
 from geonp.model_files.registry import resolve_model_path
-from geonp.training import raster as training
+from geonp.training.settings import from_recipe
 from geonp.training.windows import TaskShape
 from tests.conftest import smooth_field, write_raster
 
@@ -58,7 +58,7 @@ def test_the_library_reads_the_same_recipe():
     keys = ("batch_size", "val_fraction", "test_fraction", "val_tasks", "pool_size", "pretrain_steps",
             "footprint_probability", "gp_fraction", "pool_megabytes", "calibrate", "init_from")
     explicit = dict.fromkeys(keys)
-    model, train_cfg, shape, opts = training._from_recipe("default", None, None, None, explicit)
+    model, train_cfg, shape, opts = from_recipe("default", None, None, None, explicit)
     default = load_recipe("default")
     assert model.depth == default["model"]["depth"] == 4 and model.ff_dim == 128
     assert train_cfg.lr == default["training"]["lr"] and train_cfg.steps == default["training"]["steps"]

@@ -8,18 +8,18 @@ Conventions, stated once for the whole package:
   ``performer_attention``) are pure functions on per-head tensors ``q [B, H, Nq, D]``,
   ``k [B, H, Nk, D]``, ``v [B, H, Nk, D]``.
 - Masks are boolean and ``True`` means valid: ``key_valid [B, Nk]``. A query with no valid key at
-  all receives a zero attention output (and zero gradients), never NaN.
+  all receives a zero attention output (and zero gradients), never NaN. The helpers of
+  :mod:`.base` (``key_mask``, ``mask_keys``, ``zero_keyless_rows``, ...) apply these rules.
 - A kernel bias is a function of coordinates, evaluated tile by tile: see :mod:`.bias`.
-- Every attention module has the same ``forward(x_q, x_kv, *, q_pos, k_pos, key_valid=None, cache=None)``
-  returning ``[B, Nq, E]``; :func:`make_attention` builds any of them by name, the one place where
-  names become modules.
+- Every attention module is an :class:`~.base.AttentionModule`, with the one
+  ``forward(x_q, x_kv, *, q_pos, k_pos, key_valid=None, cache=None)`` returning ``[B, Nq, E]``;
+  :func:`make_attention` builds any of them by name, the one place where names become modules.
 """
 
 from __future__ import annotations
 
-from torch import nn
-
 from geonp.errors import UnknownNameError
+from geonp.models.attention.base import AttentionGeometry, AttentionModule
 from geonp.models.attention.bias import BIASES, BiasTiles, RBFNetworkBias
 from geonp.models.attention.dense import DenseAttention, dense_attention
 from geonp.models.attention.dka import DeepKernelAttention, deep_kernel_attention
@@ -29,7 +29,7 @@ from geonp.models.attention.temporal import SpaceTimeBias
 
 #: The attention kernels, by name (``ModelConfig.attention``); :data:`geonp.config.ATTENTION_NAMES`
 #: lists the same names for the CLI.
-ATTENTIONS: dict[str, type[nn.Module]] = {
+ATTENTIONS: dict[str, type[AttentionModule]] = {
     "scan": ScanAttention,
     "dense": DenseAttention,
     "dka": DeepKernelAttention,
@@ -49,7 +49,7 @@ def make_attention(
     q_chunk: int = 1024,
     k_chunk: int = 1024,
     time_length_scale: float | None = None,
-) -> nn.Module:
+) -> AttentionModule:
     """An attention module by name (``scan``, ``dense``, ``dka`` or ``performer``).
 
     Args:
@@ -82,8 +82,11 @@ def make_attention(
         return DeepKernelAttention(dim, num_heads, pos_dim=dim_x, pos_scale=bias_length_scale * 4)
     return PerformerAttention(dim, num_heads)
 
+
 __all__ = [
     "ATTENTIONS",
+    "AttentionGeometry",
+    "AttentionModule",
     "BiasTiles",
     "DeepKernelAttention",
     "DenseAttention",

@@ -172,7 +172,7 @@ class RBFNetworkBias(nn.Module):
 
     Args:
         num_heads: attention heads, each with its own basis weights.
-        num_basis: basis functions per head (5 in seed 002).
+        num_basis: basis functions per head (5 in the TNP-KR paper).
         length_scale: typical distance in coordinate units, used only to initialise the centres
             ``c`` (spread over ``[0, 2·length_scale]``) and widths ``b``.
         grid_fast_path: gather from a table of squared distances when coordinates are integers.

@@ -1,4 +1,4 @@
-"""CMANP's constant-memory cross-attention kernel (seed 003 §3.1): fold keys in block by block.
+"""CMANP's constant-memory cross-attention kernel (Feng et al., CMANP §3.1): fold keys in block by block.
 
 The kernel keeps, per fixed query, only the log normaliser and the normalised output, so memory
 does not grow with the number of keys; its oracle is
@@ -13,12 +13,14 @@ from dataclasses import dataclass
 import torch
 from torch.nn import functional as F
 
+from geonp.models.attention.base import key_mask
+
 __all__ = ["CrossAttentionState", "cross_attention_update"]
 
 
 @dataclass(frozen=True)
 class CrossAttentionState:
-    """Cross-attention of fixed queries over the keys folded in so far (seed 003 §3.1.1).
+    """Cross-attention of fixed queries over the keys folded in so far (Feng et al., CMANP §3.1.1).
 
     Both tensors are float32 whatever the input dtype, so a chunked fold matches a one-shot
     softmax under autocast.
@@ -47,7 +49,7 @@ def cross_attention_update(
     v_new: torch.Tensor,
     key_valid_new: torch.Tensor | None = None,
 ) -> CrossAttentionState:
-    """Fold a block of new keys into a cross-attention state (seed 003 ``UPDATE``, log-space form).
+    """Fold a block of new keys into a cross-attention state (the CMANP paper ``UPDATE``, log-space form).
 
     With ``s_i = q·k_i/√D`` over the new keys and ``t_j = log Σ_new exp(s_i − log c_j)``::
 
@@ -73,7 +75,7 @@ def cross_attention_update(
     if key_valid_new is None:
         keep = torch.ones_like(s[:1, :1, :1], dtype=torch.bool)  # [1, 1, 1, Nk]
     else:
-        keep = key_valid_new[:, None, None, :]  # [B, 1, 1, Nk]
+        keep = key_mask(key_valid_new)  # [B, 1, 1, Nk]
     # Masked logits become the most negative finite float, not -inf: logsumexp over a fully
     # masked row then stays finite and its gradient is not NaN; the where()s below discard it.
     s = torch.where(keep, s, torch.finfo(s.dtype).min)

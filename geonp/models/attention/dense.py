@@ -7,24 +7,21 @@ from __future__ import annotations
 
 import torch
 
+from geonp.models.attention.base import has_valid_key, key_mask
 from geonp.models.attention.bias import BiasTiles
 from geonp.models.attention.softmax import BiasedSoftmaxAttention
 
 
 def dense_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    *,
-    key_valid: torch.Tensor | None = None,
-    bias: torch.Tensor | None = None,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *,
+    key_valid: torch.Tensor | None = None, bias: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Compute ``softmax(q·kᵀ/√D + bias) v`` with every logit materialised.
 
     Args:
-        q: ``[B, H, Nq, D]``.
-        k: ``[B, H, Nk, D]``.
-        v: ``[B, H, Nk, Dv]``.
+        q: queries ``[B, H, Nq, D]``.
+        k: keys ``[B, H, Nk, D]``.
+        v: values ``[B, H, Nk, Dv]``.
         key_valid: ``[B, Nk]``, True where a key may be attended.
         bias: ``[B, H, Nq, Nk]`` additive logit bias.
 
@@ -36,26 +33,21 @@ def dense_attention(
         logits = logits + bias
     if key_valid is None:
         return torch.softmax(logits, dim=-1) @ v
-    keep = key_valid[:, None, None, :]  # [B, 1, 1, Nk]
+    keep = key_mask(key_valid)  # [B, 1, 1, Nk]
     # where() twice: a row with no valid key would give softmax(all -inf) = NaN and NaN gradients.
-    any_valid = keep.any(-1, keepdim=True)  # [B, 1, 1, 1]
     logits = torch.where(keep, logits, torch.finfo(logits.dtype).min)
     weights = torch.softmax(logits, dim=-1)
-    weights = torch.where(keep & any_valid, weights, 0.0)
+    weights = torch.where(keep & has_valid_key(key_valid), weights, 0.0)
     return weights @ v
 
 
 class DenseAttention(BiasedSoftmaxAttention):
     """Softmax attention with the bias materialised for every pair (the oracle)."""
 
-    def attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        tiles: BiasTiles | None,
+    def attend_tiles(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles | None,
         key_valid: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Run :func:`dense_attention`."""
+        """Run :func:`dense_attention` on the bias materialised for every pair."""
         bias = tiles.full() if tiles is not None else None
         return dense_attention(q, k, v, key_valid=key_valid, bias=bias)

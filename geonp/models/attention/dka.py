@@ -1,4 +1,4 @@
-"""Deep kernel attention (seed 002 §3.4, eq. 9): a learned kernel on (token, location), linear in N.
+"""Deep kernel attention (the TNP-KR paper §3.4, eq. 9): a learned kernel on (token, location), linear in N.
 
 ``q'_i = LN( Σ_j ω_ij ψ(v_j) / n_valid )`` with ``ω_ij = φ(q_i, s_i)ᵀ φ(k_j, s_j)`` and the *same*
 MLP ``φ`` for queries and keys. Because ``Σ_j ω_ij ψ(v_j) = φ(q_i)ᵀ M`` with
@@ -12,15 +12,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from geonp.models.attention.bias import DistanceCache
-from geonp.models.layers import MLP
+from geonp.models.attention.base import (
+    AttentionGeometry,
+    AttentionModule,
+    mask_keys,
+    valid_key_count,
+)
+from geonp.models.layers import MLP, merge_heads, split_heads
 
 
 def deep_kernel_attention(
-    phi_q: torch.Tensor,
-    phi_k: torch.Tensor,
-    psi_v: torch.Tensor,
-    *,
+    phi_q: torch.Tensor, phi_k: torch.Tensor, psi_v: torch.Tensor, *,
     key_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """Linear-time kernel regression ``φ(q)ᵀ (Σ_j φ(k_j) ψ(v_j)ᵀ) / n_valid``.
@@ -32,35 +34,32 @@ def deep_kernel_attention(
         key_valid: ``[B, Nk]``, True where a key counts.
 
     Returns:
-        ``[B, H, Nq, Dv]``.
+        ``[B, H, Nq, Dv]``; zero where no key is valid.
     """
-    if key_valid is not None:
-        phi_k = phi_k * key_valid[:, None, :, None]
-        n = key_valid.sum(-1).clamp_min(1)[:, None, None, None]  # [B, 1, 1, 1]
-    else:
-        n = torch.full((1, 1, 1, 1), phi_k.shape[2], dtype=phi_k.dtype, device=phi_k.device)
-    m = torch.einsum("bhkr,bhkd->bhrd", phi_k, psi_v)  # [B, H, R, Dv]
-    return torch.einsum("bhqr,bhrd->bhqd", phi_q, m) / n
+    m = torch.einsum("bhkr,bhkd->bhrd", mask_keys(phi_k, key_valid), psi_v)  # [B, H, R, Dv]
+    return torch.einsum("bhqr,bhrd->bhqd", phi_q, m) / _key_count(phi_k, key_valid)
 
 
 def naive_deep_kernel_attention(
-    phi_q: torch.Tensor,
-    phi_k: torch.Tensor,
-    psi_v: torch.Tensor,
-    *,
+    phi_q: torch.Tensor, phi_k: torch.Tensor, psi_v: torch.Tensor, *,
     key_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """The ``O(Nq·Nk)`` twin of :func:`deep_kernel_attention`: every ``ω_ij`` explicit (tests)."""
     omega = torch.einsum("bhqr,bhkr->bhqk", phi_q, phi_k)  # [B, H, Nq, Nk]
-    if key_valid is not None:
-        omega = omega * key_valid[:, None, None, :]
-        n = key_valid.sum(-1).clamp_min(1)[:, None, None, None]
-    else:
-        n = phi_k.shape[2]
-    return omega @ psi_v / n
+    if key_valid is None:
+        return omega @ psi_v / phi_k.shape[2]
+    omega = omega * key_valid[:, None, None, :]  # written out, apart from the fast path's helpers
+    return omega @ psi_v / key_valid.sum(-1).clamp_min(1)[:, None, None, None]
 
 
-class DeepKernelAttention(nn.Module):
+def _key_count(phi_k: torch.Tensor, key_valid: torch.Tensor | None) -> torch.Tensor:
+    """The divisor ``n_valid``: ``[B, 1, 1, 1]`` valid keys (at least 1), or all ``Nk`` keys."""
+    if key_valid is None:
+        return torch.full((1, 1, 1, 1), phi_k.shape[2], dtype=phi_k.dtype, device=phi_k.device)
+    return valid_key_count(key_valid)
+
+
+class DeepKernelAttention(AttentionModule):
     """Multi-head deep kernel attention with co-embedded locations.
 
     Args:
@@ -72,16 +71,8 @@ class DeepKernelAttention(nn.Module):
         pos_scale: coordinates are divided by this before embedding (keeps inputs O(1)).
     """
 
-    def __init__(
-        self,
-        dim: int,
-        num_heads: int,
-        *,
-        pos_dim: int = 2,
-        feature_dim: int = 32,
-        hidden: int = 128,
-        pos_scale: float = 1.0,
-    ) -> None:
+    def __init__(self, dim: int, num_heads: int, *, pos_dim: int = 2, feature_dim: int = 32,
+                 hidden: int = 128, pos_scale: float = 1.0) -> None:
         """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.num_heads = num_heads
@@ -93,26 +84,23 @@ class DeepKernelAttention(nn.Module):
         self.to_out = nn.Linear(dim, dim)
 
     def _features(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        b, n, _ = x.shape
         f = self.phi(torch.cat([x, pos / self.pos_scale], dim=-1))  # [B, N, H*R]
         f = f * self.feature_dim**-0.25  # so ω = φᵀφ has the scale of a dot product over √R
-        return f.reshape(b, n, self.num_heads, self.feature_dim).transpose(1, 2)  # [B, H, N, R]
+        return split_heads(f, self.num_heads)  # [B, H, N, R]
 
-    def forward(
-        self,
-        x_q: torch.Tensor,
-        x_kv: torch.Tensor,
-        *,
-        q_pos: torch.Tensor,
-        k_pos: torch.Tensor,
-        key_valid: torch.Tensor | None = None,
-        cache: DistanceCache | None = None,
+    def project(
+        self, x_q: torch.Tensor, x_kv: torch.Tensor, where: AttentionGeometry
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """Kernel features ``φ`` of (token, location) for queries and keys, ``ψ`` of the values."""
+        psi_v = split_heads(self.psi(x_kv), self.num_heads)  # [B, H, Nk, D]
+        return self._features(x_q, where.q_pos), self._features(x_kv, where.k_pos), psi_v
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: AttentionGeometry
     ) -> torch.Tensor:
-        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]`` (no bias: ``cache`` unused)."""
-        b, nk, e = x_kv.shape
-        psi_v = self.psi(x_kv).reshape(b, nk, self.num_heads, e // self.num_heads).transpose(1, 2)
-        out = deep_kernel_attention(
-            self._features(x_q, q_pos), self._features(x_kv, k_pos), psi_v, key_valid=key_valid
-        )  # [B, H, Nq, D]
-        out = out.transpose(1, 2).reshape(b, x_q.shape[1], e)
-        return self.to_out(self.norm(out))
+        """Run :func:`deep_kernel_attention` on the features (no bias: ``cache`` unused)."""
+        return deep_kernel_attention(q, k, v, key_valid=where.key_valid)
+
+    def output(self, out: torch.Tensor) -> torch.Tensor:
+        """Merge the heads, normalise (eq. 9's ``LN``) and project."""
+        return self.to_out(self.norm(merge_heads(out)))

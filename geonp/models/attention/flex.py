@@ -7,27 +7,9 @@ attention: ``torch.nn.attention.flex_attention``, compiled by ``torch.compile`` 
 the CPU, Triton on CUDA), calls a ``score_mod`` per logit that computes the squared pixel distance
 from the two points' packed integer coordinates and adds the table entry.
 
-Packing and the table (exact, and the same numbers as the old path):
-
-- A point's coordinates, shifted so the batch's smallest row and column are 0, are packed in one
-  int32, ``row << 16 | col``; the span must stay below ``2**13`` pixels (else the old path runs).
-- An invalid key gets the sentinel position ``(2**14, 2**14)``: its squared distance to any query
-  is at least ``2**27``, above any real one (``< 2 * 8192**2``), and reads the table's last entry,
-  -inf. A query with no valid key then has only -inf logits; its output is set to zero afterwards
-  (the package convention, :mod:`geonp.models.attention`).
-- The table has a fixed length, ``2**18 + 2`` entries per head: entry ``s`` is the bias at
-  squared distance ``s`` up to the bias's reach (:meth:`RBFNetworkBias.reach`, rounded up to a
-  power of two as the old table), the reach's value beyond it (the old table's clamp), and -inf
-  last. A fixed length keeps the clamp a constant in the compiled kernel. It is evaluated once per
-  parameter version and kept by the attention module (like the reach's memo).
-
-Compiled once per process, device type and torch thread count, with dynamic shapes: one kernel
-for every batch, head count (heads are folded into the batch), query and key count, and head
-dimension up to 16 (zero-padded). The first compile traces sizes that differ from each other and
-from 0 and 1, so that no size is specialised; a call with fewer than 2 queries, keys or heads takes
-the old path (a second compile costs seconds and, in torch 2.13's CPU FlexAttention template, may
-fail to build). Any failure to compile disables the fused path for that key and the old path runs
-instead: the fused path never changes *whether* a forward pass works, only how fast.
+This module decides where the fused path applies and prepares its inputs (packed positions, the
+bias table); the compiled kernel itself, how positions are packed and how it is compiled are in
+:mod:`.flex_kernel`.
 
 Where it applies: inference (no gradient), float32, a spatial :class:`RBFNetworkBias` on integer
 coordinates (or a :class:`SpaceTimeBias` whose batch has no date offset, which is the spatial bias
@@ -42,18 +24,29 @@ Switch: ``ScanAttention(fused=...)`` or the environment variable ``GEONP_FUSED_A
 
 from __future__ import annotations
 
-import logging
 import os
-import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import torch
 
-from geonp.models.attention.bias import DistanceCache, RBFNetworkBias, _compute_max_sq, _reach_sq, cached
-
-logger = logging.getLogger(__name__)
+from geonp.models.attention.bias import (
+    DistanceCache,
+    RBFNetworkBias,
+    _compute_max_sq,
+    _reach_sq,
+    cached,
+)
+from geonp.models.attention.flex_kernel import (
+    COMPILED,
+    LAST_SQ,
+    SENTINEL,
+    SHIFT,
+    TABLE_LEN,
+    _fold,  # noqa: F401 - benchmarks/attention.py calls flex._fold
+    compile_seconds,
+    flat_table,
+    lookup_attention,
+)
 
 FUSED_ENV = "GEONP_FUSED_ATTENTION"
 MODES = ("auto", "flex", "off")
@@ -64,12 +57,7 @@ MODES = ("auto", "flex", "off")
 #: The old path stays the default on the CPU; CUDA is unmeasured (no GPU here), so ``off`` too.
 AUTO = {"cpu": "off", "cuda": "off"}
 
-_SHIFT = 16  # a packed coordinate is row << 16 | col
 _MAX_SPAN = 2**13  # rows and columns of a batch span fewer pixels than this
-_SENTINEL = 2**14  # an invalid key's row and column
-_MASKED_SQ = 2**27  # = 2 * 8192**2: a squared distance this large is a sentinel's
-TABLE_LEN = 2**18 + 2  # entries per head: squared distances 0..2**18, then -inf
-_LAST_SQ = TABLE_LEN - 2
 
 
 def resolve_mode(requested: str | None, device: torch.device) -> str:
@@ -84,218 +72,6 @@ def resolve_mode(requested: str | None, device: torch.device) -> str:
     if mode == "auto":
         return AUTO.get(device.type, "off")
     return mode
-
-
-# ----------------------------------------------------------------------------------------------
-# The kernel: a pure function of per-head tensors, and its compiled forms.
-#
-# FlexAttention specialises the compiled kernel on the number of heads and the head dimension. So
-# that one kernel serves every model, heads are folded into the batch (``G = B·H`` rows of one
-# head each; the score_mod finds its row's head's table at ``offset [G]`` in the heads' tables laid
-# end to end) and the head dimension is zero-padded to ``_HEAD_DIM`` (zero columns change no dot
-# product; the padded output columns are dropped). The softmax scale is applied to ``q``
-# beforehand, so the kernel's scale is 1. Every input is a tensor of its own, never a view, made in
-# inference mode: the compiled kernel's guards include a view's base and a tensor's dispatch keys
-# (autograd or not), and a call whose inputs differ from the first call's in either respect would
-# compile again.
-
-
-def _lookup_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_packed: torch.Tensor,
-                      k_packed: torch.Tensor, offset: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """``softmax(q·kᵀ + table[offset[g] + |p_q - p_k|²]) v`` on ``q [G, 1, Nq, Dp]`` (see above)."""
-    from torch.nn.attention.flex_attention import flex_attention
-
-    def score_mod(score: torch.Tensor, g: torch.Tensor, _h: torch.Tensor, i: torch.Tensor,
-                  j: torch.Tensor) -> torch.Tensor:
-        a, c = q_packed[g, i], k_packed[g, j]
-        dr = (a >> _SHIFT) - (c >> _SHIFT)
-        dc = (a & 0xFFFF) - (c & 0xFFFF)
-        sq = dr * dr + dc * dc  # int32: at most 2 * 16384**2 < 2**31
-        index = torch.where(sq >= _MASKED_SQ, TABLE_LEN - 1, torch.clamp(sq, max=_LAST_SQ))
-        return score + table[offset[g] + index]
-
-    return flex_attention(q, k, v, score_mod=score_mod, scale=1.0)
-
-
-# Entry points to compile: one per compiled kernel, each a code object of its own. Workarounds for
-# torch 2.13's CPU FlexAttention template, which renames its two block-size symbols in the
-# generated C++ by plain text replacement: the build breaks when one symbol's name is a prefix of
-# another's ("'cur_qSplitSize4' was not declared", from ``ks4`` inside ``ks44``). The names follow
-# from the compiled function's argument names (these build; ``q_packed, k_packed, offset, table``
-# do not) and the first compile of a code object builds where a recompile of it (another thread
-# count, say) does not. So each kernel (device type, thread count) compiles its own entry point.
-def _entry_0(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qp: torch.Tensor, kp: torch.Tensor,
-             off: torch.Tensor, t1: torch.Tensor) -> torch.Tensor:
-    return _lookup_attention(q, k, v, qp, kp, off, t1)
-
-
-def _entry_1(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qp: torch.Tensor, kp: torch.Tensor,
-             off: torch.Tensor, t1: torch.Tensor) -> torch.Tensor:
-    return _lookup_attention(q, k, v, qp, kp, off, t1)
-
-
-def _entry_2(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qp: torch.Tensor, kp: torch.Tensor,
-             off: torch.Tensor, t1: torch.Tensor) -> torch.Tensor:
-    return _lookup_attention(q, k, v, qp, kp, off, t1)
-
-
-def _entry_3(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, qp: torch.Tensor, kp: torch.Tensor,
-             off: torch.Tensor, t1: torch.Tensor) -> torch.Tensor:
-    return _lookup_attention(q, k, v, qp, kp, off, t1)
-
-
-_ENTRIES = [_entry_0, _entry_1, _entry_2, _entry_3]
-
-
-_HEAD_DIM = 16  # the head dimension the kernel is compiled for (smaller ones are zero-padded)
-
-
-def _fold(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_packed: torch.Tensor, k_packed: torch.Tensor,
-          table: torch.Tensor) -> tuple[torch.Tensor, ...]:
-    """The kernel's inputs from per-head tensors: heads into the batch, ``D`` padded, ``q`` scaled."""
-    b, h, _, d = q.shape
-
-    def rows(x: torch.Tensor) -> torch.Tensor:  # [B, H, N, D] -> [B·H, 1, N, Dp], a new tensor
-        n = x.shape[2]
-        out = x.new_empty((b * h, 1, n, _HEAD_DIM)) if d == _HEAD_DIM else x.new_zeros((b * h, 1, n, _HEAD_DIM))
-        out.view(b, h, n, _HEAD_DIM)[..., :d] = x
-        return out
-
-    offset = torch.arange(h, dtype=torch.int32, device=q.device).mul_(TABLE_LEN).repeat(b)  # [B·H]
-    return (rows(q).mul_(d**-0.5), rows(k), rows(v), q_packed.repeat_interleave(h, 0),
-            k_packed.repeat_interleave(h, 0), offset, flat_table(table))
-
-
-def flat_table(table: torch.Tensor) -> torch.Tensor:
-    """``[H, TABLE_LEN] -> [H·TABLE_LEN]``, an inference tensor of its own; such a one passes as is."""
-    if table.dim() == 1 and table.is_inference() and table._base is None and table.is_contiguous():
-        return table
-    with torch.inference_mode():
-        return table.new_empty(table.numel()).copy_(table.reshape(-1))
-
-
-class _Compiled:
-    """Compiled kernels by (device type, torch threads), built on first use; ``None`` where one cannot run.
-
-    The compiled code is specialised on the thread count (``torch.compile`` guards on it), so a
-    process that changes it gets a kernel per count, each from an unused entry point; when the
-    entry points run out, or a build fails, that key takes the old path.
-    """
-
-    def __init__(self) -> None:
-        self.lock = threading.Lock()
-        self.fns: dict[tuple[str, int], Callable[..., torch.Tensor] | None] = {}
-        self.compile_seconds: dict[tuple[str, int], float] = {}
-        self.unused = list(_ENTRIES)
-
-    @staticmethod
-    def key(device: torch.device) -> tuple[str, int]:
-        """What a compiled kernel is specialised on."""
-        return device.type, torch.get_num_threads()
-
-    def get(self, device: torch.device) -> Callable[..., torch.Tensor] | None:
-        """The kernel for ``device`` and the current thread count (compiled on the first call), or None."""
-        key = self.key(device)
-        if key not in self.fns:
-            with self.lock:
-                if key not in self.fns:
-                    self.fns[key] = self._build(device, key)
-        return self.fns[key]
-
-    def disable(self, device: torch.device) -> None:
-        """Never use the kernel of ``device`` and the current thread count again in this process."""
-        with self.lock:
-            self.fns[self.key(device)] = None
-
-    def _build(self, device: torch.device, key: tuple[str, int]) -> Callable[..., torch.Tensor] | None:
-        t0 = time.perf_counter()
-        # Trace with sizes unlike each other and unlike 0 and 1: dynamic shapes then keep every
-        # size symbolic (no duck-sizing of Nq with Nk, no specialisation), and this one kernel
-        # serves every later call.
-        b, h, nq, nk, d = 3, 5, 37, 29, 10
-        g = torch.Generator(device="cpu").manual_seed(0)
-        q, k, v = (torch.randn(b, h, n, d, generator=g).to(device) for n in (nq, nk, nk))
-        qp, kp = (torch.randint(0, 64, (2, b, n), generator=g, dtype=torch.int32) for n in (nq, nk))
-        qp, kp = ((x[0] << _SHIFT | x[1]).to(device) for x in (qp, kp))  # packed positions in a 64² window
-        table = torch.randn(h, TABLE_LEN, generator=g).to(device)
-        ref = _reference(q, k, v, qp, kp, table)
-        while self.unused:
-            entry = self.unused.pop(0)
-            try:
-                fn = torch.compile(entry, dynamic=True)
-                with torch.inference_mode():
-                    out = _unfold(fn(*_fold(q, k, v, qp, kp, table)), b, d)
-                if not torch.allclose(out, ref, atol=1e-4, rtol=1e-4):
-                    raise RuntimeError(f"compiled kernel differs from its reference by {(out - ref).abs().max():.3g}")
-            except Exception as err:  # no compiler, an unsupported platform, a failed build
-                logger.debug("fused attention: %s does not build for %s (%s: %s)", entry.__name__, key,
-                             type(err).__name__, err)
-                if not _buildable(err):
-                    break
-                continue
-            self.compile_seconds[key] = time.perf_counter() - t0
-            logger.debug("fused attention compiled for %s in %.1f s", key, self.compile_seconds[key])
-            return fn
-        logger.debug("fused attention unavailable for %s; using scan attention", key)
-        return None
-
-
-def _buildable(err: Exception) -> bool:
-    """Whether another entry point might build where this one failed (the symbol-name clash)."""
-    return "was not declared in this scope" in str(err)
-
-
-COMPILED = _Compiled()
-
-
-def _unfold(out: torch.Tensor, b: int, d: int) -> torch.Tensor:
-    """``[B·H, 1, Nq, Dp] -> [B, H, Nq, D]``."""
-    return out.reshape(b, -1, out.shape[2], out.shape[3])[..., :d]
-
-
-def _reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_packed: torch.Tensor,
-               k_packed: torch.Tensor, table: torch.Tensor) -> torch.Tensor:
-    """The lookup kernel written out densely (the compile check's oracle)."""
-    a, c = q_packed[:, :, None], k_packed[:, None, :]
-    dr = (a >> _SHIFT) - (c >> _SHIFT)
-    dc = (a & 0xFFFF) - (c & 0xFFFF)
-    sq = dr * dr + dc * dc  # [B, Nq, Nk]
-    index = torch.where(sq >= _MASKED_SQ, TABLE_LEN - 1, sq.clamp_max(_LAST_SQ)).long()
-    bias = table[:, index].permute(1, 0, 2, 3)  # [B, H, Nq, Nk]
-    return torch.softmax(q @ k.transpose(-1, -2) * q.shape[-1] ** -0.5 + bias, -1) @ v
-
-
-def lookup_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, q_packed: torch.Tensor,
-                     k_packed: torch.Tensor, table: torch.Tensor) -> torch.Tensor | None:
-    """The compiled kernel on per-head tensors; ``None`` where it cannot run (then use the old path).
-
-    Args:
-        q: ``[B, H, Nq, D]``, ``D <= 16``.
-        k: ``[B, H, Nk, D]``.
-        v: ``[B, H, Nk, D]``.
-        q_packed: ``[B, Nq]`` int32 packed query positions (:func:`pack_positions`).
-        k_packed: ``[B, Nk]`` int32 packed key positions, the sentinel at invalid keys.
-        table: ``[H, TABLE_LEN]`` float32 bias by squared distance (:func:`lookup_table`), or the
-            same laid flat, ``[H·TABLE_LEN]`` (:class:`LookupTables`).
-
-    Returns:
-        ``[B, H, Nq, D]``; rows whose keys are all invalid are zero.
-    """
-    b, h, nq, d = q.shape
-    if min(b * h, nq, k.shape[2]) < 2 or h < 2 or d > _HEAD_DIM or v.shape[-1] != d:
-        return None  # a size of 0 or 1 would be specialised: a second compile
-    fn = COMPILED.get(q.device)
-    if fn is None:
-        return None
-    try:
-        with torch.inference_mode():  # as compiled: grad mode and the inputs' dispatch keys are guarded on
-            out = _unfold(fn(*_fold(q, k, v, q_packed, k_packed, table)), b, d)
-    except Exception as err:  # a recompile that fails to build: never again in this process
-        logger.debug("fused attention failed (%s: %s); using scan attention", type(err).__name__, err)
-        COMPILED.disable(q.device)
-        return None
-    has_key = (k_packed != (_SENTINEL << _SHIFT | _SENTINEL)).any(-1)  # [B]
-    return torch.where(has_key[:, None, None, None], out, 0.0)  # a normal tensor again, outside inference mode
 
 
 # ----------------------------------------------------------------------------------------------
@@ -321,12 +97,12 @@ def pack_positions(q_pos: torch.Tensor, k_pos: torch.Tensor, key_valid: torch.Te
 
     def pack(pos: torch.Tensor) -> torch.Tensor:
         rc = (pos - lo).round().to(torch.int32)  # [B, N, 2], in [0, 2**13)
-        return (rc[..., 0] << _SHIFT) | rc[..., 1]  # [B, N]
+        return (rc[..., 0] << SHIFT) | rc[..., 1]  # [B, N]
 
     q_packed = pack(q_pos).contiguous()
     k_packed = pack(k_pos)
     if key_valid is not None:
-        k_packed = torch.where(key_valid, k_packed, _SENTINEL << _SHIFT | _SENTINEL)
+        k_packed = torch.where(key_valid, k_packed, SENTINEL << SHIFT | SENTINEL)
     return q_packed, k_packed.contiguous()
 
 
@@ -338,7 +114,7 @@ def lookup_table(bias: RBFNetworkBias, like: torch.Tensor) -> torch.Tensor | Non
     bias's reach needs more than ``2**18`` squared pixels (about 512 px).
     """
     reach_sq = _reach_sq(bias.reach())
-    if reach_sq > _LAST_SQ:
+    if reach_sq > LAST_SQ:
         return None
     params = (bias.a, bias.b, bias.c)
     dist = torch.arange(reach_sq + 1, device=like.device, dtype=like.dtype).sqrt()
@@ -358,8 +134,10 @@ class LookupTables:
         self._memo: tuple[tuple, torch.Tensor | None] | None = None
 
     def get(self, bias: RBFNetworkBias, like: torch.Tensor) -> torch.Tensor | None:
-        """:func:`lookup_table` of ``bias`` on ``like``'s device, flat (``[H·TABLE_LEN]``), remembered
-        until a parameter changes."""
+        """:func:`lookup_table` of ``bias`` on ``like``'s device, flat (``[H·TABLE_LEN]``).
+
+        The table is remembered until a parameter of ``bias`` changes.
+        """
         params = (bias.a, bias.b, bias.c)
         key = (like.device, like.dtype, *((t.data_ptr(), t._version) for t in params))
         if self._memo is None or self._memo[0] != key:
@@ -420,16 +198,13 @@ def fused_grid_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, b
     table = tables.get(rbf, q)
     if table is None or table.numel() != q.shape[1] * TABLE_LEN:
         return None
+    # looked up in this module's namespace: tests/models/test_flex_attention.py spies on it here
     return lookup_attention(q, k, v, packed[0], packed[1], table)
-
-
-def compile_seconds(device: str = "cpu") -> float | None:
-    """Seconds the compile for ``device`` and the current thread count took (None: none, or failed)."""
-    return COMPILED.compile_seconds.get(_Compiled.key(torch.device(device)))
 
 
 __all__ = [
     "AUTO",
+    "COMPILED",
     "FUSED_ENV",
     "MODES",
     "TABLE_LEN",

@@ -1,8 +1,8 @@
-"""Performer (FAVOR+) attention, seed 000 §3.2: positive orthogonal random features, linear in N.
+"""Performer (FAVOR+) attention, the first TNP-KR preprint (Jenson et al., v1) §3.2: positive orthogonal random features, linear in N.
 
 ``softmax(q·kᵀ/√D)`` is approximated by ``φ(q)·φ(k)ᵀ`` with
 ``φ(x) = exp(Wx - |x|²/2) / √m`` on ``x = q·D^{-1/4}``. Standard FAVOR+ cannot add a pairwise
-logit bias, so this variant has none (seed 002 implies the same for TNP-KR: PERF).
+logit bias, so this variant has none (the TNP-KR paper implies the same for TNP-KR: PERF).
 """
 
 from __future__ import annotations
@@ -10,10 +10,13 @@ from __future__ import annotations
 import math
 
 import torch
-from torch import nn
 
-from geonp.models.attention.bias import DistanceCache
-from geonp.models.layers import MultiHeadProjection
+from geonp.models.attention.base import (
+    AttentionGeometry,
+    ProjectedAttention,
+    mask_keys,
+    zero_keyless_rows,
+)
 
 
 def orthogonal_features(num_features: int, dim: int, *, generator: torch.Generator) -> torch.Tensor:
@@ -35,21 +38,17 @@ def _positive_features(x: torch.Tensor, w: torch.Tensor, *, stabiliser: torch.Te
 
 
 def performer_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    features: torch.Tensor,
-    *,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, features: torch.Tensor, *,
     key_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """FAVOR+ attention in time and memory linear in the points.
 
     Args:
-        q: ``[B, H, Nq, D]``.
-        k: ``[B, H, Nk, D]``.
-        v: ``[B, H, Nk, Dv]``.
+        q: queries ``[B, H, Nq, D]``.
+        k: keys ``[B, H, Nk, D]``.
+        v: values ``[B, H, Nk, Dv]``.
         features: random features ``[M, D]``.
-        key_valid: ``[B, Nk]``.
+        key_valid: ``[B, Nk]``, True where a key counts.
 
     Returns:
         ``[B, H, Nq, Dv]``; rows with no valid key are zero.
@@ -61,11 +60,7 @@ def performer_attention(
 
 
 def naive_performer_attention(
-    q: torch.Tensor,
-    k: torch.Tensor,
-    v: torch.Tensor,
-    features: torch.Tensor,
-    *,
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, features: torch.Tensor, *,
     key_valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
     """:func:`performer_attention`'s slow twin: the ``[Nq, Nk]`` feature-kernel matrix, built explicitly."""
@@ -84,19 +79,15 @@ def _feature_maps(q: torch.Tensor, k: torch.Tensor, features: torch.Tensor,
     k_stab = (k @ features.T).amax(dim=(-1, -2), keepdim=True).detach()
     phi_q = _positive_features(q, features, stabiliser=q_stab)  # [B, H, Nq, M]
     phi_k = _positive_features(k, features, stabiliser=k_stab)  # [B, H, Nk, M]
-    if key_valid is not None:
-        phi_k = phi_k * key_valid[:, None, :, None]
-    return phi_q, phi_k
+    return phi_q, mask_keys(phi_k, key_valid)
 
 
 def _normalise(num: torch.Tensor, den: torch.Tensor, key_valid: torch.Tensor | None) -> torch.Tensor:
     out = num / den.clamp_min(1e-6 * den.abs().amax().clamp_min(1e-30))
-    if key_valid is not None:
-        out = out * key_valid.any(-1)[:, None, None, None]
-    return out
+    return zero_keyless_rows(out, key_valid)
 
 
-class PerformerAttention(nn.Module):
+class PerformerAttention(ProjectedAttention):
     """Multi-head FAVOR+ attention; the random features are a fixed, saved buffer.
 
     Args:
@@ -108,21 +99,12 @@ class PerformerAttention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, *, num_features: int = 64, seed: int = 0) -> None:
         """Build the module; the arguments are described in the class docstring."""
-        super().__init__()
-        self.proj = MultiHeadProjection(dim, num_heads)
+        super().__init__(dim, num_heads)
         gen = torch.Generator().manual_seed(seed)
         self.register_buffer("features", orthogonal_features(num_features, dim // num_heads, generator=gen))
 
-    def forward(
-        self,
-        x_q: torch.Tensor,
-        x_kv: torch.Tensor,
-        *,
-        q_pos: torch.Tensor,
-        k_pos: torch.Tensor,
-        key_valid: torch.Tensor | None = None,
-        cache: DistanceCache | None = None,
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: AttentionGeometry
     ) -> torch.Tensor:
-        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]`` (no bias: ``cache`` unused)."""
-        q, k, v = self.proj.qkv(x_q, x_kv)
-        return self.proj.merge(performer_attention(q, k, v, self.features, key_valid=key_valid))
+        """Run :func:`performer_attention` (no bias: positions unused)."""
+        return performer_attention(q, k, v, self.features, key_valid=where.key_valid)

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
-from geonp.models.attention.bias import BiasTiles, DistanceCache
+from geonp.models.attention.base import AttentionGeometry, key_mask, zero_keyless_rows
+from geonp.models.attention.bias import BiasTiles
 from geonp.models.attention.flex import LookupTables, fused_grid_attention, resolve_mode
 from geonp.models.attention.softmax import BiasedSoftmaxAttention
-
 
 # Largest Nq·Nk trained by the one-tile path, whose probabilities [B, H, Nq, Nk] are kept for the
 # backward of every layer (64 MB per layer at B·H = 64); larger attention uses the scan backward,
@@ -46,7 +46,7 @@ def _tile_logits(
     if bias_tile is not None:
         s = s + bias_tile
     if key_valid is not None and not (tiles is not None and tiles.masks_keys):
-        s = s.masked_fill(~key_valid[:, None, None, ks], float("-inf"))
+        s = s.masked_fill(~key_mask(key_valid[:, ks]), float("-inf"))
     return s
 
 
@@ -64,13 +64,10 @@ def _single_block_forward(
     for qs in _chunks(q.shape[2], q_chunk):
         bias = tiles.fn(tiles.tensors, qs, ks) if tiles is not None else None
         if mask_kv:
-            keep = key_valid[:, None, None, :]  # [B, 1, 1, Nk]
-            bias = torch.where(keep, bias if bias is not None else 0.0, float("-inf"))
+            bias = torch.where(key_mask(key_valid), bias if bias is not None else 0.0, float("-inf"))
         out[:, :, qs] = torch.nn.functional.scaled_dot_product_attention(q[:, :, qs], k, v, attn_mask=bias)
-    if key_valid is not None:
-        # a row with no valid key is all -inf: softmax gives NaN there; the convention is zero
-        out = torch.where(key_valid.any(-1)[:, None, None, None], out, 0.0)
-    return out
+    # a row with no valid key is all -inf: softmax gives NaN there; the convention is zero
+    return zero_keyless_rows(out, key_valid)
 
 
 def _one_tile_attention(
@@ -283,32 +280,21 @@ class ScanAttention(BiasedSoftmaxAttention):
         self._tables = LookupTables()
 
     def attend_fused(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        q_pos: torch.Tensor,
-        k_pos: torch.Tensor,
-        key_valid: torch.Tensor | None,
-        cache: DistanceCache | None,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: AttentionGeometry
     ) -> torch.Tensor | None:
         """The fused kernel (:func:`.flex.fused_grid_attention`) at inference where it applies, else None."""
         if self.bias is None or resolve_mode(self.fused, q.device) == "off":
             return None
         if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *self.bias.parameters())):
             return None  # training: scan attention's own backward
-        return fused_grid_attention(q, k, v, bias=self.bias, q_pos=q_pos, k_pos=k_pos, key_valid=key_valid,
-                                    tables=self._tables, cache=cache)
+        return fused_grid_attention(q, k, v, bias=self.bias, q_pos=where.q_pos, k_pos=where.k_pos,
+                                    key_valid=where.key_valid, tables=self._tables, cache=where.cache)
 
-    def attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        tiles: BiasTiles | None,
+    def attend_tiles(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles | None,
         key_valid: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Run :func:`scan_attention`."""
+        """Run :func:`scan_attention` tile by tile."""
         return scan_attention(
             q, k, v, key_valid=key_valid, bias=tiles, q_chunk=self.q_chunk, k_chunk=self.k_chunk
         )

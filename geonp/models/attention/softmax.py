@@ -8,16 +8,17 @@ tensors (:class:`~geonp.models.attention.scan.ScanAttention`,
 
 from __future__ import annotations
 
-import torch
-from torch import nn
+from abc import abstractmethod
 
-from geonp.models.attention.bias import BiasTiles, DistanceCache, RBFNetworkBias
-from geonp.models.layers import MultiHeadProjection
+import torch
+
+from geonp.models.attention.base import AttentionGeometry, ProjectedAttention
+from geonp.models.attention.bias import BiasTiles, RBFNetworkBias
 
 __all__ = ["BiasedSoftmaxAttention"]
 
 
-class BiasedSoftmaxAttention(nn.Module):
+class BiasedSoftmaxAttention(ProjectedAttention):
     """Multi-head softmax attention with an optional kernel bias; subclasses pick the kernel.
 
     Args:
@@ -28,51 +29,30 @@ class BiasedSoftmaxAttention(nn.Module):
 
     def __init__(self, dim: int, num_heads: int, *, bias: RBFNetworkBias | None = None) -> None:
         """Build the projections; the bias module is kept as given."""
-        super().__init__()
-        self.proj = MultiHeadProjection(dim, num_heads)
+        super().__init__(dim, num_heads)
         self.bias = bias
 
-    def forward(
-        self,
-        x_q: torch.Tensor,
-        x_kv: torch.Tensor,
-        *,
-        q_pos: torch.Tensor,
-        k_pos: torch.Tensor,
-        key_valid: torch.Tensor | None = None,
-        cache: DistanceCache | None = None,
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: AttentionGeometry
     ) -> torch.Tensor:
-        """Attend from ``x_q [B, Nq, E]`` to ``x_kv [B, Nk, E]``; returns ``[B, Nq, E]``.
-
-        ``cache`` shares squared distances between the layers of one forward pass.
-        """
-        q, k, v = self.proj.qkv(x_q, x_kv)
-        out = self.attend_fused(q, k, v, q_pos, k_pos, key_valid, cache)
-        if out is None:
-            tiles = self.bias.tiles(q_pos, k_pos, key_valid, cache=cache) if self.bias is not None else None
-            out = self.attend(q, k, v, tiles, key_valid)
-        return self.proj.merge(out)
+        """The fused kernel where the subclass has one that applies, else the bias as tiles."""
+        out = self.attend_fused(q, k, v, where)
+        if out is not None:
+            return out
+        tiles = None
+        if self.bias is not None:
+            tiles = self.bias.tiles(where.q_pos, where.k_pos, where.key_valid, cache=where.cache)
+        return self.attend_tiles(q, k, v, tiles, where.key_valid)
 
     def attend_fused(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        q_pos: torch.Tensor,
-        k_pos: torch.Tensor,
-        key_valid: torch.Tensor | None,
-        cache: DistanceCache | None,
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: AttentionGeometry
     ) -> torch.Tensor | None:
-        """A kernel that computes the bias from the positions itself, or None (then :meth:`attend`)."""
+        """A kernel that computes the bias from the positions itself, or None (the default)."""
         return None
 
-    def attend(
-        self,
-        q: torch.Tensor,
-        k: torch.Tensor,
-        v: torch.Tensor,
-        tiles: BiasTiles | None,
+    @abstractmethod
+    def attend_tiles(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles | None,
         key_valid: torch.Tensor | None,
     ) -> torch.Tensor:
-        """Run the kernel on per-head tensors."""
-        raise NotImplementedError
+        """Run the kernel on per-head tensors and the bias as tiles (None: no bias)."""

@@ -2,7 +2,7 @@
 
 Multi-date models (issue: other dates as references) see context points of other dates. Their
 coordinates carry a third entry, the date offset ``t`` in days from the date being filled (0 for
-the target date and for every query). The bias of seed 002 §3.2 is a sum of kernels over any
+the target date and for every query). The bias of the TNP-KR paper (Jenson et al.) §3.2 is a sum of kernels over any
 metadata, so the time kernel sits beside the space kernel::
 
     K(s_q, s_k) = K_space(|x_q - x_k|) + K_time(|t_q - t_k|)

@@ -2,16 +2,27 @@
 
 from __future__ import annotations
 
-import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
-from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal
 
+from geonp.config.checks import check_int, check_number, from_dict
+from geonp.config.recipes import (
+    RECIPE_SECTIONS,
+    RECIPES,
+    Recipe,
+    load_recipe,
+    merge_recipe,
+    recipe_names,
+)
 from geonp.errors import ConfigError, UnknownNameError
 
-T = TypeVar("T")
+__all__ = ["ARCHS", "ATTENTION_NAMES", "CATEGORICAL", "DEFAULT_EVALUATION_MASKS", "DEVICES", "EVALUATION_MASK_KINDS",
+           "MASK_KINDS", "OPTIMIZERS", "QA_KINDS", "QUERY_MODES", "RECIPES", "RECIPE_SECTIONS", "REFERENCE_FITS",
+           "EvaluationConfig", "FillConfig", "ModelConfig", "Recipe", "TrainConfig", "load_recipe", "merge_recipe",
+           "recipe_names"]
+
 
 # Names of the registries -------------------------------------------------------------------
 # Each kind of name has one registry, in the module that owns the concept (it maps a name to what
@@ -44,39 +55,12 @@ REFERENCE_FITS = ("regression", "none")
 QUERY_MODES = ("lattice", "every")
 
 
-def _from_dict(cls: type[T], data: dict[str, Any], what: str) -> T:
-    if not isinstance(data, dict):
-        raise ConfigError(f"{what} must be a mapping of option names to values, got {type(data).__name__}")
-    valid = {f.name for f in fields(cls)}  # type: ignore[arg-type]
-    unknown = sorted(set(data) - valid, key=str)
-    if unknown:
-        raise ConfigError(f"unknown {what} option(s) {unknown}; valid options: {sorted(valid)}")
-    try:
-        return cls(**data)
-    except TypeError as err:
-        raise ConfigError(f"invalid {what}: {err}") from err
-
-
-def _check_number(name: str, value: Any, *, low: float | None = None, high: float | None = None,
-                  low_open: bool = False, high_open: bool = False) -> None:
-    """Raise ConfigError unless ``value`` is a finite real number in the given range."""
-    ok = isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
-    if ok and low is not None:
-        ok = value > low if low_open else value >= low
-    if ok and high is not None:
-        ok = value < high if high_open else value <= high
-    if not ok:
-        lo = "" if low is None else f"{'>' if low_open else '>='} {low}"
-        hi = "" if high is None else f"{'<' if high_open else '<='} {high}"
-        raise ConfigError(f"{name}={value!r} must be a finite number {' and '.join(p for p in (lo, hi) if p)}")
-
-
 @dataclass(frozen=True)
 class ModelConfig:
     """Architecture of a model; stored in every model file so it can be rebuilt without code.
 
     Attributes:
-        arch: ``"tnpkr"`` (default), ``"tnpd"`` (seed 001 baseline), ``"cmanp"`` (seed 003,
+        arch: ``"tnpkr"`` (default), ``"tnpd"`` (TNP-D, Nguyen & Grover), ``"cmanp"`` (Feng et al.;
             constant memory in the context; embeds coordinates divided by ``4 * bias_length_scale``).
         attention: TNP-KR attention: ``"scan"``, ``"dense"``, ``"dka"``, ``"performer"``.
         dim_y: value channels modelled jointly (1 = each band on its own, any band count).
@@ -131,9 +115,9 @@ class ModelConfig:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive integer")
         if self.dim % self.num_heads:
             raise ConfigError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
-        _check_number("sigma_min", self.sigma_min, low=0.0, high=1.0, high_open=True)
-        _check_number("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
-        _check_number("bias_length_scale", self.bias_length_scale, low=0.0, low_open=True)
+        check_number("sigma_min", self.sigma_min, low=0.0, high=1.0, high_open=True)
+        check_number("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
+        check_number("bias_length_scale", self.bias_length_scale, low=0.0, low_open=True)
         if self.bias not in (None, "rbf"):
             raise ConfigError(f"bias={self.bias!r} is not one of ['rbf', None]")
         if not isinstance(self.embed_coords, bool):
@@ -145,7 +129,7 @@ class ModelConfig:
             raise ConfigError("temporal=true needs arch tnpkr, scan or dense attention, bias rbf and "
                               f"dim_x 3 (row, col, days); got arch={self.arch}, attention={self.attention}, "
                               f"bias={self.bias}, dim_x={self.dim_x}")
-        _check_number("time_length_scale", self.time_length_scale, low=0.0, low_open=True)
+        check_number("time_length_scale", self.time_length_scale, low=0.0, low_open=True)
         if not isinstance(self.query_prior, bool):
             raise ConfigError(f"query_prior={self.query_prior!r} must be true or false")
         if self.query_prior and (self.arch != "tnpkr" or self.temporal):
@@ -156,7 +140,7 @@ class ModelConfig:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> ModelConfig:
         """Build from a mapping, rejecting unknown keys."""
-        return _from_dict(cls, data, "model")
+        return from_dict(cls, data, "model")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-ready)."""
@@ -174,7 +158,7 @@ class TrainConfig:
         min_lr_ratio: final learning rate as a fraction of ``lr``.
         weight_decay: decoupled weight decay.
         optimizer: ``"adamw"`` or ``"yogi"``.
-        grad_clip: global gradient-norm clip (3.0 in seed 002).
+        grad_clip: global gradient-norm clip (3.0 in the TNP-KR paper).
         val_every: validate every this many steps (and at the end).
         seed: seed of the model initialisation and the task sampler.
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
@@ -198,16 +182,16 @@ class TrainConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name in ("seed", "warmup_steps") else 1):
                 raise ConfigError(f"{name}={value!r} must be an integer >= {0 if name in ('seed', 'warmup_steps') else 1}")
-        _check_number("lr", self.lr, low=0.0, low_open=True)
-        _check_number("grad_clip", self.grad_clip, low=0.0, low_open=True)
-        _check_number("weight_decay", self.weight_decay, low=0.0)
-        _check_number("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0)
+        check_number("lr", self.lr, low=0.0, low_open=True)
+        check_number("grad_clip", self.grad_clip, low=0.0, low_open=True)
+        check_number("weight_decay", self.weight_decay, low=0.0)
+        check_number("min_lr_ratio", self.min_lr_ratio, low=0.0, high=1.0)
         UnknownNameError.check("device", self.device, DEVICES)
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrainConfig:
         """Build from a mapping, rejecting unknown keys."""
-        return _from_dict(cls, data, "training")
+        return from_dict(cls, data, "training")
 
 
 @dataclass(frozen=True)
@@ -231,6 +215,9 @@ class FillConfig:
         block_size: pixels per read/write block (memory grows with its square).
         workers: CPU processes filling blocks in parallel (None = one per core on the CPU, one
             on CUDA). ``geonp batch`` uses them for files instead.
+        scheduler: address of a Dask distributed scheduler (``tcp://host:8786``); blocks are spread
+            over its workers (each loads the model once). The model must then be a name or a
+            directory. ``geonp batch`` spreads files instead (its own ``scheduler``).
         batch_rows: query rows (tiles x targets) per model call; bounds the model's memory.
         creation_options: GDAL creation options, ``KEY=VALUE`` strings (a dict is accepted).
         std_creation_options: creation options of the std raster (None = ``creation_options``).
@@ -269,6 +256,7 @@ class FillConfig:
     max_distance: float | None = None
     block_size: int = 512
     workers: int | None = None
+    scheduler: str | None = None
     batch_rows: int = 32768
     creation_options: tuple[str, ...] = ()
     std_creation_options: tuple[str, ...] | None = None
@@ -290,13 +278,13 @@ class FillConfig:
         for name, low in (("tile_size", 4), ("max_context", 1)):
             value = getattr(self, name)
             if value is not None:
-                _check_int(name, value, low)
+                check_int(name, value, low)
         if self.overlap is not None:
-            _check_int("overlap", self.overlap, 0)
-        _check_int("search_radius", self.search_radius, 1)
-        _check_int("batch_rows", self.batch_rows, 1)
+            check_int("overlap", self.overlap, 0)
+        check_int("search_radius", self.search_radius, 1)
+        check_int("batch_rows", self.batch_rows, 1)
         if self.workers is not None:
-            _check_int("workers", self.workers, 1)
+            check_int("workers", self.workers, 1)
         if self.block_size < 16:
             raise ConfigError(f"--block-size {self.block_size} must be >= 16 pixels")
         if self.max_distance is not None and not self.max_distance > 0:
@@ -323,8 +311,8 @@ class FillConfig:
         return cls(**{**{f.name: getattr(config, f.name) for f in fields(cls)}, **given})
 
     def key_values(self) -> dict[str, Any]:
-        """Options that change the outputs (for resume keys): all but device, workers, overwrite."""
-        skip = ("device", "workers", "overwrite", "batch_rows")
+        """Options that change the outputs (for resume keys): all but where and how fast it runs."""
+        skip = ("device", "workers", "scheduler", "overwrite", "batch_rows")
         return {f.name: getattr(self, f.name) for f in fields(self) if f.name not in skip}
 
 
@@ -404,72 +392,3 @@ class EvaluationConfig:
         if unknown:
             raise ConfigError(f"unknown evaluate option(s) {', '.join(unknown)}; valid: {', '.join(names)}")
         return replace(config, **options) if config is not None else cls(**options)
-
-
-def _check_int(name: str, value: Any, low: int) -> None:
-    if not isinstance(value, int) or isinstance(value, bool) or value < low:
-        raise ConfigError(f"{name}={value!r} must be an integer >= {low}")
-
-
-# Training recipes ----------------------------------------------------------------------------
-# A recipe is a YAML file with up to three sections: ``model`` (ModelConfig fields), ``training``
-# (TrainConfig fields) and ``data`` (task shape and the data keywords of geonp.train, or of
-# geonp.train_series for ``multidate``). The shipped ones live in geonp/training/recipes/:
-# ``default.yaml`` is the default model's and holds every default of ``geonp train``, for the
-# library and the CLI alike; ``multidate.yaml`` is the multi-date model's (``--series``). A file's
-# entries override those of the shipped recipe it builds on.
-
-RECIPES = Path(__file__).resolve().parent / "training" / "recipes"
-RECIPE_SECTIONS = ("model", "training", "data")
-
-#: A recipe: section name -> {option: value}.
-Recipe = dict[str, dict[str, Any]]
-
-
-def recipe_names() -> list[str]:
-    """Names of the shipped recipes."""
-    return sorted(p.stem for p in RECIPES.glob("*.yaml"))
-
-
-def _read_recipe(path: Path, what: str) -> Recipe:
-    import yaml
-
-    try:
-        loaded = yaml.safe_load(path.read_text()) or {}
-    except yaml.YAMLError as err:
-        raise ConfigError(f"{what} is not valid YAML: {str(err).splitlines()[0]}") from err
-    if not isinstance(loaded, dict) or set(loaded) - set(RECIPE_SECTIONS):
-        raise ConfigError(f"{what} must hold only the sections {list(RECIPE_SECTIONS)}, got {sorted(loaded, key=str)}")
-    for key, value in loaded.items():
-        if not isinstance(value, dict):
-            raise ConfigError(f"section {key!r} of {what} must be a mapping")
-    return {s: dict(loaded.get(s) or {}) for s in RECIPE_SECTIONS}
-
-
-def merge_recipe(base: Mapping[str, Mapping[str, Any]], overrides: Mapping[str, Mapping[str, Any]]) -> Recipe:
-    """``base`` with the entries of ``overrides`` (section by section) replacing its own."""
-    unknown = set(overrides) - set(RECIPE_SECTIONS)
-    if unknown:
-        raise ConfigError(f"unknown recipe section(s) {sorted(unknown)}; valid: {list(RECIPE_SECTIONS)}")
-    return {s: {**base.get(s, {}), **overrides.get(s, {})} for s in RECIPE_SECTIONS}
-
-
-def load_recipe(recipe: str | os.PathLike[str] | Mapping[str, Mapping[str, Any]] = "default", *,
-                base: str = "default") -> Recipe:
-    """A recipe by name (:func:`recipe_names`), from a YAML file, or a mapping, complete.
-
-    A file or mapping overrides the entries of the shipped recipe ``base``.
-
-    Raises:
-        ConfigError: an unknown name and no such file, or a malformed file.
-    """
-    if isinstance(recipe, Mapping):
-        return merge_recipe(load_recipe(base), recipe)
-    text = str(recipe)
-    if text in recipe_names():
-        return _read_recipe(RECIPES / f"{text}.yaml", f"recipe {text!r}")
-    path = Path(text).expanduser()
-    if not path.is_file():
-        raise ConfigError(f"unknown recipe {text!r}: not a shipped recipe ({', '.join(recipe_names())}) "
-                          "and no such file")
-    return merge_recipe(load_recipe(base), _read_recipe(path, str(path)))

@@ -1,0 +1,174 @@
+"""The typed inputs of a fill: gaps, outputs and references.
+
+Where a file's gaps are (:class:`Gaps`), what a file fill writes (:class:`Outputs`) and another date
+of the same place (:class:`Reference`).
+
+A fill function takes each concept as one value: ``fill_raster(input, Outputs(...), gaps=Gaps(...),
+references=[Reference(...)])``. Plain values stay accepted where they are unambiguous: an output
+path for ``Outputs(path)``, a reference's path, and the ``(values, valid, days)`` /
+``(DataArray, days)`` pairs of the in-memory fills, each read once by :meth:`Reference.of`.
+"""
+
+from __future__ import annotations
+
+import math
+import numbers
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from geonp.errors import ConfigError
+
+__all__ = ["Gaps", "Outputs", "Reference"]
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """Where a raster file's gaps are, beyond its nodata value, NaN/Inf and GDAL mask/alpha band.
+
+    Attributes:
+        mask: a gap mask (non-zero = missing; any grid or CRS, or GeoJSON polygons).
+        mask_values: values of ``mask`` that mean a gap (``"8,9"`` or ``(8, 9)``).
+        mask_bits: bits of ``mask`` that mean a gap when set (``"3,4"``).
+        qa: a quality band whose classes give gaps (any grid); needs ``qa_kind``.
+        qa_kind: ``landsat-c2``, ``sentinel2-scl`` or ``fmask``; it also reads the references'
+            quality bands (:attr:`Reference.qa`).
+        qa_classes: classes of ``qa_kind`` that are gaps (default: the kind's defaults).
+        footprint: the data footprint (raster, non-zero = inside, or GeoJSON) instead of
+            computing it (:mod:`geonp.io.footprint`).
+    """
+
+    mask: PathLike | None = None
+    mask_values: str | Sequence[int] | None = None
+    mask_bits: str | Sequence[int] | None = None
+    qa: PathLike | None = None
+    qa_kind: str | None = None
+    qa_classes: str | Sequence[str] | None = None
+    footprint: PathLike | None = None
+
+    def files(self) -> list[PathLike]:
+        """The files these gaps are read from (outputs must not overwrite them)."""
+        return [p for p in (self.mask, self.qa, self.footprint) if p is not None]
+
+
+@dataclass(frozen=True)
+class Outputs:
+    """What a file fill writes: the filled raster, its std raster and an optional quicklook.
+
+    Attributes:
+        path: the filled raster (same grid, bands, dtype, nodata and metadata as the input).
+        uncertainty: the std raster (default ``<path stem>_std.tif``).
+        quicklook: a PNG with input, prediction and std side by side.
+        format: GDAL driver of ``path`` (default: from its extension).
+        dry_run: write nothing; only plan (tiles, context sizes, memory and time estimates).
+    """
+
+    path: PathLike
+    uncertainty: PathLike | None = None
+    quicklook: PathLike | None = None
+    format: str | None = None
+    dry_run: bool = False
+
+    @classmethod
+    def of(cls, output: PathLike | Outputs) -> Outputs:
+        """``output`` itself, or ``Outputs(output)`` for a path."""
+        if isinstance(output, Outputs):
+            return output
+        if isinstance(output, str | os.PathLike):
+            return cls(output)
+        raise ConfigError(f"the output must be a path or a geonp.Outputs, got {type(output).__name__}")
+
+
+@dataclass(frozen=True)
+class Reference:
+    """Another date of the same place, read as context of a multi-date fill.
+
+    One type for files, numpy arrays and xarray DataArrays.
+
+    Attributes:
+        source: a raster file (any grid or CRS: reprojected on the fly), a numpy array of the
+            filled array's shape, or a DataArray on the filled array's grid.
+        days: the date offset from the filled date (negative = before it); arrays and DataArrays
+            need it, a file's comes from its date.
+        date: a file's acquisition date (``YYYY-MM-DD``) where its tags and name lack it.
+        qa: a file's quality band (read with :attr:`Gaps.qa_kind`).
+        valid: an array's observed mask (None: NaN/Inf and ``nodata`` are missing).
+    """
+
+    source: Any
+    days: float | None = None
+    date: str | None = None
+    qa: PathLike | None = None
+    valid: Any = None
+
+    @property
+    def is_file(self) -> bool:
+        """True for a raster file (a path), False for in-memory data."""
+        return isinstance(self.source, str | os.PathLike)
+
+    @classmethod
+    def of(cls, item: Any, index: int = 1) -> Reference:
+        """One reference from a :class:`Reference`, a path, ``(values, valid, days)`` or ``(data, days)``."""
+        if isinstance(item, Reference):
+            ref = item
+        elif isinstance(item, str | os.PathLike):
+            ref = cls(item)
+        elif isinstance(item, tuple | list) and len(item) == 3:
+            ref = cls(item[0], days=item[2], valid=item[1])
+        elif isinstance(item, tuple | list) and len(item) == 2:
+            ref = cls(item[0], days=item[1])
+        elif hasattr(item, "shape"):  # an array alone: check() asks for its date offset
+            ref = cls(item)
+        else:
+            raise ConfigError(f"reference {index} must be a geonp.Reference, a path, a (values, valid, days) "
+                              "triple or a (DataArray, days) pair")
+        ref.check(index)
+        return ref
+
+    @classmethod
+    def from_options(cls, paths: Sequence[PathLike], dates: Sequence[str | None] | None = None,
+                     qa: Sequence[PathLike | None] | None = None) -> tuple[Reference, ...]:
+        """File references from parallel lists, as ``--reference/--reference-date/--reference-qa`` give them."""
+        if not paths:
+            if dates or qa:
+                raise ConfigError("--reference-date/--reference-qa describe references; give --reference FILE too")
+            return ()
+        if dates is not None and len(dates) != len(paths):
+            raise ConfigError(f"{len(dates)} --reference-date given for {len(paths)} --reference; give one date "
+                              "per reference, in the same order (or none to read them from the files).")
+        if qa is not None and len(qa) != len(paths):
+            raise ConfigError(f"{len(qa)} --reference-qa given for {len(paths)} --reference; give one QA file per "
+                              "reference, in the same order.")
+        return as_references([cls(p, date=None if dates is None else dates[i], qa=None if qa is None else qa[i])
+                              for i, p in enumerate(paths)])
+
+    def check(self, index: int) -> None:
+        """Refuse fields that do not fit the source's kind, and a bad date offset."""
+        if self.is_file:
+            if self.days is not None:
+                raise ConfigError(f"reference {index} ({Path(self.source).name}): a file's date offset comes from "
+                                  "its date; give date='YYYY-MM-DD' instead of days")
+            if self.valid is not None:
+                raise ConfigError(f"reference {index} ({Path(self.source).name}): a file's gaps come from its "
+                                  "nodata and qa; valid is for arrays")
+            return
+        if self.date is not None or self.qa is not None:
+            raise ConfigError(f"reference {index}: date and qa describe a file; an array takes days (its date "
+                              "offset) and valid (its observed mask)")
+        days = self.days
+        if (days is None or isinstance(days, bool) or not isinstance(days, numbers.Real)
+                or not math.isfinite(float(days))):
+            raise ConfigError(f"reference {index} has days={days!r}; give its date offset from the array's "
+                              "date as a number of days (negative = before it)")
+
+
+def as_references(items: Sequence[Any]) -> tuple[Reference, ...]:
+    """Every reference as a checked :class:`Reference`."""
+    if isinstance(items, str | os.PathLike | Reference):
+        items = [items]
+    return tuple(Reference.of(item, i) for i, item in enumerate(items, 1))
+

@@ -1,0 +1,167 @@
+"""Similar pixels: a reference line's error corrected by the pixels that looked alike on the reference date.
+
+NSPI's idea (Chen et al., 2011), as the reference regression (:mod:`geonp.filling.references`)
+uses it: a gap pixel's line estimate is corrected by the weighted mean line error of the
+:data:`SIMILAR_PIXELS` pixels nearby that looked most like it on the reference date
+(:func:`similar_pixel_correction`), and what such estimates still miss on the observed pixels
+around a gap is spread into it (:func:`residual_correction`). Pure numpy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+from scipy import ndimage
+
+__all__ = ["ESTIMATE_REACH", "RESIDUAL_RADIUS", "SIMILAR_PIXELS", "SIMILAR_REACH", "SIMILAR_WINDOW",
+           "residual_correction", "similar_pixel_correction"]
+
+#: Similar pixels are searched this many pixels around a pixel (every pixel up to
+#: :data:`_DENSE_RADIUS`, the raster's even rows and columns beyond).
+SIMILAR_WINDOW = 30
+#: Where fewer than 3 are found within :data:`SIMILAR_WINDOW`, they are searched this far, on
+#: every :data:`_FAR_STRIDE`-th row and column of the raster. An estimate depends on no pixel farther.
+SIMILAR_REACH = 120
+_FAR_STRIDE = 8
+#: How many similar pixels correct a pixel's line.
+SIMILAR_PIXELS = 20
+_DENSE_RADIUS = 6
+#: A similar pixel's weight is 1 / ((spectral distance + _SPECTRAL_FLOOR) (1 + _SPATIAL_WEIGHT d / window)).
+_SPECTRAL_FLOOR = 0.05
+_SPATIAL_WEIGHT = 3.0
+#: Fewest similar pixels that correct a line (fewer: the line alone, with its residual std).
+_MIN_SIMILAR = 3
+#: The estimates' errors on observed pixels within this many pixels of a gap pixel correct it
+#: (:func:`residual_correction`): a Gaussian of sigma _RESIDUAL_SIGMA, with prior weight _RESIDUAL_PRIOR.
+RESIDUAL_RADIUS = 8
+_RESIDUAL_SIGMA = 2.0
+_RESIDUAL_PRIOR = 0.02
+#: The similar-pixel search of the observed pixels the residual correction looks at: 30 px, on
+#: every 4th row and column beyond 6 px (on the four tuning draws as good as the gap pixels' own
+#: search, 404 against 406, at a third of its cost where gaps are scattered pixels), grown as the
+#: gap pixels' is where fewer than 3 are found: an observed pixel alone in a wide cloud estimated
+#: by its line alone had an error its neighbours' grown estimates do not share, and the
+#: correction spread it as a dark halo 5 px wide (2012-05-24, 94 % cloud, in the README's figure).
+_RING_SEARCHES = ((SIMILAR_WINDOW, 4), (SIMILAR_REACH, _FAR_STRIDE))
+#: How far from a gap pixel its estimate may look (similar pixels of the observed pixels beside it).
+ESTIMATE_REACH = SIMILAR_REACH + RESIDUAL_RADIUS
+#: Gap pixels corrected per chunk (bounds the memory of the search to about 100 MB).
+_CHUNK = 1024
+
+
+def residual_correction(residual: np.ndarray) -> np.ndarray:
+    """What the estimates' errors on observed pixels say of the gap pixels beside them.
+
+    The similar pixels correct a pixel's line by what happened to its land cover nearby; what
+    happened to the pixels right next to it (a field edge, a snow patch, a wet patch) is left in
+    the errors of the estimates on the observed pixels beside the gap. Their Gaussian-weighted
+    mean (sigma :data:`_RESIDUAL_SIGMA`, out to :data:`RESIDUAL_RADIUS` px), shrunk towards 0
+    where few observed pixels are near (a normalised convolution with a prior weight
+    :data:`_RESIDUAL_PRIOR`), is added to every pixel's estimate: about 95 % of it at a gap's
+    edge, 60 % 2 sigma inside it, nothing beyond :data:`RESIDUAL_RADIUS`.
+
+    Args:
+        residual: ``[bands, h, w]`` target minus estimate on observed pixels, NaN elsewhere.
+
+    Returns:
+        ``[bands, h, w]`` the correction (0 where no residual lies within :data:`RESIDUAL_RADIUS`).
+    """
+    known = np.isfinite(residual)
+    out = np.zeros(residual.shape)
+    truncate = RESIDUAL_RADIUS / _RESIDUAL_SIGMA
+    for b in range(residual.shape[0]):
+        if not known[b].any():
+            continue
+        total = ndimage.gaussian_filter(np.where(known[b], residual[b], 0.0), _RESIDUAL_SIGMA, mode="constant",
+                                        truncate=truncate)
+        weight = ndimage.gaussian_filter(known[b].astype(np.float64), _RESIDUAL_SIGMA, mode="constant",
+                                         truncate=truncate)
+        out[b] = total / (weight + _RESIDUAL_PRIOR)
+    return out
+
+
+def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndarray,
+                             count: int = SIMILAR_PIXELS, origin: tuple[int, int] = (0, 0),
+                             searches: tuple[tuple[int, int], ...] = ((SIMILAR_WINDOW, 2),
+                                                                     (SIMILAR_REACH, _FAR_STRIDE)),
+                             ) -> tuple[np.ndarray, np.ndarray]:
+    """Weighted mean and spread of ``error`` over each pixel's most similar pixels nearby (never itself).
+
+    The search looks :data:`SIMILAR_WINDOW` pixels around a pixel: every pixel up to 6 away and,
+    beyond, the raster's even rows and columns. Where it finds fewer than 3 pixels with an error
+    (deep inside a wide cloud), it looks again :data:`SIMILAR_REACH` pixels around, on every
+    8th row and column, as NSPI grows its window. Candidates lie on the raster's grid
+    (``origin`` is the arrays' offset in it), so every pixel sees the same sparse candidates and
+    a fill from a few scattered clear pixels shows no pattern of the search.
+
+    Args:
+        spectra: ``[bands, h, w]`` the reference's standardised values (similarity is their
+            root mean squared difference).
+        error: ``[bands', h, w]`` the line's error; NaN where it is unknown in any band (such
+            pixels are never similar pixels).
+        at: bool ``[h, w]``: the pixels to correct.
+        count: similar pixels per pixel.
+        origin: the arrays' ``(row, col)`` offset in the raster.
+        searches: ``(window, stride)`` searches in turn, each for the pixels the ones before left
+            with fewer than 3: every pixel up to 6 px away, beyond on every ``stride``-th raster
+            row and column up to ``window`` px (the residual correction's observed pixels search
+            30 px on every 4th, then as far as the gap pixels: ``_RING_SEARCHES``).
+
+    Returns:
+        ``(correction, spread)`` ``[bands', h, w]``: at ``at``, the weighted mean of the similar
+        pixels' errors and the std of that mean as an estimate of the pixel's error (their
+        weighted spread, inflated by ``1 + 1/n`` for ``n`` effective pixels); NaN where fewer
+        than 3 pixels within :data:`SIMILAR_REACH` have an error, and everywhere else.
+    """
+    mean, spread = np.full(error.shape, np.nan), np.full(error.shape, np.nan)
+    known = np.isfinite(error).all(axis=0)
+    for window, stride in searches:
+        rows, cols = np.nonzero(at & ~np.isfinite(spread).all(axis=0))
+        if not rows.size:  # every pixel found its similar pixels nearby: no wider search
+            break
+        dr, dc = (a.ravel() for a in np.mgrid[-window:window + 1, -window:window + 1])
+        inner = (np.maximum(abs(dr), abs(dc)) <= _DENSE_RADIUS) & ((dr != 0) | (dc != 0))
+        phase_r, phase_c = (rows + origin[0]) % stride, (cols + origin[1]) % stride
+        for pr in range(stride):
+            for pc in range(stride):
+                mine = np.flatnonzero((phase_r == pr) & (phase_c == pc))
+                if not mine.size:
+                    continue
+                # a candidate beyond the dense square lies on the raster's rows and columns
+                # that are multiples of the stride
+                keep = inner | (((dr + pr) % stride == 0) & ((dc + pc) % stride == 0))
+                for s in range(0, mine.size, _CHUNK):
+                    take = mine[s:s + _CHUNK]
+                    _correct_chunk(spectra, error, known, rows[take], cols[take], dr[keep], dc[keep], window,
+                                   count, mean, spread)
+    return mean, spread
+
+
+def _correct_chunk(spectra: np.ndarray, error: np.ndarray, known: np.ndarray, rows: np.ndarray, cols: np.ndarray,
+                   dr: np.ndarray, dc: np.ndarray, window: int, count: int, mean: np.ndarray,
+                   spread: np.ndarray) -> None:
+    """:func:`similar_pixel_correction` for the pixels ``rows, cols`` and candidate offsets ``dr, dc``."""
+    bands, h, w = spectra.shape
+    spatial = 1.0 + _SPATIAL_WEIGHT * np.hypot(dr, dc) / window
+    k = min(count, dr.size)
+    pr, pc = rows[:, None], cols[:, None]
+    qr, qc = pr + dr, pc + dc
+    inside = (qr >= 0) & (qr < h) & (qc >= 0) & (qc < w)
+    qr, qc = np.clip(qr, 0, h - 1), np.clip(qc, 0, w - 1)
+    distance = np.zeros(qr.shape)
+    for b in range(bands):
+        distance += (spectra[b][qr, qc] - spectra[b][pr, pc]) ** 2
+    distance = np.where(inside & known[qr, qc], np.sqrt(distance / bands), np.inf)
+    best = np.argpartition(distance, k - 1, axis=1)[:, :k]
+    d = np.take_along_axis(distance, best, axis=1)
+    found = np.isfinite(d)
+    weight = np.where(found, 1.0 / ((np.where(found, d, 0.0) + _SPECTRAL_FLOOR) * spatial[best]), 0.0)
+    enough = found.sum(axis=1) >= _MIN_SIMILAR
+    total = np.where(enough, weight.sum(axis=1), 1.0)
+    effective = total ** 2 / np.maximum((weight ** 2).sum(axis=1), 1e-300)
+    br, bc = np.take_along_axis(qr, best, axis=1), np.take_along_axis(qc, best, axis=1)
+    for b in range(error.shape[0]):
+        e = np.where(found, error[b][br, bc], 0.0)
+        m = (weight * e).sum(axis=1) / total
+        v = (weight * (e - m[:, None]) ** 2).sum(axis=1) / total * (1.0 + 1.0 / effective)
+        mean[b, rows, cols] = np.where(enough, m, np.nan)
+        spread[b, rows, cols] = np.where(enough, np.sqrt(v), np.nan)

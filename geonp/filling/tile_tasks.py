@@ -1,0 +1,288 @@
+"""A block's tiles and their tasks: what the model is asked, tile by tile.
+
+:func:`block_tasks` cuts a block into tiles laid on the raster's global grid (split in four where
+a tile's gaps would find too few neighbours in its context) and turns each tile's gaps into a
+:class:`TileTask` (context choice, coordinates, standardisation, the lattice's targets). Bands that
+share a gap pattern share the tiles' geometry. A tile's task is the same whichever block builds
+it, so blocks leave no seams. :mod:`geonp.filling.predict` runs the tasks.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+from scipy import ndimage
+
+from geonp.data.tasks import ReferenceBand, Task, context_points, positions, standardize
+from geonp.tasks.context import ContextSpec
+from geonp.tasks.lattice import TileTargets, spacing_map, tile_targets
+from geonp.tasks.tiling import Tile
+
+__all__ = ["BlockReference", "TileOptions", "TileTask", "band_tasks", "block_tasks", "block_tiles"]
+
+
+@dataclass(frozen=True)
+class TileOptions:
+    """How a raster is cut into tiles and how much context each gets.
+
+    Attributes:
+        tile_size: core edge in pixels.
+        overlap: blend margin in pixels around each core.
+        context: the context geometry of a tile (:class:`~geonp.tasks.context.ContextSpec`, the
+            same rule training uses): observed pixels nearest first, far pixels over rings and
+            sectors, how far a tile looks, reference pixels of a multi-date fill.
+        temporal: the model takes dates (3-D coordinates: row, col, days from the target's date).
+        near_overlap: blend margin of gap pixels near data (None: ``overlap``; :mod:`geonp.tasks.lattice`).
+        lattice: ``(distance, spacing)`` pairs: beyond each distance to data, gap pixels are read
+            off a lattice of that spacing (:mod:`geonp.tasks.lattice`); empty: every pixel predicted.
+    """
+
+    tile_size: int = 48
+    overlap: int = 8
+    context: ContextSpec = field(default_factory=ContextSpec)
+    temporal: bool = False
+    near_overlap: int | None = None
+    lattice: tuple[tuple[float, int], ...] = ()
+
+    def __post_init__(self) -> None:
+        """Check the fields; a bad value raises ValueError naming it."""
+        if self.tile_size < 4 or self.overlap < 0:
+            raise ValueError(f"tile_size={self.tile_size} (>= 4), overlap={self.overlap} (>= 0)")
+
+    @property
+    def max_context(self) -> int:
+        """Observed pixels per tile, nearest first (the context's ``n_near``)."""
+        return self.context.n_near
+
+    @property
+    def search_radius(self) -> int:
+        """Farthest a tile looks for context, in pixels beyond its query window."""
+        return self.context.search_radius
+
+    @property
+    def halo(self) -> int:
+        """Pixels a block must be read beyond its region so that every tile finds its context.
+
+        A tile whose query window touches the region starts up to ``tile_size + 2 * overlap``
+        pixels before it, and searches ``search_radius`` pixels beyond its query window.
+        """
+        return self.search_radius + 2 * self.overlap + self.tile_size
+
+
+@dataclass(frozen=True)
+class BlockReference:
+    """Another date on a block's window (multi-date fills).
+
+    Attributes:
+        values: ``[bands, h, w]`` in the target's normalised units (anything where not observed).
+        observed: bool ``[bands, h, w]``.
+        days: date offset from the target's date (negative = before it).
+    """
+
+    values: np.ndarray
+    observed: np.ndarray
+    days: float
+
+
+@dataclass
+class TileTask:
+    """One tile of one band, ready for the model.
+
+    Attributes:
+        band: index of the band in the block.
+        task: coordinates relative to the query window's corner, standardised context values.
+        index: ``[Nt]`` flat index of each target in the ``[bands, region rows, region cols]``
+            output.
+        weights: ``[Nt]`` blend weight of each target (1 on the tile core).
+        core: targets on the tile's core (each gap pixel is on exactly one core).
+        src: ``[n_out, 4]`` rows of the task's targets each output is read off, or None (output
+            ``i`` is target ``i``); coef: their bilinear weights (:mod:`geonp.tasks.lattice`).
+    """
+
+    band: int
+    task: Task
+    index: np.ndarray
+    weights: np.ndarray
+    core: int
+    src: np.ndarray | None = None
+    coef: np.ndarray | None = None
+
+
+_MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
+
+
+def _neighbours(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, int, int]) -> int:
+    """Observed pixels of a query window that touch (8-neighbourhood) a pixel to fill."""
+    r0, r1, c0, c1 = qb
+    near = ndimage.binary_dilation(to_fill[r0:r1, c0:c1], structure=np.ones((3, 3), bool))
+    return int(np.count_nonzero(near & observed[r0:r1, c0:c1]))
+
+
+def _quarters(tile: Tile) -> list[Tile]:
+    """Four sub-tiles of a tile, with an overlap scaled to their size."""
+    h1, w1 = tile.height // 2, tile.width // 2
+    o = max(2, min(tile.overlap, h1 // 3))
+    return [Tile(tile.row + dr, tile.col + dc, hh, ww, o)
+            for dr, hh in ((0, h1), (h1, tile.height - h1))
+            for dc, ww in ((0, w1), (w1, tile.width - w1))]
+
+
+def block_tiles(region: tuple[int, int, int, int], origin: tuple[int, int], opts: TileOptions) -> list[Tile]:
+    """Tiles (in block coordinates) whose query window touches ``region``, on the global grid.
+
+    Tiles are laid on the *global* grid so that every block cuts the same tiles; a tile on the
+    region's edge is shared with the neighbouring block, each predicting its own pixels.
+    """
+    r0, r1, c0, c1 = region
+    size, o = opts.tile_size, opts.overlap
+    first_r = ((origin[0] + r0 - o) // size) * size
+    first_c = ((origin[1] + c0 - o) // size) * size
+    return [
+        Tile(tr - origin[0], tc - origin[1], size, size, o)
+        for tr in range(first_r, origin[0] + r1 + o, size)
+        for tc in range(first_c, origin[1] + c1 + o, size)
+    ]
+
+
+def band_tasks(
+    values: np.ndarray,
+    observed: np.ndarray,
+    to_fill: np.ndarray,
+    region: tuple[int, int, int, int],
+    *,
+    origin: tuple[int, int],
+    opts: TileOptions,
+    band: int | Sequence[int] = 0,
+    limit: int | None = None,
+    references: Sequence[ReferenceBand] = (),
+    spacing: np.ndarray | None = None,
+) -> list[TileTask]:
+    """The tasks of one band of a block, or of bands that share one gap pattern.
+
+    Args:
+        values: ``[h, w]`` normalised values of the block (anything where not observed), or
+            ``[len(band), h, w]`` for bands that share ``observed`` and ``to_fill``: their tiles,
+            context pixels and targets are worked out once; the block stops at the raster's edge,
+            since tiles clip their query windows to it.
+        observed: bool ``[h, w]``, True where a pixel may serve as context.
+        to_fill: bool ``[h, w]``, True where a prediction is wanted (halo included: it shapes the
+            context choice and the splits of tiles near the region's edge as in the neighbouring
+            block).
+        region: ``(r0, r1, c0, c1)`` of the block's own pixels (the rest is halo).
+        origin: the block's offset in the full raster.
+        opts: tiling options.
+        band: the band's index in the block (for the output index), or the indices of the bands
+            of ``values [bands, h, w]``.
+        limit: the largest context search radius the block array holds
+            (:func:`geonp.tasks.context.select_context`).
+        references: this band of other dates (multi-date models; ``opts.temporal``; one band).
+        spacing: lattice spacing per pixel (:func:`geonp.tasks.lattice.spacing_map`), or None.
+
+    Returns:
+        Per tile (or split tile) with gap pixels in the region and some context, one task per band.
+    """
+    bands = [band] if isinstance(band, int | np.integer) else list(band)
+    values = values[None] if values.ndim == 2 else values
+    r0, r1, c0, c1 = region
+    rh, rw = r1 - r0, c1 - c0
+    out: list[TileTask] = []
+    for window, tt, spec in _tile_geometry(observed, to_fill, region, origin, opts, spacing):
+        qr0, qr1, qc0, qc1 = window
+        # the rule training uses (geonp.data.tasks.context_points)
+        crow, ccol, days, y, n_target = context_points(values, observed, to_fill, window, spec, origin=origin,
+                                                       limit=limit, references=references)
+        if crow.size == 0:
+            continue
+        # Coordinates relative to the query window's corner: what training patches look like, and
+        # for translation-invariant models (scan) the same result as absolute coordinates, with
+        # small squared-distance tables for the bias.
+        timed = opts.temporal
+        xc = positions(crow, ccol, (qr0, qc0), days if timed else None)
+        xt = positions(tt.rows, tt.cols, (qr0, qc0), np.zeros(tt.rows.size) if timed else None)
+        core = int(np.count_nonzero(tt.weights >= 1.0))
+        for j, b in enumerate(bands):
+            # band by band: the same arithmetic whether a band shares its geometry or not
+            yc, _, shift, scale = standardize(np.ascontiguousarray(y[:, j:j + 1]), None, n_target)
+            task = Task(xc=xc, yc=yc.astype(np.float32), xt=xt, yt=None, shift=shift, scale=scale)
+            index = (b * rh + (tt.out_rows - r0)) * rw + (tt.out_cols - c0)
+            out.append(TileTask(b, task, index.astype(np.int64), tt.weights, core, tt.src, tt.coef))
+    return out
+
+
+def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int, int, int, int],
+                   origin: tuple[int, int], opts: TileOptions, spacing: np.ndarray | None
+                   ) -> Iterator[tuple[tuple[int, int, int, int], TileTargets, ContextSpec]]:
+    """Each tile's query window, targets and context geometry (what depends on the gap pattern alone)."""
+    r0, r1, c0, c1 = region
+    h, w = observed.shape
+    work = list(reversed(block_tiles(region, origin, opts)))
+    while work:
+        tile = work.pop()
+        o = tile.overlap
+        # query window in block coordinates, clipped to the block array and to the region
+        qr0, qr1 = max(tile.row - o, 0), min(tile.row + tile.height + o, h)
+        qc0, qc1 = max(tile.col - o, 0), min(tile.col + tile.width + o, w)
+        rr0, rr1, cc0, cc1 = max(qr0, r0), min(qr1, r1), max(qc0, c0), min(qc1, c1)
+        if rr0 >= rr1 or cc0 >= cc1 or not to_fill[rr0:rr1, cc0:cc1].any():
+            continue
+        if tile.height > _MIN_SPLIT and _neighbours(observed, to_fill, (qr0, qr1, qc0, qc1)) > opts.max_context:
+            # Scattered gaps (dropped pixels, stripes): the gaps' own neighbours are more than the
+            # context cap, so some would be left out. Split the tile in four (the rule depends on
+            # this tile's pixels only, so every block splits alike).
+            work.extend(reversed(_quarters(tile)))
+            continue
+        trow, tcol = np.nonzero(to_fill[rr0:rr1, cc0:cc1])
+        tt = tile_targets(trow + rr0, tcol + cc0, tile, spacing=spacing, near_overlap=opts.near_overlap,
+                          origin=origin, shape=(h, w))
+        if tt.out_rows.size == 0:  # its gaps lie beyond its margins (near data: a narrower one)
+            continue
+        yield (qr0, qr1, qc0, qc1), tt, opts.context
+
+
+def block_tasks(
+    values: np.ndarray,
+    observed: np.ndarray,
+    to_fill: np.ndarray,
+    region: tuple[int, int, int, int],
+    *,
+    origin: tuple[int, int],
+    opts: TileOptions,
+    limit: int | None = None,
+    references: Sequence[BlockReference] = (),
+) -> list[TileTask]:
+    """The tasks of every band of a block (``values``, ``observed``, ``to_fill``: ``[bands, h, w]``).
+
+    ``references``: other dates on the block's window (multi-date models only). Bands with the
+    same gap pattern (the common case: a cloud hides every band) share their tiles' geometry.
+    """
+    if references and not opts.temporal:
+        raise ValueError("references need a multi-date model (TileOptions.temporal)")
+    tasks: list[TileTask] = []
+    for group in _pattern_groups(observed, to_fill, shared=not references):
+        b = group[0]
+        refs = [ReferenceBand(r.values[b][None], r.observed[b], r.days) for r in references]
+        if to_fill[b].any() and (observed[b].any() or any(r.observed.any() for r in refs)):
+            # a pixel a reference observes is near data too
+            seen = functools.reduce(np.logical_or, [r.observed for r in refs], observed[b])
+            tasks += band_tasks(values[group], observed[b], to_fill[b], region, origin=origin, opts=opts,
+                                band=group, limit=limit, references=refs, spacing=spacing_map(seen, opts.lattice))
+    return tasks
+
+
+def _pattern_groups(observed: np.ndarray, to_fill: np.ndarray, *, shared: bool) -> list[list[int]]:
+    """Band indices grouped by gap pattern (equal ``observed`` and ``to_fill``).
+
+    One band per group unless ``shared``.
+    """
+    groups: list[list[int]] = []
+    for b in range(observed.shape[0]):
+        same = next((g for g in groups if shared and np.array_equal(observed[g[0]], observed[b])
+                     and np.array_equal(to_fill[g[0]], to_fill[b])), None)
+        if same is None:
+            groups.append([b])
+        else:
+            same.append(b)
+    return groups
