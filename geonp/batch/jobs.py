@@ -49,12 +49,18 @@ from geonp.batch.options import Cluster, Files, Neighbours
 from geonp.batch.run import BatchRun, FileTask, remove_partials
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, OutputError
+from geonp.filling.inputs import refuse_moved
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["fill_many"]  # its records (FileRecord, JobReport) are geonp.batch.manifest's
 
 #: Options of each file's fill: the fields of FillConfig (``workers`` is the batch's own).
+#: fill_many's keywords that are now fields of its option types.
+BATCH_MOVED = {**{n: "geonp.Files" for n in ("pattern", "recursive", "skip_existing")},
+               **{n: "geonp.Cluster" for n in ("scheduler", "workers", "threads_per_worker", "dashboard_address")},
+               "on_cluster": "geonp.Cluster:on_ready",
+               **{n: "geonp.Neighbours" for n in ("qa_kind", "max_days")}}
 FILL_OPTIONS = tuple(f.name for f in dataclasses.fields(FillConfig) if f.name not in ("workers", "scheduler"))
 _GEOTIFF_SUFFIXES = (".tif", ".tiff")
 
@@ -290,7 +296,13 @@ def fill_many(
             their partial files removed; its ``partials_left`` attribute lists those that remain.
     """
     t0 = time.perf_counter()
+    refuse_moved(fill_options, BATCH_MOVED, "fill_many")
     files, cluster = files or Files(), cluster or Cluster()
+    for name, value, kind in (("files", files, Files), ("cluster", cluster, Cluster),
+                              ("neighbours", neighbours, Neighbours)):
+        if value is not None and not isinstance(value, kind):
+            raise ConfigError(f"fill_many's {name}= must be a geonp.{kind.__name__}, got {type(value).__name__}; "
+                              f"e.g. {name}=geonp.{kind.__name__}(...)")
     in_dir, out_dir = _check_dirs(input_dir, output_dir)
     inputs, per_file, broken = _inputs(in_dir, out_dir, files, neighbours)
     if neighbours is not None:

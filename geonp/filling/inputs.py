@@ -172,3 +172,24 @@ def as_references(items: Sequence[Any]) -> tuple[Reference, ...]:
         items = [items]
     return tuple(Reference.of(item, i) for i, item in enumerate(items, 1))
 
+
+
+#: Keywords that moved into a type, and where they went (a hint for calls written for older geonp).
+MOVED_KEYWORDS = {
+    **{name: "geonp.Gaps" for name in ("mask", "mask_values", "mask_bits", "qa", "qa_kind", "qa_classes", "footprint")},
+    **{name: "geonp.Outputs" for name in ("uncertainty", "quicklook", "format", "dry_run")},
+    **{name: "geonp.Reference" for name in ("reference_dates", "reference_qa")},
+}
+
+
+def refuse_moved(options: dict[str, Any], moved: dict[str, str], function: str) -> None:
+    """A one-line ConfigError for a keyword that is now a field of one of the typed inputs.
+
+    ``moved`` maps a keyword to its type's name, or to ``"type:field"`` where the field is named
+    otherwise.
+    """
+    for name in options:
+        if name in moved:
+            kind, _, field = moved[name].partition(":")
+            raise ConfigError(f"{function}() takes {name}= inside a {kind} now: give {kind}({field or name}=...) "
+                              f"(help({kind}) lists its fields)")

@@ -25,7 +25,14 @@ from geonp._version import __version__
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.filling import classes, engine, survey
-from geonp.filling.inputs import Gaps, Outputs, Reference, as_references
+from geonp.filling.inputs import (
+    MOVED_KEYWORDS,
+    Gaps,
+    Outputs,
+    Reference,
+    as_references,
+    refuse_moved,
+)
 from geonp.filling.plan import FillPlan, fill_model, load_for_fill, model_key, tile_options
 from geonp.filling.references import REGRESSION_WEIGHT
 from geonp.filling.report import FillReport
@@ -99,6 +106,7 @@ def fill_raster(
     """
     import rasterio
 
+    refuse_moved(options, MOVED_KEYWORDS, "fill_raster")
     refs = as_references(references)
     for i, ref in enumerate(refs, 1):
         if not ref.is_file:

@@ -120,3 +120,22 @@ def test_batch_options_refuse_bad_values():
         geonp.Neighbours(0)
     with pytest.raises(ConfigError, match="--max-days -1 must be a number of days >= 0"):
         geonp.Neighbours(2, max_days=-1)
+
+
+@pytest.mark.parametrize(("call", "message"), [
+    (lambda: geonp.fill_raster("in.tif", "out.tif", mask="m.tif"),
+     r"fill_raster\(\) takes mask= inside a geonp.Gaps now: give geonp.Gaps\(mask=...\)"),
+    (lambda: geonp.fill_raster("in.tif", "out.tif", uncertainty="s.tif"),
+     r"takes uncertainty= inside a geonp.Outputs now"),
+    (lambda: geonp.fill_raster("in.tif", "out.tif", reference_qa=["q.tif"]),
+     r"takes reference_qa= inside a geonp.Reference now"),
+    (lambda: geonp.fill_many("in", "out", pattern="*.jp2"), r"fill_many\(\) takes pattern= inside a geonp.Files now"),
+    (lambda: geonp.fill_many("in", "out", on_cluster=print),
+     r"takes on_cluster= inside a geonp.Cluster now: give geonp.Cluster\(on_ready=...\)"),
+    (lambda: geonp.fill_many("in", "out", neighbours=2),
+     r"fill_many's neighbours= must be a geonp.Neighbours, got int; e.g. neighbours=geonp.Neighbours\(...\)"),
+])
+def test_keywords_that_moved_into_a_type_say_where(call, message):
+    """Calls written for the flat keywords fail at once with a one-line error naming the type."""
+    with pytest.raises(ConfigError, match=message):
+        call()
