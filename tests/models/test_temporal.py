@@ -114,3 +114,38 @@ def test_distance_cache_does_not_change_a_multi_date_forward():
         uncached = m.decode(m.encode_context(xc, yc, share_distances=False), xt)  # every tile afresh
     torch.testing.assert_close(uncached[0], cached[0])
     torch.testing.assert_close(uncached[1], cached[1])
+
+
+@pytest.mark.parametrize("far", [False, True])  # far: squared distances beyond the table (clamped)
+def test_joint_space_time_table_reads_the_same_bias_as_two_tables(monkeypatch, far):
+    """One joint table (one gather per pair) equals the space and time tables read apart, bit for
+    bit, with the key mask, through a shared cache, and in the gradients of all six parameters."""
+    from geonp.models.attention import temporal
+    from geonp.models.attention.bias import DistanceCache
+
+    bias = _bias(seed=7)
+    q, k = _points(b=3, n=40, seed=8), _points(b=3, n=50, seed=9)
+    if far:
+        q[..., :2] *= 40  # spans beyond the spatial reach: the space index is clamped
+    valid = torch.rand(3, 50, generator=torch.Generator().manual_seed(1)) > 0.2
+    cache = DistanceCache()
+
+    def run():
+        bias.zero_grad()
+        tiles = bias.tiles(q, k, valid, cache=cache)
+        out = torch.cat([tiles.tile(slice(0, 25), slice(None)), tiles.tile(slice(25, 40), slice(None))], 2)
+        (out.masked_fill(~torch.isfinite(out), 0) * torch.linspace(0, 1, 50)).sum().backward()
+        return tiles, out, [p.grad.clone() for p in bias.parameters()]
+
+    joint_tiles, joint, joint_grads = run()
+    with torch.no_grad():  # inference: the joint table is built once per pass and cached
+        inference = bias.tiles(q, k, valid, cache=cache)
+        assert torch.equal(inference.tile(slice(0, 25), slice(None)), joint[:, :, :25])
+        assert torch.equal(inference.tile(slice(25, 40), slice(None)), joint[:, :, 25:])
+    monkeypatch.setattr(temporal, "_MAX_JOINT", 0)
+    apart_tiles, apart, apart_grads = run()
+    assert len(joint_tiles.tensors) == 2 and len(apart_tiles.tensors) == 2
+    assert joint_tiles.fn is not apart_tiles.fn
+    assert torch.equal(joint, apart) and torch.isneginf(joint[..., ~valid[0]][0]).all()
+    for a, b in zip(joint_grads, apart_grads, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)

@@ -144,11 +144,15 @@ class BiasTiles:
         fn: ``fn(tensors, q_slice, k_slice) -> [B, H, Qc, Kc]``.
         masks_keys: the tiles are already -inf at invalid keys (the grid path folds the key mask
             into its index, which saves a pass over every tile in every layer).
+        index: the grid path's table positions of a tile (None on the direct path).
     """
 
     tensors: tuple[torch.Tensor, ...]
     fn: Callable[[tuple[torch.Tensor, ...], slice, slice], torch.Tensor]
     masks_keys: bool = False  # True when tiles already hold -inf at invalid keys
+    #: The grid path's table positions of a tile, ``index(q_slice, k_slice) -> [B, Qc, Kc]`` (the
+    #: tile is ``tensors[0]`` read there), so that a space-time bias can read one joint table.
+    index: Callable[[slice, slice], torch.Tensor] | None = None
 
     def tile(self, q_slice: slice, k_slice: slice) -> torch.Tensor:
         """Evaluate one tile ``[B, H, Qc, Kc]``."""
@@ -263,12 +267,15 @@ class RBFNetworkBias(nn.Module):
                 ki = cached(cache, ("int", k_pos, idtype), lambda: k_pos.round().to(idtype))
                 clamp = max_sq > last_sq
 
-                def gather(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
+                def index(qs: slice, ks: slice) -> torch.Tensor:
                     sq = cached(cache, ("sq", qi, ki, key_valid, qs.start, qs.stop, ks.start, ks.stop),
                                 lambda: _grid_sq(qi, ki, key_valid, qs, ks), tile=True)
-                    return _gather(tensors[0], sq, clamp=clamp)
+                    return sq.clamp_max(table.shape[1] - 1) if clamp else sq
 
-                return BiasTiles((table,), gather, masks_keys=key_valid is not None)
+                def gather(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
+                    return gather_table(tensors[0], index(qs, ks))
+
+                return BiasTiles((table,), gather, masks_keys=key_valid is not None, index=index)
 
         def direct(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
             # clamp before sqrt: d/dx sqrt(x) is infinite at 0 (a query on top of a key)

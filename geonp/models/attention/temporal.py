@@ -11,20 +11,26 @@ each an RBF network with its own weights per head. Both depend on differences on
 stays invariant to a shift of all positions and of all dates.
 
 Dates are whole days, so ``|Δt|`` takes few integer values: the time bias is evaluated once on
-the table ``0..max |Δt|`` and gathered per tile, like the spatial grid path. When no point of a
+the table ``0..max |Δt|`` and gathered per tile, like the spatial grid path; where the spatial
+grid path runs too, both are read from one joint table (:func:`_joint_tiles`). When no point of a
 batch has a date offset (a single-date fill), the time bias is a constant per head, which softmax
 ignores; it is then skipped, so a multi-date model fills single dates at the spatial model's cost.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
 from geonp.models.attention.bias import BiasTiles, DistanceCache, RBFNetworkBias, _gather, cached
+from geonp.models.attention.gather import gather_table
 
 # Largest |Δt| (days) of the table path; beyond it the direct path is used.
 _MAX_DAYS = 100_000
+# Largest joint space-time table (entries per head, 8 MB): beyond it the two tables are read apart.
+_MAX_JOINT = 2**21
 
 
 class SpaceTimeBias(nn.Module):
@@ -60,10 +66,15 @@ class SpaceTimeBias(nn.Module):
             days = torch.arange(max_dt + 1, device=q_pos.device, dtype=q_pos.dtype)
             time_tensors: tuple[torch.Tensor, ...] = (RBFNetworkBias.evaluate(params, days),)  # [H, T]
 
+            def day_index(qs: slice, ks: slice) -> torch.Tensor:
+                return cached(cache, ("days", qt, kt, qs.start, qs.stop, ks.start, ks.stop),
+                              lambda: (qt[:, qs, None] - kt[:, None, ks]).abs().round().int(), tile=True)
+
+            if space.index is not None and space.tensors[0].shape[1] * (max_dt + 1) <= _MAX_JOINT:
+                return _joint_tiles(space, time_tensors[0], day_index, cache)
+
             def time_tile(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
-                index = cached(cache, ("days", qt, kt, qs.start, qs.stop, ks.start, ks.stop),
-                               lambda: (qt[:, qs, None] - kt[:, None, ks]).abs().round().int(), tile=True)
-                return _gather(tensors[0], index)
+                return _gather(tensors[0], day_index(qs, ks))
         else:
             time_tensors = params
 
@@ -77,6 +88,31 @@ class SpaceTimeBias(nn.Module):
             return space.fn(tensors[:n], qs, ks) + time_tile(tensors[n:], qs, ks)
 
         return BiasTiles(space.tensors + time_tensors, both, masks_keys=space.masks_keys)
+
+
+def _joint_tiles(space: BiasTiles, time_table: torch.Tensor, day_index: Callable[[slice, slice], torch.Tensor],
+                 cache: DistanceCache | None) -> BiasTiles:
+    """Space and time biases read from one joint table: one gather per pair instead of two and a sum.
+
+    Entry ``s * T + t`` of the joint table ``[H, S * T]`` is the space table's entry ``s`` plus the
+    time table's entry ``t``: the same float sum a pair's two lookups made, so the tiles are the
+    same bit for bit (-inf at a masked key too), at the cost of a table ``T`` times longer.
+    """
+    n_days, space_index = time_table.shape[1], space.index
+    if space_index is None:
+        raise ValueError("a joint space-time table needs the spatial grid path's index")
+
+    def joint_table(tensors: tuple[torch.Tensor, ...]) -> torch.Tensor:
+        space_table, days_table = tensors
+        return (space_table[:, :, None] + days_table[:, None, :]).reshape(space_table.shape[0], -1)
+
+    def joint(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
+        needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
+        table = (joint_table(tensors) if needs_grad or cache is None else
+                 cached(cache, ("joint", *tensors), lambda: joint_table(tensors)))
+        return gather_table(table, space_index(qs, ks) * n_days + day_index(qs, ks))
+
+    return BiasTiles((space.tensors[0], time_table), joint, masks_keys=space.masks_keys)
 
 
 def _max_abs_dt(qt: torch.Tensor, kt: torch.Tensor) -> int | None:
