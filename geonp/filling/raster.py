@@ -107,6 +107,8 @@ def fill_raster(
     import rasterio
 
     refuse_moved(options, MOVED_KEYWORDS, "fill_raster")
+    if gaps is not None and not isinstance(gaps, Gaps):
+        raise ConfigError(f"gaps= must be a geonp.Gaps, got {type(gaps).__name__}; e.g. gaps=geonp.Gaps(mask=...)")
     refs = as_references(references)
     for i, ref in enumerate(refs, 1):
         if not ref.is_file:

@@ -129,6 +129,8 @@ def test_batch_options_refuse_bad_values():
      r"takes uncertainty= inside a geonp.Outputs now"),
     (lambda: geonp.fill_raster("in.tif", "out.tif", reference_qa=["q.tif"]),
      r"takes reference_qa= inside a geonp.Reference now"),
+    (lambda: geonp.fill_raster("in.tif", "out.tif", gaps={"mask": "m.tif"}),
+     r"gaps= must be a geonp.Gaps, got dict; e.g. gaps=geonp.Gaps\(mask=...\)"),
     (lambda: geonp.fill_many("in", "out", pattern="*.jp2"), r"fill_many\(\) takes pattern= inside a geonp.Files now"),
     (lambda: geonp.fill_many("in", "out", on_cluster=print),
      r"takes on_cluster= inside a geonp.Cluster now: give geonp.Cluster\(on_ready=...\)"),
