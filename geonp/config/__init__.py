@@ -218,7 +218,8 @@ class FillConfig:
         scheduler: address of a Dask distributed scheduler (``tcp://host:8786``); blocks are spread
             over its workers (each loads the model once). The model must then be a name or a
             directory. ``geonp batch`` spreads files instead (its own ``scheduler``).
-        batch_rows: query rows (tiles x targets) per model call; bounds the model's memory.
+        batch_rows: query rows (tiles x targets) per model call; bounds the model's memory (None:
+            4096 on the CPU, 32768 on CUDA: :data:`geonp.filling.predict.BATCH_ROWS`).
         creation_options: GDAL creation options, ``KEY=VALUE`` strings (a dict is accepted).
         std_creation_options: creation options of the std raster (None = ``creation_options``).
         cog: write Cloud Optimized GeoTIFFs.
@@ -257,7 +258,7 @@ class FillConfig:
     block_size: int = 512
     workers: int | None = None
     scheduler: str | None = None
-    batch_rows: int = 32768
+    batch_rows: int | None = None
     creation_options: tuple[str, ...] = ()
     std_creation_options: tuple[str, ...] | None = None
     cog: bool = False
@@ -282,7 +283,8 @@ class FillConfig:
         if self.overlap is not None:
             check_int("overlap", self.overlap, 0)
         check_int("search_radius", self.search_radius, 1)
-        check_int("batch_rows", self.batch_rows, 1)
+        if self.batch_rows is not None:
+            check_int("batch_rows", self.batch_rows, 1)
         if self.workers is not None:
             check_int("workers", self.workers, 1)
         if self.block_size < 16:

@@ -54,7 +54,8 @@ class FillPlan:
         model: where a worker gets the model: a directory or built-in name, or an ``object:`` key
             of an in-process model (:func:`model_key`); None for a nearest-class fill of an array.
         device: the model's device (``cpu``, ``cuda``, ``auto``).
-        batch_rows: the row budget of one model call (:class:`~geonp.filling.predict.Predictor`).
+        batch_rows: the row budget of one model call (:class:`~geonp.filling.predict.Predictor`; None:
+            by device).
         opts: tiles and their context geometry (None for a nearest-class fill of an array).
         norm: per-band statistics the model sees the bands in (None with ``opts``).
         calibration: the model's post-hoc std calibration, or None.
@@ -68,7 +69,7 @@ class FillPlan:
 
     model: str | None
     device: str
-    batch_rows: int
+    batch_rows: int | None
     opts: TileOptions | None
     norm: Normalizer | None
     calibration: Calibration | None

@@ -28,6 +28,11 @@ from geonp.data.tasks import collate
 from geonp.filling.tile_tasks import BlockReference, TileOptions, TileTask, block_tasks
 from geonp.tasks.lattice import read_off
 
+#: Query rows per model call by device. On the CPU smaller calls run faster (their attention tiles
+#: stay in cache: ``benchmarks/batch_rows.py``), and a multi-date tile's ~700 context tokens make a
+#: large call's memory grow; on a GPU large calls keep the device busy.
+BATCH_ROWS = {"cpu": 4096, "cuda": 32768}
+
 
 def pack(sizes: Sequence[int], batch_rows: int, *, max_tiles: int = 1024) -> list[list[int]]:
     """Group task indices into batches of similar size.
@@ -56,14 +61,15 @@ class Predictor:
             query_chunk=)``.
         opts: tiling options.
         device: where the model runs.
-        batch_rows: padded query rows (tiles x targets) per model call.
+        batch_rows: padded query rows (tiles x targets) per model call (None: :data:`BATCH_ROWS`).
         chunk_rows: query rows the model decodes at a time inside a call (bounds attention memory).
     """
 
     def __init__(self, module: torch.nn.Module, opts: TileOptions, device: torch.device | str = "cpu", *,
-                 batch_rows: int = 32768, chunk_rows: int | None = None) -> None:
+                 batch_rows: int | None = None, chunk_rows: int | None = None) -> None:
         """Keep the module on ``device`` and size batches by ``batch_rows`` padded query rows."""
         self.device = torch.device(device)
+        batch_rows = batch_rows or BATCH_ROWS.get(self.device.type, BATCH_ROWS["cpu"])
         on_device = all(p.device == self.device for p in module.parameters())
         # a copy on another device: the caller's module stays where it is
         self.module = (module if on_device else copy.deepcopy(module).to(self.device)).eval()
