@@ -34,6 +34,9 @@ CONFIGS = {
     "lattice-only": {"n_far": 96, "near_overlap": None},  # the lattice alone
     "ctx128": {"max_context": 128},  # a smaller near context: cheaper, std too small near data
     "lattice-coarse": {"lattice": ((6.0, 2), (12.0, 4), (24.0, 8), (48.0, 16))},
+    "near2": {"near_overlap": 2},  # a narrower blend margin near data
+    "near0": {"near_overlap": 0},  # no blend near data: each near pixel predicted once
+    "near1": {"near_overlap": 1},
 }
 
 
@@ -52,7 +55,9 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
     loaded = cached_model("default", "cpu")
     spec = CONFIGS[name]
     opts = tile_options(loaded, None, spec.get("max_context"), None, 512, spec.get("queries", "lattice"))
-    opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "n_far", "near_overlap")})
+    opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "near_overlap")})
+    if "n_far" in spec:
+        opts = dataclasses.replace(opts, context=dataclasses.replace(opts.context, n_far=spec["n_far"]))
     observed = np.broadcast_to(~gap, truth.shape).copy() & (truth > 0)
     n = truth.shape[0]
     norm = normalizer_for(loaded, n, lambda: (truth.reshape(n, -1), observed.reshape(n, -1)))
@@ -83,6 +88,18 @@ def scores(truth: np.ndarray, mean: np.ndarray, std: np.ndarray, gap: np.ndarray
     return float(np.sqrt(np.mean(err**2))), float(np.mean(z <= 1.959964)), float(np.mean(nll))
 
 
+def near_seams(mean: np.ndarray, gap: np.ndarray, observed: np.ndarray) -> float:
+    """Seam ratio near data: the fill's jump across borders of 12 px (every tile and split tile edge)
+    over its jump inside them, for adjacent gap pixels within 8 px of data (1: no visible seams)."""
+    from scipy import ndimage
+
+    from seams import seam_ratio
+
+    near = ndimage.distance_transform_edt(~observed[0]) <= 8
+    ratios = [seam_ratio(mean[b], gap, near, 12) for b in range(mean.shape[0])]
+    return float(np.mean([r[0] for r in ratios]) / np.mean([r[1] for r in ratios]))
+
+
 def gdal_rmse(truth: np.ndarray, gap: np.ndarray) -> float:
     from geonp.evaluation.baselines import fillnodata_baseline
 
@@ -106,7 +123,7 @@ def main() -> None:
     footprint = (truth > 0).all(0)
     print(f"{truth.shape[2]}x{truth.shape[1]} px, {truth.shape[0]} bands, {args.threads} thread(s)")
     print(f"{'kind':<12}{'config':<22}{'s':>7}{'kpx/s':>8}{'time÷every':>11}{'pairs÷every':>12}{'RMSE':>8}{'÷every':>8}"
-          f"{'÷GDAL':>7}{'cov95':>7}{'NLL':>7}")
+          f"{'÷GDAL':>7}{'cov95':>7}{'NLL':>7}{'seams':>7}")
     for kind, gap in simulate_masks(truth.shape[1:], args.kinds.split(","), coverage=args.coverage, seed=0):
         gap = gap & footprint
         base = gdal_rmse(truth, gap)
@@ -114,10 +131,11 @@ def main() -> None:
         for name in args.configs.split(","):
             mean, std, seconds, cost = fill(truth, gap, name)
             rmse, cov, nll = scores(truth, mean, std, gap)
+            seams = near_seams(mean, gap, np.broadcast_to(~gap, truth.shape) & (truth > 0))
             first = first or (seconds, rmse, cost)
             rate = gap.sum() * truth.shape[0] / seconds / 1e3
             print(f"{kind:<12}{name:<22}{seconds:7.1f}{rate:8.1f}{seconds / first[0]:11.2f}{cost / first[2]:12.2f}{rmse:8.1f}"
-                  f"{rmse / first[1]:8.3f}{rmse / base:7.3f}{cov:7.3f}{nll:7.2f}", flush=True)
+                  f"{rmse / first[1]:8.3f}{rmse / base:7.3f}{cov:7.3f}{nll:7.2f}{seams:7.2f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -120,10 +120,10 @@ class Predictor:
         n = int(np.prod(shape))
         dev = self.device
         acc = torch.zeros((3, n), dtype=torch.float64, device=dev)  # weighted mean, weighted std, weight
-        # Multi-date tasks have large contexts (reference pixels): their batches are sized by the
-        # context too, which bounds the context stream's attention tiles.
-        sizes = [max(t.task.xt.shape[0], t.task.xc.shape[0]) if self.opts.temporal else t.task.xt.shape[0]
-                 for t in tasks]
+        # Batches are sized by the larger of a task's queries and context: the context stream's
+        # attention grows with the tiles per call too (small tiles of dropped pixels or stripes
+        # packed by queries alone made calls whose bias tiles left the cache: 7 % slower).
+        sizes = [max(t.task.xt.shape[0], t.task.xc.shape[0]) for t in tasks]
         for batch in pack(sizes, self.batch_rows):
             t0 = time.perf_counter()
             group = [tasks[i] for i in batch]

@@ -198,6 +198,7 @@ class RBFNetworkBias(nn.Module):
         self.c = nn.Parameter(centres.repeat(num_heads, 1))
         self.grid_fast_path = grid_fast_path
         self._reach_memo: tuple[tuple, float] | None = None
+        self._table_memo: tuple[tuple, torch.Tensor] | None = None
 
     @staticmethod
     def evaluate(params: tuple[torch.Tensor, ...], dist: torch.Tensor) -> torch.Tensor:
@@ -236,6 +237,18 @@ class RBFNetworkBias(nn.Module):
         table = self.evaluate(params, dist)  # [H, T]
         return torch.cat([table.new_full((table.shape[0], 1), float("-inf")), table], 1)
 
+    def _kept_table(self, params: tuple[torch.Tensor, ...], last_sq: int, like: torch.Tensor) -> torch.Tensor:
+        """:meth:`_table` to ``last_sq``, remembered between forward passes (inference only).
+
+        Evaluating the table (an exp per basis, head and entry) cost a quarter of a fill of
+        dropped pixels when it was rebuilt in every pass; the entries are the same numbers.
+        """
+        key = (last_sq, like.device, like.dtype, *((t.data_ptr(), t._version) for t in params))
+        if self._table_memo is None or self._table_memo[0] != key:
+            with torch.no_grad():
+                self._table_memo = (key, self._table(params, last_sq, like))
+        return self._table_memo[1]
+
     def tiles(
         self,
         q_pos: torch.Tensor,
@@ -255,12 +268,19 @@ class RBFNetworkBias(nn.Module):
         params = (self.a, self.b, self.c)
         if self.grid_fast_path:
             max_sq = cached(cache, ("max_sq", q_pos, k_pos), lambda: _compute_max_sq(q_pos, k_pos))
-            last_sq = None if max_sq is None else min(max_sq, _reach_sq(self.reach()))
+            reach_sq = _reach_sq(self.reach())
+            last_sq = None if max_sq is None else min(max_sq, reach_sq)
             if last_sq is not None and last_sq < _MAX_TABLE:
                 needs_grad = torch.is_grad_enabled() and self.a.requires_grad
-                table = (self._table(params, last_sq, q_pos) if needs_grad or cache is None else
-                         cached(cache, ("table", id(self), last_sq, q_pos.device, q_pos.dtype),
-                                lambda: self._table(params, last_sq, q_pos)))
+                if needs_grad or cache is None:
+                    table = self._table(params, last_sq, q_pos)
+                elif reach_sq < _MAX_TABLE:
+                    # inference: one table to the reach, kept across passes until a parameter changes
+                    last_sq = reach_sq
+                    table = self._kept_table(params, reach_sq, q_pos)
+                else:
+                    table = cached(cache, ("table", id(self), last_sq, q_pos.device, q_pos.dtype),
+                                   lambda: self._table(params, last_sq, q_pos))
                 # int32 halves the memory traffic; int64 where a squared distance could overflow it
                 idtype = torch.int32 if max_sq < 2**30 else torch.int64
                 qi = cached(cache, ("int", q_pos, idtype), lambda: q_pos.round().to(idtype))
