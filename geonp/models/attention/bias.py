@@ -198,7 +198,7 @@ class RBFNetworkBias(nn.Module):
         self.c = nn.Parameter(centres.repeat(num_heads, 1))
         self.grid_fast_path = grid_fast_path
         self._reach_memo: tuple[tuple, float] | None = None
-        self._table_memo: tuple[tuple, torch.Tensor] | None = None
+        self._tables_kept: dict[tuple, tuple[tuple, torch.Tensor]] = {}
 
     @staticmethod
     def evaluate(params: tuple[torch.Tensor, ...], dist: torch.Tensor) -> torch.Tensor:
@@ -243,11 +243,13 @@ class RBFNetworkBias(nn.Module):
         Evaluating the table (an exp per basis, head and entry) cost a quarter of a fill of
         dropped pixels when it was rebuilt in every pass; the entries are the same numbers.
         """
-        key = (last_sq, like.device, like.dtype, *((t.data_ptr(), t._version) for t in params))
-        if self._table_memo is None or self._table_memo[0] != key:
+        where = (last_sq, like.device, like.dtype)
+        version = tuple((t.data_ptr(), t._version) for t in params)
+        kept = self._tables_kept.get(where)
+        if kept is None or kept[0] != version:
             with torch.no_grad():
-                self._table_memo = (key, self._table(params, last_sq, like))
-        return self._table_memo[1]
+                kept = self._tables_kept[where] = (version, self._table(params, last_sq, like))
+        return kept[1]
 
     def tiles(
         self,
@@ -275,9 +277,10 @@ class RBFNetworkBias(nn.Module):
                 if needs_grad or cache is None:
                     table = self._table(params, last_sq, q_pos)
                 elif reach_sq < _MAX_TABLE:
-                    # inference: one table to the reach, kept across passes until a parameter changes
-                    last_sq = reach_sq
-                    table = self._kept_table(params, reach_sq, q_pos)
+                    # inference: tables of power-of-two lengths, kept across passes until a parameter
+                    # changes (short ones too: a multi-date table multiplies the length by the days)
+                    last_sq = min(reach_sq, 1 << max_sq.bit_length())
+                    table = self._kept_table(params, last_sq, q_pos)
                 else:
                     table = cached(cache, ("table", id(self), last_sq, q_pos.device, q_pos.dtype),
                                    lambda: self._table(params, last_sq, q_pos))
