@@ -37,6 +37,7 @@ CONFIGS = {
     "near2": {"near_overlap": 2},  # a narrower blend margin near data
     "near0": {"near_overlap": 0},  # no blend near data: each near pixel predicted once
     "near1": {"near_overlap": 1},
+    "far-everywhere": {"near_far": None},  # far context for tiles near data too
 }
 
 
@@ -55,7 +56,7 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
     loaded = cached_model("default", "cpu")
     spec = CONFIGS[name]
     opts = tile_options(loaded, None, spec.get("max_context"), None, 512, spec.get("queries", "lattice"))
-    opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "near_overlap")})
+    opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "near_overlap", "near_far")})
     if "n_far" in spec:
         opts = dataclasses.replace(opts, context=dataclasses.replace(opts.context, n_far=spec["n_far"]))
     observed = np.broadcast_to(~gap, truth.shape).copy() & (truth > 0)

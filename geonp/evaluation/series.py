@@ -250,14 +250,14 @@ def _score_date(items: Sequence[Any], stack: SeriesStack, t: int, refs: list[int
                                stack.observed[clearest])
     scored = hidden[None] & np.isfinite(reg)
     y = truth[scored]
-    z = truth[every]
+    z = truth[fitted]  # hidden pixels the fill predicted (the rest are counted as unfilled)
     score = DateScore(
         target=Path(item.path).name, date=str(item.date), references=[Path(items[r].path).name for r in refs],
         donor=Path(items[donor].path).name, hidden=int(hidden.sum()), scored=int(scored[0].sum()),
         rmse_geonp=_rmse(y, mean[scored]), rmse_gdal=_rmse(y, gdal[scored]),
         rmse_regression=_rmse(y, reg[scored]), rmse_single_date=_rmse(y, single[scored]),
-        rmse_geonp_all_hidden=_rmse(z, mean[every]),
-        coverage95_all_hidden=interval_coverage(z, mean[every], std[every], 0.95),
+        rmse_geonp_all_hidden=_rmse(z, mean[fitted]),
+        coverage95_all_hidden=interval_coverage(z, mean[fitted], std[fitted], 0.95),
         coverage90=interval_coverage(y, mean[scored], std[scored], 0.90),
         coverage95=interval_coverage(y, mean[scored], std[scored], 0.95),
         nll=gaussian_nll(y, mean[scored], std[scored]),

@@ -185,10 +185,11 @@ def lattice_options(opts: TileOptions) -> TileOptions:
 
     See :mod:`geonp.tasks.lattice`; chosen by ``benchmarks/lattice.py``.
     """
-    from geonp.tasks.lattice import FAR_CONTEXT, LATTICE, NEAR_OVERLAP
+    from geonp.tasks.lattice import FAR_CONTEXT, LATTICE, NEAR_FAR_CONTEXT, NEAR_OVERLAP
 
     far = dataclasses.replace(opts.context, n_far=min(FAR_CONTEXT, opts.context.n_far))
-    return dataclasses.replace(opts, lattice=LATTICE, near_overlap=NEAR_OVERLAP, context=far)
+    return dataclasses.replace(opts, lattice=LATTICE, near_overlap=NEAR_OVERLAP, context=far,
+                               near_far=NEAR_FAR_CONTEXT)
 
 
 def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:

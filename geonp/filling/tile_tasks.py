@@ -9,6 +9,7 @@ it, so blocks leave no seams. :mod:`geonp.filling.predict` runs the tasks.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -38,6 +39,8 @@ class TileOptions:
         near_overlap: blend margin of gap pixels near data (None: ``overlap``; :mod:`geonp.tasks.lattice`).
         lattice: ``(distance, spacing)`` pairs: beyond each distance to data, gap pixels are read
             off a lattice of that spacing (:mod:`geonp.tasks.lattice`); empty: every pixel predicted.
+        near_far: far context pixels (at most) of a tile whose gaps all lie within the lattice's
+            first distance of data (None: the context's ``n_far``; needs a lattice).
     """
 
     tile_size: int = 48
@@ -46,6 +49,7 @@ class TileOptions:
     temporal: bool = False
     near_overlap: int | None = None
     lattice: tuple[tuple[float, int], ...] = ()
+    near_far: int | None = None
 
     def __post_init__(self) -> None:
         """Check the fields; a bad value raises ValueError naming it."""
@@ -212,6 +216,12 @@ def band_tasks(
     return out
 
 
+def _all_near(spacing: np.ndarray, to_fill: np.ndarray, window: tuple[int, int, int, int]) -> bool:
+    """Every pixel to fill in a query window (halo included: the same in every block) is predicted itself."""
+    r0, r1, c0, c1 = window
+    return bool((spacing[r0:r1, c0:c1][to_fill[r0:r1, c0:c1]] == 1).all())
+
+
 def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int, int, int, int],
                    origin: tuple[int, int], opts: TileOptions, spacing: np.ndarray | None
                    ) -> Iterator[tuple[tuple[int, int, int, int], TileTargets, ContextSpec]]:
@@ -239,7 +249,10 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int,
                           origin=origin, shape=(h, w))
         if tt.out_rows.size == 0:  # its gaps lie beyond its margins (near data: a narrower one)
             continue
-        yield (qr0, qr1, qc0, qc1), tt, opts.context
+        spec = opts.context
+        if opts.near_far is not None and spacing is not None and _all_near(spacing, to_fill, (qr0, qr1, qc0, qc1)):
+            spec = dataclasses.replace(spec, n_far=min(spec.n_far, opts.near_far))
+        yield (qr0, qr1, qc0, qc1), tt, spec
 
 
 def block_tasks(

@@ -136,3 +136,17 @@ def test_lattice_fill_matches_every_pixel_fill_on_a_gp_field_with_a_large_hole()
         filled, _ = geonp.fill_array(np.where(observed, truth, 0.0), observed, model="default", queries=queries)
         rmse.append(np.sqrt(np.mean((filled[0][gap] - truth[0][gap]) ** 2)))
     assert rmse[0] < 1.01 * rmse[1]
+
+
+def test_tiles_whose_gaps_all_lie_near_data_get_no_far_context():
+    """``near_far=0``: a tile of dropped pixels only has its near set; a tile over the hole keeps 16 far pixels."""
+    values, observed, to_fill = _hole()
+    spec = ContextSpec(n_near=64, n_far=16, search_radius=96, rings=3, sectors=4)
+    counts = {}
+    for near_far in (None, 0):
+        opts = TileOptions(tile_size=24, overlap=8, context=spec, near_far=near_far, **LATTICE_OPTS)
+        tasks = block_tasks(values, observed, to_fill, (0, 120, 0, 120), origin=(0, 0), opts=opts)
+        counts[near_far] = {tuple(t.index[:2]): t.task.xc.shape[0] for t in tasks}
+    assert counts[None].keys() == counts[0].keys()
+    sizes = {(counts[None][k], counts[0][k]) for k in counts[None]}
+    assert sizes == {(80, 64), (80, 80)}  # near-only tiles lose the far 16; tiles reaching the hole keep them
