@@ -93,7 +93,6 @@ def near_seams(mean: np.ndarray, gap: np.ndarray, observed: np.ndarray) -> float
     """Seam ratio near data: the fill's jump across borders of 12 px (every tile and split tile edge)
     over its jump inside them, for adjacent gap pixels within 8 px of data (1: no visible seams)."""
     from scipy import ndimage
-
     from seams import seam_ratio
 
     near = ndimage.distance_transform_edt(~observed[0]) <= 8

