@@ -177,7 +177,8 @@ def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):
                                            "sectors": 12})
     opts = tile_options(lm, None, None, 8, 300)
     assert (opts.tile_size, opts.max_context, opts.context.n_far, opts.context.rings, opts.context.sectors) == (32, 96, 40, 6, 12)
-    assert opts.context == ContextSpec(n_near=96, n_far=40, search_radius=300, rings=6, sectors=12)
+    # the lattice's cap on reference pixels per tile (multi-date models) applies too
+    assert opts.context == ContextSpec(n_near=96, n_far=40, search_radius=300, rings=6, sectors=12, n_ref=64)
 
 
 def test_task_scale_shrinks_towards_the_band_std():
