@@ -29,14 +29,14 @@ TEST_COLUMNS = (1633, 2041)  # the default model's held-out test split (its card
 
 CONFIGS = {
     "every": {"queries": "every"},
-    "lattice": {},  # the default: lattice, near margin 4, far context 48
+    "lattice": {},  # the default: lattice, near margin 1, far context 48 (none for tiles near data)
     "lattice-far96": {"n_far": 96},  # the card's far context
     "lattice-only": {"n_far": 96, "near_overlap": None},  # the lattice alone
     "ctx128": {"max_context": 128},  # a smaller near context: cheaper, std too small near data
     "lattice-coarse": {"lattice": ((6.0, 2), (12.0, 4), (24.0, 8), (48.0, 16))},
     "near2": {"near_overlap": 2},  # a narrower blend margin near data
     "near0": {"near_overlap": 0},  # no blend near data: each near pixel predicted once
-    "near1": {"near_overlap": 1},
+    "near4": {"near_overlap": 4},  # the previous near margin
     "far-everywhere": {"near_far": None},  # far context for tiles near data too
 }
 

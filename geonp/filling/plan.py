@@ -181,7 +181,7 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
 
 
 def lattice_options(opts: TileOptions) -> TileOptions:
-    """``opts`` with the query lattice, the near blend margin and the far and reference context of ``queries="lattice"``.
+    """``opts`` with the lattice, near blend margin, far and reference context of ``queries="lattice"``.
 
     See :mod:`geonp.tasks.lattice`; chosen by ``benchmarks/lattice.py``.
     """

