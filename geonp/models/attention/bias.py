@@ -220,7 +220,7 @@ class RBFNetworkBias(nn.Module):
         is a host sync, so it is remembered until a parameter changes (an optimiser step, a load).
         """
         params = (self.a, self.b, self.c)
-        key = (tolerance, *((t.data_ptr(), t._version) for t in params))
+        key = (tolerance, *_versions(params))
         if self._reach_memo is not None and self._reach_memo[0] == key:
             return self._reach_memo[1]
         with torch.no_grad():
@@ -244,7 +244,7 @@ class RBFNetworkBias(nn.Module):
         dropped pixels when it was rebuilt in every pass; the entries are the same numbers.
         """
         where = (last_sq, like.device, like.dtype)
-        version = tuple((t.data_ptr(), t._version) for t in params)
+        version = _versions(params)
         kept = self._tables_kept.get(where)
         if kept is None or kept[0] != version:
             with torch.no_grad():
@@ -307,6 +307,11 @@ class RBFNetworkBias(nn.Module):
             return self.evaluate(tensors, dist).permute(1, 0, 2, 3)  # [B, H, Qc, Kc]
 
         return BiasTiles(params, direct)
+
+
+def _versions(params: tuple[torch.Tensor, ...]) -> tuple[tuple[int, int], ...]:
+    """Storage and in-place version of each parameter: changes with an optimiser step or a load."""
+    return tuple((t.data_ptr(), t._version) for t in params)
 
 
 def _reach_sq(reach: float) -> int:
