@@ -143,24 +143,26 @@ def _correct_chunk(spectra: np.ndarray, error: np.ndarray, known: np.ndarray, ro
     bands, h, w = spectra.shape
     spatial = 1.0 + _SPATIAL_WEIGHT * np.hypot(dr, dc) / window
     k = min(count, dr.size)
-    pr, pc = rows[:, None], cols[:, None]
-    qr, qc = pr + dr, pc + dc
+    qr, qc = rows[:, None] + dr, cols[:, None] + dc
     inside = (qr >= 0) & (qr < h) & (qc >= 0) & (qc < w)
-    qr, qc = np.clip(qr, 0, h - 1), np.clip(qc, 0, w - 1)
-    distance = np.zeros(qr.shape)
+    flat = np.clip(qr, 0, h - 1) * w + np.clip(qc, 0, w - 1)  # candidates as flat indices
+    flat_spectra = spectra.reshape(bands, -1)
+    centre = flat_spectra[:, rows * w + cols]
+    distance = np.zeros(flat.shape)
     for b in range(bands):
-        distance += (spectra[b][qr, qc] - spectra[b][pr, pc]) ** 2
-    distance = np.where(inside & known[qr, qc], np.sqrt(distance / bands), np.inf)
+        distance += (flat_spectra[b].take(flat) - centre[b][:, None]) ** 2
+    distance[~(inside & known.reshape(-1).take(flat))] = np.inf  # squared: the root only of the best
     best = np.argpartition(distance, k - 1, axis=1)[:, :k]
-    d = np.take_along_axis(distance, best, axis=1)
+    d = np.sqrt(np.take_along_axis(distance, best, axis=1) / bands)
     found = np.isfinite(d)
     weight = np.where(found, 1.0 / ((np.where(found, d, 0.0) + _SPECTRAL_FLOOR) * spatial[best]), 0.0)
     enough = found.sum(axis=1) >= _MIN_SIMILAR
     total = np.where(enough, weight.sum(axis=1), 1.0)
     effective = total ** 2 / np.maximum((weight ** 2).sum(axis=1), 1e-300)
-    br, bc = np.take_along_axis(qr, best, axis=1), np.take_along_axis(qc, best, axis=1)
+    chosen = np.take_along_axis(flat, best, axis=1)
+    flat_error = error.reshape(error.shape[0], -1)
     for b in range(error.shape[0]):
-        e = np.where(found, error[b][br, bc], 0.0)
+        e = np.where(found, flat_error[b].take(chosen), 0.0)
         m = (weight * e).sum(axis=1) / total
         v = (weight * (e - m[:, None]) ** 2).sum(axis=1) / total * (1.0 + 1.0 / effective)
         mean[b, rows, cols] = np.where(enough, m, np.nan)

@@ -274,9 +274,9 @@ def block_tasks(
     if references and not opts.temporal:
         raise ValueError("references need a multi-date model (TileOptions.temporal)")
     tasks: list[TileTask] = []
-    for group in _pattern_groups(observed, to_fill, shared=not references):
+    for group in _pattern_groups(observed, to_fill, [r.observed for r in references]):
         b = group[0]
-        refs = [ReferenceBand(r.values[b][None], r.observed[b], r.days) for r in references]
+        refs = [ReferenceBand(r.values[group], r.observed[b], r.days) for r in references]
         if to_fill[b].any() and (observed[b].any() or any(r.observed.any() for r in refs)):
             # a pixel a reference observes is near data too
             seen = functools.reduce(np.logical_or, [r.observed for r in refs], observed[b])
@@ -285,15 +285,15 @@ def block_tasks(
     return tasks
 
 
-def _pattern_groups(observed: np.ndarray, to_fill: np.ndarray, *, shared: bool) -> list[list[int]]:
-    """Band indices grouped by gap pattern (equal ``observed`` and ``to_fill``).
-
-    One band per group unless ``shared``.
+def _pattern_groups(observed: np.ndarray, to_fill: np.ndarray, references: Sequence[np.ndarray] = ()
+                    ) -> list[list[int]]:
+    """Band indices grouped by gap pattern: equal ``observed`` and ``to_fill``, and equal observed
+    masks ``[bands, h, w]`` in each reference (their tiles, context pixels and targets are the same).
     """
+    masks = [observed, to_fill, *references]
     groups: list[list[int]] = []
     for b in range(observed.shape[0]):
-        same = next((g for g in groups if shared and np.array_equal(observed[g[0]], observed[b])
-                     and np.array_equal(to_fill[g[0]], to_fill[b])), None)
+        same = next((g for g in groups if all(np.array_equal(m[g[0]], m[b]) for m in masks)), None)
         if same is None:
             groups.append([b])
         else:

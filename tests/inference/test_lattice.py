@@ -5,12 +5,13 @@ from __future__ import annotations
 import dataclasses
 
 import numpy as np
+import pytest
 
 import geonp
 from geonp.data.synthetic import gp_grid_field
 from geonp.filling import tile_tasks
 from geonp.filling.predict import Predictor, reference_predict
-from geonp.filling.tile_tasks import TileOptions, block_tasks
+from geonp.filling.tile_tasks import BlockReference, TileOptions, block_tasks
 from geonp.model_files.registry import load_model
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import LATTICE, read_off, spacing_map, tile_targets
@@ -84,14 +85,23 @@ def test_lattice_predictor_equals_its_per_tile_twin(tiny_model):
     np.testing.assert_allclose(std, ref_std, atol=1e-5)
 
 
-def test_bands_sharing_a_gap_pattern_share_geometry_and_give_the_same_tasks(monkeypatch):
+@pytest.mark.parametrize("dated", [False, True], ids=["one date", "with references"])
+def test_bands_sharing_a_gap_pattern_share_geometry_and_give_the_same_tasks(monkeypatch, dated):
     values, observed, to_fill = _hole(size=96, hole=(30, 70))
-    opts = TileOptions(tile_size=24, overlap=8, context=ContextSpec(n_near=64, search_radius=96), **LATTICE_OPTS)
-    shared = block_tasks(values, observed, to_fill, (0, 96, 0, 96), origin=(0, 0), opts=opts)
-    monkeypatch.setattr(tile_tasks, "_pattern_groups", lambda o, t, shared: [[b] for b in range(o.shape[0])])
-    alone = block_tasks(values, observed, to_fill, (0, 96, 0, 96), origin=(0, 0), opts=opts)
+    refs = []
+    if dated:  # two other dates, each with its own hole shared by both bands
+        for k, days in ((1, -16.0), (2, 16.0)):
+            ref_values, ref_observed, _ = _hole(size=96, hole=(10 + 20 * k, 40 + 20 * k), seed=k)
+            refs.append(BlockReference(ref_values, ref_observed, days))
+    opts = TileOptions(tile_size=24, overlap=8, context=ContextSpec(n_near=64, search_radius=96, n_ref=32),
+                       temporal=dated, **LATTICE_OPTS)
+    shared = block_tasks(values, observed, to_fill, (0, 96, 0, 96), origin=(0, 0), opts=opts, references=refs)
+    monkeypatch.setattr(tile_tasks, "_pattern_groups", lambda o, t, r=(): [[b] for b in range(o.shape[0])])
+    alone = block_tasks(values, observed, to_fill, (0, 96, 0, 96), origin=(0, 0), opts=opts, references=refs)
     key = lambda t: (t.band, tuple(t.index[:4]))
     assert len(shared) == len(alone) > 4
+    if dated:  # the references' pixels are in the context
+        assert all(np.unique(t.task.xc[:, 2]).tolist() == [-16.0, 0.0, 16.0] for t in shared[:4])
     for a, b in zip(sorted(shared, key=key), sorted(alone, key=key), strict=True):
         for field in ("xc", "yc", "xt", "shift", "scale"):
             np.testing.assert_array_equal(getattr(a.task, field), getattr(b.task, field))
@@ -99,13 +109,14 @@ def test_bands_sharing_a_gap_pattern_share_geometry_and_give_the_same_tasks(monk
         np.testing.assert_array_equal(a.weights, b.weights)
 
 
-def test_pattern_groups_split_bands_whose_gaps_differ():
+def test_pattern_groups_split_bands_whose_gaps_differ_on_any_date():
     observed = np.ones((3, 8, 8), bool)
     observed[:, 2:5, 2:5] = False
     observed[1, 0, 0] = False
-    groups = tile_tasks._pattern_groups(observed, ~observed, shared=True)
-    assert groups == [[0, 2], [1]]
-    assert tile_tasks._pattern_groups(observed, ~observed, shared=False) == [[0], [1], [2]]
+    assert tile_tasks._pattern_groups(observed, ~observed) == [[0, 2], [1]]
+    reference = np.ones((3, 8, 8), bool)
+    reference[2, 7, 7] = False  # band 2 differs on another date
+    assert tile_tasks._pattern_groups(observed, ~observed, [reference]) == [[0], [1], [2]]
 
 
 def test_lattice_fill_matches_every_pixel_fill_on_a_gp_field_with_a_large_hole():

@@ -68,14 +68,23 @@ def test_progress_counts_every_gap_pixel_of_the_region(tiny_model):
     assert sum(done) == int(to_fill[:, 20:130, 10:140].sum())
 
 
-def test_pack_sorts_and_respects_the_row_budget():
-    sizes = [5, 400, 30, 400, 12, 900, 7]
-    batches = pack(sizes, batch_rows=820)
-    assert sorted(i for b in batches for i in b) == list(range(len(sizes)))
+def test_pack_groups_by_context_then_queries_within_the_row_budget():
+    queries = [5, 400, 30, 400, 12, 900, 7, 200, 3]
+    contexts = [190, 190, 100, 190, 100, 300, 190, 190, 180]
+    batches = pack(queries, contexts, batch_rows=820)
+    assert sorted(i for b in batches for i in b) == list(range(len(queries)))
     assert batches[0] == [5]  # larger than the budget: alone
-    for b in batches:
-        assert [sizes[i] for i in b] == sorted((sizes[i] for i in b), reverse=True)
-        assert len(b) == 1 or len(b) * sizes[b[0]] <= 820
+    assert batches[1:] == [[1, 3], [7, 6, 0, 8], [2, 4]]  # context buckets, queries largest first
+    for b in batches[1:]:
+        assert len(b) * max(max(queries[i], contexts[i]) for i in b) <= 820
+
+
+def test_pack_pads_the_queries_of_multi_date_tiles_little():
+    """Small tiles with ~190 context tokens and 1-256 queries: padded queries within 10 % of the real ones."""
+    rng = np.random.default_rng(0)
+    queries, contexts = rng.integers(1, 257, 3000), rng.integers(180, 193, 3000)
+    padded = sum(len(b) * max(queries[i] for i in b) for b in pack(queries.tolist(), contexts.tolist(), 4096))
+    assert padded < 1.1 * queries.sum()
 
 
 @pytest.mark.parametrize("device", DEVICES)
