@@ -68,23 +68,25 @@ def test_progress_counts_every_gap_pixel_of_the_region(tiny_model):
     assert sum(done) == int(to_fill[:, 20:130, 10:140].sum())
 
 
-def test_pack_groups_by_context_then_queries_within_the_row_budget():
-    queries = [5, 400, 30, 400, 12, 900, 7, 200, 3]
-    contexts = [190, 190, 100, 190, 100, 300, 190, 190, 180]
+def test_pack_groups_by_queries_then_context_within_the_row_budget():
+    queries = [100, 105, 110, 10, 10, 900, 400]
+    contexts = [150, 190, 170, 250, 300, 300, 190]
     batches = pack(queries, contexts, batch_rows=820)
     assert sorted(i for b in batches for i in b) == list(range(len(queries)))
-    assert batches[0] == [5]  # larger than the budget: alone
-    assert batches[1:] == [[1, 3], [7, 6, 0, 8], [2, 4]]  # context buckets, queries largest first
+    # larger than the budget: alone; then query buckets, largest first, by context within
+    assert batches == [[5], [6], [1, 2, 0], [4, 3]]
     for b in batches[1:]:
         assert len(b) * max(max(queries[i], contexts[i]) for i in b) <= 820
 
 
 def test_pack_pads_the_queries_of_multi_date_tiles_little():
-    """Small tiles with ~190 context tokens and 1-256 queries: padded queries within 10 % of the real ones."""
+    """Small tiles with ~190 context tokens and 1-256 queries: padded queries and contexts within 10 %
+    of the real ones (sorted by the larger count alone, queries were padded to 2.6x)."""
     rng = np.random.default_rng(0)
     queries, contexts = rng.integers(1, 257, 3000), rng.integers(180, 193, 3000)
-    padded = sum(len(b) * max(queries[i] for i in b) for b in pack(queries.tolist(), contexts.tolist(), 4096))
-    assert padded < 1.1 * queries.sum()
+    batches = pack(queries.tolist(), contexts.tolist(), 4096)
+    assert sum(len(b) * max(queries[i] for i in b) for b in batches) < 1.1 * queries.sum()
+    assert sum(len(b) * max(contexts[i] for i in b) for b in batches) < 1.1 * contexts.sum()
 
 
 @pytest.mark.parametrize("device", DEVICES)
