@@ -133,9 +133,9 @@ def run_synthetic(args: argparse.Namespace, client) -> None:
     print(f"cube {args.dates} dates x 3 bands x {args.size}² px, chunks {chunk}², {len(client.nthreads())} workers; "
           f"clouds {100 * clouds.values.mean():.1f} % ({gaps_mpx:.3f} Mpx of band-gaps)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
+        lazy, lazy_clouds = files_cube(cube, clouds, Path(tmp), chunk)
         t0 = time.perf_counter()
-        ds = geonp.fill(cube.chunk({"time": 1, "y": chunk, "x": chunk}), mask=clouds, neighbours=args.neighbours,
-                        block_size=chunk)
+        ds = geonp.fill(lazy, mask=lazy_clouds, neighbours=args.neighbours, block_size=chunk)
         built = time.perf_counter() - t0
         t0 = time.perf_counter()
         filled = {"geonp cube": write_dates(ds, Path(tmp), client, t0, clouds)}
@@ -158,6 +158,24 @@ def run_synthetic(args: argparse.Namespace, client) -> None:
     observed = np.ones(clouds.shape, dtype=bool)
     rows = scores(cube.values, ~clouds.values, filled, cube_neighbours(cube.time.values, args.neighbours), observed)
     print_scores(rows, list(filled))
+
+
+def files_cube(cube: xr.DataArray, clouds: xr.DataArray, folder: Path, chunk: int
+               ) -> tuple[xr.DataArray, xr.DataArray]:
+    """The cube and its cloud mask as dated GeoTIFFs, opened lazily as one ``(time, band, y, x)`` cube
+    chunked in space (as odc-stac or stackstac load one): no array embedded in the Dask graph."""
+    import rioxarray as rxr
+
+    values, masks = [], []
+    for t in range(cube.sizes["time"]):
+        cube.isel(time=t).rio.to_raster(folder / f"cube_{t:02d}.tif", tiled=True)
+        mask = clouds.isel(time=t).astype(np.uint8).assign_coords(y=cube.y, x=cube.x).rio.write_crs(cube.rio.crs)
+        mask.rio.to_raster(folder / f"clouds_{t:02d}.tif", tiled=True)
+        values.append(rxr.open_rasterio(folder / f"cube_{t:02d}.tif", chunks={"y": chunk, "x": chunk}))
+        masks.append(rxr.open_rasterio(folder / f"clouds_{t:02d}.tif", chunks={"y": chunk, "x": chunk}).isel(band=0))
+    lazy = xr.concat(values, dim="time").assign_coords(time=cube.time.values, band=cube.band.values)
+    lazy_clouds = (xr.concat(masks, dim="time").drop_vars("band") == 1).assign_coords(time=cube.time.values)
+    return lazy, lazy_clouds
 
 
 def write_dates(ds: xr.Dataset, folder: Path, client, t0: float, clouds: xr.DataArray

@@ -49,8 +49,9 @@ def _fill_option_list() -> list[F]:
         click.option("--max-context", type=click.IntRange(min=1), default=d.max_context,
                      help="Observed pixels per tile, nearest first [default: as the model was trained, 256 "
                           "for the default model]."),
-        click.option("--search-radius", type=click.IntRange(min=1), default=d.search_radius, show_default=True,
-                     help="How far (pixels) a tile looks for context."),
+        click.option("--search-radius", type=click.IntRange(min=1), default=d.search_radius,
+                     help="How far (pixels) a tile looks for context [default: as the model was trained, 512 "
+                          "for the default model, 128 for multidate]."),
         click.option("--max-distance", type=float, default=d.max_distance, metavar="PIXELS",
                      help="Leave gaps farther than this from observed pixels as nodata (like gdal_fillnodata -md)."),
         click.option("--block-size", type=click.IntRange(min=16), default=d.block_size, show_default=True,

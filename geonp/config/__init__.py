@@ -210,7 +210,8 @@ class FillConfig:
         tile_size: tile core edge in pixels (None = the model's training core size).
         overlap: tile blend margin in pixels (None = the model's, 16 for single-date models).
         max_context: observed pixels per tile (None = the model's training context size).
-        search_radius: farthest a tile looks for context, in pixels.
+        search_radius: farthest a tile looks for context, in pixels (None = the model's training
+            radius: 512 for ``default``, 128 for ``multidate``; a nearest-class fill 512).
         max_distance: leave gaps farther than this (pixels) from observed pixels as nodata.
         block_size: pixels per read/write block (memory grows with its square).
         workers: CPU processes filling blocks in parallel (None = one per core on the CPU, one
@@ -253,7 +254,7 @@ class FillConfig:
     tile_size: int | None = None
     overlap: int | None = None
     max_context: int | None = None
-    search_radius: int = 512
+    search_radius: int | None = None
     max_distance: float | None = None
     block_size: int = 512
     workers: int | None = None
@@ -282,7 +283,8 @@ class FillConfig:
                 check_int(name, value, low)
         if self.overlap is not None:
             check_int("overlap", self.overlap, 0)
-        check_int("search_radius", self.search_radius, 1)
+        if self.search_radius is not None:
+            check_int("search_radius", self.search_radius, 1)
         if self.batch_rows is not None:
             check_int("batch_rows", self.batch_rows, 1)
         if self.workers is not None:

@@ -44,9 +44,16 @@ STD_CONTENT = ("class fill: no predictive std exists; 0 = observed or filled wit
                "nearest observed pixel, NaN = unfilled")
 
 
-def reach(max_distance: float | None, search_radius: int) -> float:
-    """How far (pixels) a nearest-class fill carries a class: ``max_distance``, else ``search_radius``."""
-    return float(search_radius if max_distance is None else max_distance)
+#: How far a nearest-class fill carries a class without ``max_distance`` or ``search_radius``.
+DEFAULT_REACH = 512
+
+
+def reach(max_distance: float | None, search_radius: int | None) -> float:
+    """How far (pixels) a nearest-class fill carries a class: ``max_distance``, else ``search_radius``
+    (else :data:`DEFAULT_REACH`)."""
+    if max_distance is not None:
+        return float(max_distance)
+    return float(DEFAULT_REACH if search_radius is None else search_radius)
 
 
 def halo(reach: float) -> int:
