@@ -130,3 +130,17 @@ def test_both_drivers_size_a_block_halo_by_the_plan(tiny_model):
     classes_plan = FillPlan.build(FillConfig(max_distance=5.0), None, n_bands=2, sample=lambda: (values, valid),
                                   class_fill=True)
     assert classes_plan.halo(True) == classes_plan.halo(False) > 0
+
+
+def test_tiles_look_for_context_as_far_as_the_model_was_trained_unless_told():
+    """The search radius (and so a block's halo) is the model card's, 128 px for multidate, unless given."""
+    from geonp.filling.plan import tile_options
+
+    default, multidate = load_model("default"), load_model("multidate")
+    assert default.card.task_shape["search_radius"] == 512
+    assert multidate.card.task_shape["search_radius"] == 128
+    assert tile_options(default, None, None, None, None).search_radius == 512
+    opts = tile_options(multidate, None, None, None, None)
+    assert opts.search_radius == 128 and opts.halo == 128 + 2 * 2 + 12
+    assert tile_options(multidate, None, None, None, 300).search_radius == 300
+    assert FillConfig().search_radius is None
