@@ -31,6 +31,7 @@ from scipy import ndimage
 
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.metadata import colour_table
+from geonp.tasks.context import ContextSpec
 
 if TYPE_CHECKING:
     from rasterio.io import DatasetReader
@@ -44,16 +45,12 @@ STD_CONTENT = ("class fill: no predictive std exists; 0 = observed or filled wit
                "nearest observed pixel, NaN = unfilled")
 
 
-#: How far a nearest-class fill carries a class without ``max_distance`` or ``search_radius``.
-DEFAULT_REACH = 512
-
-
 def reach(max_distance: float | None, search_radius: int | None) -> float:
     """How far (pixels) a nearest-class fill carries a class: ``max_distance``, else ``search_radius``
-    (else :data:`DEFAULT_REACH`)."""
+    (else a model fill's default, :class:`~geonp.tasks.context.ContextSpec`'s)."""
     if max_distance is not None:
         return float(max_distance)
-    return float(DEFAULT_REACH if search_radius is None else search_radius)
+    return float(ContextSpec.search_radius if search_radius is None else search_radius)
 
 
 def halo(reach: float) -> int:

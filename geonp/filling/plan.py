@@ -164,23 +164,19 @@ def _model_ref(model: Any, loaded: Any) -> str:
     return f"object:{id(loaded)}"
 
 
-#: The search radius of a model whose card names none.
-DEFAULT_SEARCH_RADIUS = 512
-
-
 def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, overlap: int | None,
                  search_radius: int | None, queries: str = "lattice") -> TileOptions:
     """Tiling options: tile size, overlap, context cap and context geometry as the model was trained.
 
     The model card's ``task_shape`` gives what the arguments leave as None (the search radius:
-    the one the model was trained with; 512 where the card has none); ``queries`` (a
+    the one the model was trained with, :class:`ContextSpec`'s where the card has none); ``queries`` (a
     :class:`~geonp.config.FillConfig` field) the query lattice and near blend margin.
     """
     shape = loaded.card.task_shape or {}
     spec = ContextSpec.from_dict(shape)
     overlap = int(shape.get("overlap", DEFAULT_OVERLAP)) if overlap is None else overlap
-    radius = int(shape.get("search_radius", DEFAULT_SEARCH_RADIUS)) if search_radius is None else search_radius
-    spec = dataclasses.replace(spec, n_near=int(max_context or spec.n_near), search_radius=radius)
+    spec = dataclasses.replace(spec, n_near=int(max_context or spec.n_near),
+                               search_radius=spec.search_radius if search_radius is None else search_radius)
     opts = TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap, context=spec,
                        temporal=loaded.config.temporal)
     return lattice_options(opts) if queries == "lattice" else opts
