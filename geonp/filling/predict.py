@@ -17,6 +17,7 @@ steps that training and filling share where they can:
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import ctypes
 import math
@@ -39,6 +40,7 @@ BATCH_ROWS = {"cpu": 4096, "cuda": 32768}
 
 #: Heap thresholds (bytes) set where the environment turned glibc's adaptive ones off.
 HEAP_THRESHOLD = 256 * 2**20
+#: ``[done, tuned]``: tune_heap ran; it set the thresholds (so release_heap trims).
 _HEAP_TUNED: list[bool] = []
 
 
@@ -61,7 +63,23 @@ def tune_heap() -> None:
         libc.mallopt(-3, HEAP_THRESHOLD)  # M_MMAP_THRESHOLD
         libc.mallopt(-1, HEAP_THRESHOLD)  # M_TRIM_THRESHOLD
     except (OSError, AttributeError):  # not glibc
-        pass
+        return
+    _HEAP_TUNED.append(True)
+
+
+def release_heap() -> None:
+    """Give the free memory of a tuned heap back to the system (between blocks of a Dask worker).
+
+    With :func:`tune_heap`'s thresholds the heap keeps what a block freed, and a worker's RSS
+    grew with the blocks it had filled (fragments of one block's arrays that the next block's
+    did not fit in): 1.1 GB after its first blocks of a 2048² x 12-date cube, over 2 GB after 20
+    minutes. ``malloc_trim(0)`` returns every free page of every arena; the next block faults in
+    what it needs once. Does nothing where :func:`tune_heap` left the heap alone.
+    """
+    if len(_HEAP_TUNED) < 2:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
 #: Query counts within a factor of 2^(1/QUERY_BUCKETS) share a model call (:func:`pack`).

@@ -157,3 +157,37 @@ def test_tune_heap_reuses_freed_tensor_memory_under_dasks_trim_threshold():
               for mode in ("plain", "tuned")}
     assert faults["plain"] > 20 * 8000  # each allocation faulted in page by page
     assert faults["tuned"] < faults["plain"] / 2  # freed memory reused
+
+
+_TRIM = """
+import sys, numpy as np
+from geonp.filling.predict import release_heap, tune_heap
+def rss_mb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * 4096 / 2**20
+tune_heap()
+blocks = [np.ones(2**17) for _ in range(200)]  # 200 MB in 1 MB arrays, on the heap below 256 MB
+keep = blocks[-1]  # the heap's top stays in use, so glibc trims nothing by itself
+del blocks
+before = rss_mb()
+release_heap()
+print(before, rss_mb())
+"""
+
+
+def test_release_heap_gives_a_tuned_heaps_free_memory_back():
+    """Under tune_heap's thresholds freed arrays stay in the heap (a Dask worker's RSS grew with its
+    blocks); release_heap returns them, and does nothing in a process tune_heap left alone."""
+    import os
+    import subprocess
+    import sys
+
+    results = {}
+    for name, extra in (("dask", {"MALLOC_TRIM_THRESHOLD_": "65536"}), ("plain", {})):
+        env = {"PATH": os.environ.get("PATH", ""), "OMP_NUM_THREADS": "1", **extra}
+        out = subprocess.run([sys.executable, "-c", _TRIM], env=env, check=True, capture_output=True, text=True)
+        results[name] = [float(v) for v in out.stdout.split()[-2:]]
+    before, after = results["dask"]
+    assert before - after > 150, results  # the freed 199 MB went back
+    before, after = results["plain"]
+    assert abs(before - after) < 20, results  # glibc's own thresholds: already returned (mmapped), nothing to do
