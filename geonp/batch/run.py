@@ -23,7 +23,7 @@ from geonp.batch.manifest import (
 from geonp.batch.options import Cluster
 from geonp.errors import GeonpError, one_line
 from geonp.filling.dask_client import dask_session
-from geonp.filling.interrupts import DaskTaskGuard, TaskStopped, leave_ctrl_c_to_parent
+from geonp.filling.interrupts import DaskTaskGuard, TaskStopped, own_dask_worker
 from geonp.io.partials import note_partials_left, partials_in, remove_stale_partials
 
 logger = logging.getLogger(__name__)
@@ -164,7 +164,7 @@ class BatchRun:
             report.scheduler, report.dashboard_link = address, link
             if c.scheduler is None:  # our own workers: Ctrl-C is for this process, which stops them
                 try:
-                    client.run(leave_ctrl_c_to_parent)
+                    client.run(own_dask_worker)
                 except Exception as err:  # noqa: BLE001 - only Ctrl-C's tracebacks are at stake
                     logger.debug("the workers keep Ctrl-C: %s", err)
             report.workers = len(client.nthreads())

@@ -26,7 +26,7 @@ from typing import Any
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["DaskTaskGuard", "TaskStopped", "guard_worker", "leave_ctrl_c_to_parent", "stop_pool"]
+__all__ = ["DaskTaskGuard", "TaskStopped", "guard_worker", "leave_ctrl_c_to_parent", "own_dask_worker", "stop_pool"]
 
 #: prctl(2) option: the signal a process gets when the thread that created it ends.
 _PR_SET_PDEATHSIG = 1
@@ -63,6 +63,30 @@ def leave_ctrl_c_to_parent() -> None:
     """
     if threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+class _SchedulerGoneFirst(logging.Filter):
+    """Drops a worker's report that its heartbeat found the scheduler gone.
+
+    When geonp closes its own local cluster (at the end, or on Ctrl-C) the scheduler may close
+    before a worker notices, and the worker logs that race as an error with a traceback.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "during heartbeat" not in record.getMessage()
+
+
+_SCHEDULER_GONE_FIRST = _SchedulerGoneFirst()
+
+
+def own_dask_worker() -> None:
+    """Set up a worker of geonp's own local Dask cluster (run on each by ``client.run``).
+
+    Ctrl-C is left to the parent (:func:`leave_ctrl_c_to_parent`), and the scheduler closing first
+    at the cluster's end is not reported as an error (it printed a traceback after "Interrupted").
+    """
+    leave_ctrl_c_to_parent()
+    logging.getLogger("distributed.worker").addFilter(_SCHEDULER_GONE_FIRST)
 
 
 def _die_with_parent() -> bool:

@@ -181,3 +181,22 @@ def test_an_interrupted_batch_names_the_partial_files_that_remain(tmp_path) -> N
         f"{tmp_path} removes them.")
     interrupt.partials_left = ()
     assert interrupted_message("Ctrl-C", interrupt) == "Interrupted (Ctrl-C); no partial output was left."
+
+
+def test_an_own_dask_worker_does_not_report_the_scheduler_closing_first(caplog) -> None:
+    """geonp's own workers drop the heartbeat error of a cluster closing (a traceback printed after
+    "Interrupted" when the scheduler closed before a worker noticed); other worker errors stay."""
+    import logging
+
+    from geonp.filling import interrupts
+
+    log = logging.getLogger("distributed.worker")
+    try:
+        interrupts.own_dask_worker()
+        with caplog.at_level(logging.ERROR, logger="distributed.worker"):
+            log.error("Failed to communicate with scheduler during heartbeat.")
+            log.error("Compute Failed")
+        assert [r.getMessage() for r in caplog.records] == ["Compute Failed"]
+    finally:
+        log.removeFilter(interrupts._SCHEDULER_GONE_FIRST)
+        signal.signal(signal.SIGINT, signal.default_int_handler)
