@@ -20,7 +20,7 @@ from scipy import ndimage
 from geonp.filling import classes
 from geonp.filling.calibration import distance_to_observed
 from geonp.filling.plan import FillPlan
-from geonp.filling.predict import Predictor
+from geonp.filling.predict import Predictor, release_heap
 from geonp.filling.references import REGRESSION_WEIGHT, ReferenceLines
 from geonp.filling.tile_tasks import BlockReference
 from geonp.model_files.calibration import Calibration
@@ -107,7 +107,11 @@ def fill_block(inputs: BlockInput, plan: FillPlan, predictor: Predictor | None, 
 
     Raises:
         HaloTooSmall: a tile needs context beyond ``inputs.search_limit``.
+
+    What earlier blocks freed goes back to the system first (:func:`~geonp.filling.predict.release_heap`:
+    a Dask worker fills chunk after chunk, file after file).
     """
+    release_heap()
     done = [0]
 
     def count(n: int) -> None:

@@ -29,7 +29,6 @@ from rasterio.windows import Window
 from geonp.errors import ConfigError
 from geonp.filling.block import BlockInput, fill_block
 from geonp.filling.plan import FillPlan, plan_model
-from geonp.filling.predict import release_heap
 from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
@@ -157,12 +156,7 @@ class BlockRunner:
                           references=refs, search_limit=limit)
 
     def __call__(self, block: Block, progress: Callable[[int], None] | None = None) -> BlockResult:
-        """Fill one block; returns it with its output and std arrays, filled and done pixel counts.
-
-        What earlier blocks freed goes back to the system first (:func:`~geonp.filling.predict.release_heap`:
-        a batch's Dask worker runs blocks of file after file).
-        """
-        release_heap()
+        """Fill one block; returns it with its output and std arrays, filled and done pixel counts."""
         source = self.job.source
         before = dict(self.predictor.timings)
         t_read, done = 0.0, 0

@@ -17,9 +17,9 @@ steps that training and filling share where they can:
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import ctypes
+import functools
 import math
 import os
 import time
@@ -40,31 +40,30 @@ BATCH_ROWS = {"cpu": 4096, "cuda": 32768}
 
 #: Heap thresholds (bytes) set where the environment turned glibc's adaptive ones off.
 HEAP_THRESHOLD = 256 * 2**20
-#: ``[done, tuned]``: tune_heap ran; it set the thresholds (so release_heap trims).
-_HEAP_TUNED: list[bool] = []
 
 
-def tune_heap() -> None:
+@functools.cache
+def tune_heap() -> bool:
     """Let this process reuse freed tensor memory, where its environment made glibc return it at once.
 
     Dask starts its workers with ``MALLOC_TRIM_THRESHOLD_=65536``, which also turns off glibc's
     adaptive mmap threshold: every tensor above 128 KB was then mapped fresh and faulted in page
     by page. A multi-date fill of a 256² date in a Dask worker took 42 s (20 s in the kernel, 6.5
-    M page faults) against 17 s in a plain process; with both thresholds at 256 MB, 16.6 s. Called
+    M page faults) against 17 s in a plain process; with both thresholds at 256 MB, 16.6 s. Runs
     once per process; a process whose environment sets neither variable is left as it is.
+
+    Returns:
+        Whether the thresholds were set.
     """
-    if _HEAP_TUNED:
-        return
-    _HEAP_TUNED.append(True)
     if not any(k in os.environ for k in ("MALLOC_TRIM_THRESHOLD_", "MALLOC_MMAP_THRESHOLD_")):
-        return
+        return False
     try:
         libc = ctypes.CDLL("libc.so.6")
         libc.mallopt(-3, HEAP_THRESHOLD)  # M_MMAP_THRESHOLD
         libc.mallopt(-1, HEAP_THRESHOLD)  # M_TRIM_THRESHOLD
     except (OSError, AttributeError):  # not glibc
-        return
-    _HEAP_TUNED.append(True)
+        return False
+    return True
 
 
 def release_heap() -> None:
@@ -74,11 +73,9 @@ def release_heap() -> None:
     grew with the blocks it had filled (fragments of one block's arrays that the next block's
     did not fit in): 1.1 GB after its first blocks of a 2048² x 12-date cube, over 2 GB after 20
     minutes. ``malloc_trim(0)`` returns every free page of every arena; the next block faults in
-    what it needs once. Does nothing where :func:`tune_heap` left the heap alone.
+    what it needs once. Does nothing where :func:`tune_heap` leaves the heap alone.
     """
-    if len(_HEAP_TUNED) < 2:
-        return
-    with contextlib.suppress(OSError, AttributeError):
+    if tune_heap():
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 

@@ -25,7 +25,6 @@ from geonp.filling.arrays import _in_type, _refuse_files, _refuse_references_for
 from geonp.filling.block import BlockInput, fill_block
 from geonp.filling.inputs import Reference, as_references
 from geonp.filling.plan import FillPlan, fill_model, load_for_fill, plan_model
-from geonp.filling.predict import release_heap
 from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.masks import valid_mask
 
@@ -238,9 +237,7 @@ def _fill_chunk(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int
 
     ``loaded`` is the model when it was given as an object; else this worker's copy of the
     model the plan names is used (:func:`~geonp.filling.plan.plan_model`, loaded once per worker).
-    What earlier chunks freed goes back to the system first (:func:`~geonp.filling.predict.release_heap`).
     """
-    release_heap()
     values = np.asarray(block, dtype=np.float64)
     valid = _observed(values, nodata, option_nodata)
     references = tuple((r, valid_mask(r, nodata=option_nodata), float(d))
