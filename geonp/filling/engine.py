@@ -32,7 +32,7 @@ from geonp.filling.plan import FillPlan, plan_model
 from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
-from geonp.io.raster import RasterInfo, open_raster, raster_info
+from geonp.io.raster import GDAL_CACHE_MB, RasterInfo, open_raster, raster_info
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.io.windows import read_window
 from geonp.tasks.context import HaloTooSmall
@@ -55,9 +55,6 @@ class BlockResult(NamedTuple):
     valid: np.ndarray | None = None  # [h, w]: observed or filled in every band (alpha / mask)
     beyond: int = 0  # gap pixels inside the footprint left beyond --max-distance
 
-# GDAL's block cache (MB) while filling: its default (5 % of RAM) lets RSS grow with the raster up
-# to gigabytes, since every block written or read stays cached; blocks are visited once here.
-GDAL_CACHE_MB = 128
 # Context search radius the first, narrow read of a block covers (see BlockRunner._halos).
 _NARROW_SEARCH = 64
 # Below this many gap pixels a process pool costs more to start (torch import, model load) than
@@ -246,7 +243,7 @@ def _init_worker(parent_pid: int | None = None) -> None:
 
     if parent_pid is not None:
         guard_worker(parent_pid)  # never outlive the fill, even a SIGKILLed one; Ctrl-C is the parent's
-    os.environ["GDAL_CACHEMAX"] = str(GDAL_CACHE_MB)  # before this process's GDAL starts
+    os.environ["GDAL_CACHEMAX"] = str(GDAL_CACHE_MB)  # MiB, as GDAL reads the variable; before this process's GDAL starts
     torch.set_num_threads(1)
 
 

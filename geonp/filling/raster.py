@@ -50,7 +50,7 @@ from geonp.io.masks import resolve_nodata
 from geonp.io.metadata import copy_metadata, copy_std_metadata
 from geonp.io.paths import RUN_ID_TAG, check_output_path, default_uncertainty_path
 from geonp.io.profiles import output_profile, parse_creation_options
-from geonp.io.raster import open_raster, raster_info, select_bands
+from geonp.io.raster import gdal_cache_env, open_raster, raster_info, select_bands
 from geonp.io.remote import is_virtual
 from geonp.io.validity import plan_output_validity
 from geonp.models.layers import resolve_device
@@ -104,8 +104,6 @@ def fill_raster(
     Returns:
         A :class:`~geonp.filling.report.FillReport`.
     """
-    import rasterio
-
     refuse_moved(options, MOVED_KEYWORDS, "fill_raster")
     if gaps is not None and not isinstance(gaps, Gaps):
         raise ConfigError(f"gaps= must be a geonp.Gaps, got {type(gaps).__name__}; e.g. gaps=geonp.Gaps(mask=...)")
@@ -115,7 +113,7 @@ def fill_raster(
             raise ConfigError(f"reference {i}: fill_raster reads references from files; give a path (fill_array "
                               "and geonp.fill take arrays)")
     fill = _FileFill(input, Outputs.of(output), FillConfig.of(config, **options), gaps or Gaps(), refs, date)
-    with rasterio.Env(GDAL_CACHEMAX=engine.GDAL_CACHE_MB):
+    with gdal_cache_env():
         return fill.run(progress)
 
 

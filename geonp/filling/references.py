@@ -346,9 +346,8 @@ class ReferenceLines:
             pixels = take.any(axis=0) & ref_all
             correction, spread = similar_pixel_correction(spectra, error, pixels & at, origin=origin)
             if residual:  # the ring searches more sparsely: cheap where gaps are scattered pixels
-                near_c, near_s = similar_pixel_correction(spectra, error, pixels & ring, origin=origin,
-                                                          searches=_RING_SEARCHES)
-                correction, spread = np.where(ring, near_c, correction), np.where(ring, near_s, spread)
+                similar_pixel_correction(spectra, error, pixels & ring, origin=origin, searches=_RING_SEARCHES,
+                                         out=(correction, spread))
             bands = shape[0]
             estimate, std = np.zeros(shape), np.zeros(shape)
             for k, (line, line_std) in enumerate(zip(lines, line_stds, strict=True)):

@@ -83,6 +83,7 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
                              count: int = SIMILAR_PIXELS, origin: tuple[int, int] = (0, 0),
                              searches: tuple[tuple[int, int], ...] = ((SIMILAR_WINDOW, 2),
                                                                      (SIMILAR_REACH, _FAR_STRIDE)),
+                             out: tuple[np.ndarray, np.ndarray] | None = None,
                              ) -> tuple[np.ndarray, np.ndarray]:
     """Weighted mean and spread of ``error`` over each pixel's most similar pixels nearby (never itself).
 
@@ -105,14 +106,18 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
             with fewer than 3: every pixel up to 6 px away, beyond on every ``stride``-th raster
             row and column up to ``window`` px (the residual correction's observed pixels search
             30 px on every 4th, then as far as the gap pixels: ``_RING_SEARCHES``).
+        out: ``(correction, spread)`` arrays of an earlier call to write into, NaN at ``at``
+            (one pair for two disjoint sets of pixels, searched differently: no third and
+            fourth block-sized array to merge); None: new arrays, NaN everywhere else.
 
     Returns:
         ``(correction, spread)`` ``[bands', h, w]``: at ``at``, the weighted mean of the similar
         pixels' errors and the std of that mean as an estimate of the pixel's error (their
         weighted spread, inflated by ``1 + 1/n`` for ``n`` effective pixels); NaN where fewer
-        than 3 pixels within :data:`SIMILAR_REACH` have an error, and everywhere else.
+        than 3 pixels within :data:`SIMILAR_REACH` have an error, and everywhere else (``out``'s
+        values elsewhere).
     """
-    mean, spread = np.full(error.shape, np.nan), np.full(error.shape, np.nan)
+    mean, spread = out if out is not None else (np.full(error.shape, np.nan), np.full(error.shape, np.nan))
     known = np.isfinite(error).all(axis=0)
     for window, stride in searches:
         rows, cols = np.nonzero(at & ~np.isfinite(spread).all(axis=0))

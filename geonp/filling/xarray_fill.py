@@ -25,8 +25,10 @@ from geonp.filling.arrays import _in_type, _refuse_files, _refuse_references_for
 from geonp.filling.block import BlockInput, fill_block
 from geonp.filling.inputs import Reference, as_references
 from geonp.filling.plan import FillPlan, fill_model, load_for_fill, plan_model
+from geonp.filling.predict import tune_heap
 from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.masks import valid_mask
+from geonp.io.raster import cap_gdal_cache
 
 __all__ = ["dask_plan", "fill", "nodata_of"]
 
@@ -238,6 +240,8 @@ def _fill_chunk(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int
     ``loaded`` is the model when it was given as an object; else this worker's copy of the
     model the plan names is used (:func:`~geonp.filling.plan.plan_model`, loaded once per worker).
     """
+    if tune_heap():  # a Dask worker: it reads each chunk of the input's files once, GDAL's cache only grows
+        cap_gdal_cache()
     values = np.asarray(block, dtype=np.float64)
     valid = _observed(values, nodata, option_nodata)
     references = tuple((r, valid_mask(r, nodata=option_nodata), float(d))

@@ -1,0 +1,47 @@
+"""GDAL's block cache where geonp reads and writes: 128 MiB, given to GDAL in the unit it reads."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import rasterio
+from affine import Affine
+
+import geonp
+from geonp.io.raster import GDAL_CACHE_MB
+
+from tests.conftest import gdal_cache_max_mib
+
+
+def test_a_file_fill_holds_gdals_cache_to_128_mib_and_gives_the_users_back(tmp_path):
+    if gdal_cache_max_mib() is None:
+        pytest.skip("libgdal not found in /proc/self/maps")
+    profile = {"driver": "GTiff", "width": 40, "height": 40, "count": 1, "dtype": "float32", "nodata": -1.0,
+               "crs": "EPSG:32621", "transform": Affine(30.0, 0.0, 300000.0, 0.0, -30.0, 5000000.0)}
+    values = np.add.outer(np.arange(40.0), np.arange(40.0)).astype(np.float32)[None]
+    values[0, 10:14, 10:14] = -1.0
+    with rasterio.open(tmp_path / "in.tif", "w", **profile) as dst:
+        dst.write(values)
+    seen = []
+    with rasterio.Env(GDAL_CACHEMAX=300 * 2**20):
+        geonp.fill_raster(tmp_path / "in.tif", tmp_path / "out.tif", progress=lambda *_: seen.append(gdal_cache_max_mib()))
+        after = gdal_cache_max_mib()
+    # rasterio.Env(GDAL_CACHEMAX=128) would be a cache of 128 bytes (1.2e-4 MiB)
+    assert seen and set(seen) == {GDAL_CACHE_MB}
+    assert after == 300
+
+
+@pytest.mark.parametrize(("env", "capped", "mib"), [({}, True, GDAL_CACHE_MB), ({"GDAL_CACHEMAX": "64"}, False, 64)])
+def test_cap_gdal_cache_respects_a_cache_the_environment_sets(env, capped, mib):
+    code = ("import rasterio; from geonp.io.raster import cap_gdal_cache; from tests.conftest import gdal_cache_max_mib; "
+            "c = cap_gdal_cache(); print(c, cap_gdal_cache(), gdal_cache_max_mib())")
+    clean = {k: v for k, v in os.environ.items() if k != "GDAL_CACHEMAX"}
+    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    c1, c2, got = out.stdout.split()
+    assert (c1, c2) == (str(capped), str(capped))
+    assert float(got) == mib
