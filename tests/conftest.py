@@ -98,6 +98,6 @@ def gdal_cache_max_mib() -> float | None:
         paths = {line.split()[-1] for line in maps if "libgdal" in line.rsplit("/", 1)[-1]}
     if not paths:
         return None
-    gdal = ctypes.CDLL(sorted(paths)[0])
+    gdal = ctypes.CDLL(min(paths))
     gdal.GDALGetCacheMax64.restype = ctypes.c_int64
     return gdal.GDALGetCacheMax64() / 2**20

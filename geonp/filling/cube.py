@@ -116,7 +116,7 @@ def _gaps_as_nan(cube4: Any, nodata: float | None, mask: Any) -> Any:
     """The cube's values as a float Dask array ``[time, band, y, x]``, NaN on every gap.
 
     Gaps: NaN/Inf, ``nodata``, and where ``mask`` (dims among the cube's, same sizes) is True or
-    non-zero. The float type holds every value exactly: float32 for 8- and 16-bit integers and
+    non-zero. The float type holds every value exactly: float32 for 8- and 16-bit integers and for
     float32 (half the memory of float64 in the chunks Dask holds), float64 for the others; each
     chunk's fill reads it as float64, so the result does not depend on it.
     """

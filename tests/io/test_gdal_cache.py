@@ -13,7 +13,6 @@ from affine import Affine
 
 import geonp
 from geonp.io.raster import GDAL_CACHE_MB
-
 from tests.conftest import gdal_cache_max_mib
 
 
