@@ -122,18 +122,13 @@ def print_scores(rows: list[dict[str, float]], names: list[str]) -> None:
 
 def worker_memory(dask_worker) -> tuple[float, float, float]:
     """A worker's RSS, the bytes Dask holds in it, and GDAL's block cache in use (MB; -1: not found)."""
-    import ctypes
-
     import psutil
 
-    gdal_mb = -1.0
-    with open("/proc/self/maps") as maps:
-        libs = sorted({line.split()[-1] for line in maps if "libgdal" in line.rsplit("/", 1)[-1]})
-    if libs:
-        gdal = ctypes.CDLL(libs[0])
-        gdal.GDALGetCacheUsed64.restype = ctypes.c_int64
-        gdal_mb = gdal.GDALGetCacheUsed64() / 1e6
-    return psutil.Process().memory_info().rss / 1e6, dask_worker.state.nbytes / 1e6, gdal_mb
+    from geonp.io.raster import gdal_cache_bytes
+
+    gdal = gdal_cache_bytes()
+    return (psutil.Process().memory_info().rss / 1e6, dask_worker.state.nbytes / 1e6,
+            -1.0 if gdal is None else gdal[0] / 1e6)
 
 
 class Timeline:

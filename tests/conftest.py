@@ -88,16 +88,10 @@ def cluster():
         yield lc
 
 
+
 def gdal_cache_max_mib() -> float | None:
-    """GDAL's block cache limit in this process (MiB), read from the libgdal rasterio loaded; None if not found."""
-    import ctypes
+    """GDAL's block cache limit in this process (MiB; None where its library is not found)."""
+    from geonp.io.raster import gdal_cache_bytes
 
-    import rasterio  # noqa: F401 - loads libgdal
-
-    with open("/proc/self/maps") as maps:
-        paths = {line.split()[-1] for line in maps if "libgdal" in line.rsplit("/", 1)[-1]}
-    if not paths:
-        return None
-    gdal = ctypes.CDLL(min(paths))
-    gdal.GDALGetCacheMax64.restype = ctypes.c_int64
-    return gdal.GDALGetCacheMax64() / 2**20
+    state = gdal_cache_bytes()
+    return None if state is None else state[1] / 2**20

@@ -34,6 +34,7 @@ __all__ = [
     "alpha_band_is_mask",
     "cap_gdal_cache",
     "check_nodata_in_range",
+    "gdal_cache_bytes",
     "gdal_cache_env",
     "has_internal_mask",
     "open_raster",
@@ -71,6 +72,26 @@ def cap_gdal_cache() -> bool:
         return False
     rasterio.env.set_gdal_config("GDAL_CACHEMAX", GDAL_CACHE_MB * 2**20)
     return True
+
+
+def gdal_cache_bytes() -> tuple[int, int] | None:
+    """GDAL's block cache in this process, ``(in use, limit)`` in bytes; None where its library is not found.
+
+    Read from the libgdal that rasterio loaded (found in ``/proc/self/maps``: Linux), since
+    rasterio reports only the ``GDAL_CACHEMAX`` option it was given, not what GDAL made of it.
+    """
+    import ctypes
+
+    try:
+        with open("/proc/self/maps") as maps:
+            libs = {line.split()[-1] for line in maps if "libgdal" in line.rsplit("/", 1)[-1]}
+    except OSError:
+        return None
+    if not libs:
+        return None
+    gdal = ctypes.CDLL(min(libs))
+    gdal.GDALGetCacheUsed64.restype = gdal.GDALGetCacheMax64.restype = ctypes.c_int64
+    return gdal.GDALGetCacheUsed64(), gdal.GDALGetCacheMax64()
 
 
 #: File name endings that promise a GeoTIFF, and the GDAL drivers that keep that promise.
