@@ -10,6 +10,7 @@ overlapping tile) in the same run. GDAL FillNodata's RMSE on the same pixels is 
 
     python benchmarks/lattice.py                        # all kinds, all configurations
     python benchmarks/lattice.py --kinds cloud --rows 256 --configs every,lattice
+    python benchmarks/lattice.py --model runs/near_ft --configs lattice,near-full   # a model's near context
 """
 
 from __future__ import annotations
@@ -38,6 +39,8 @@ CONFIGS = {
     "near0": {"near_overlap": 0},  # no blend near data: each near pixel predicted once
     "near4": {"near_overlap": 4},  # the previous near margin
     "far-everywhere": {"near_far": None},  # far context for tiles near data too
+    "near128": {"near_context": 128},  # tiles near data: 128 near context pixels (a model's near_context)
+    "near-full": {"near_context": None},  # tiles near data: the whole near context, whatever the card says
 }
 
 
@@ -47,16 +50,20 @@ def read_crop(rows: int) -> np.ndarray:
         return src.read(window=Window(c0, 640, c1 - c0, rows)).astype(np.float64)
 
 
+MODEL = "default"  # --model
+
+
 def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, float, float]:
     from geonp.filling.block import predict_region
     from geonp.filling.plan import normalizer_for, tile_options
     from geonp.filling.predict import Predictor
     from geonp.model_files.registry import cached_model
 
-    loaded = cached_model("default", "cpu")
+    loaded = cached_model(MODEL, "cpu")
     spec = CONFIGS[name]
     opts = tile_options(loaded, None, spec.get("max_context"), None, 512, spec.get("queries", "lattice"))
-    opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "near_overlap", "near_far")})
+    opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "near_overlap", "near_far",
+                                                                           "near_context")})
     if "n_far" in spec:
         opts = dataclasses.replace(opts, context=dataclasses.replace(opts.context, n_far=spec["n_far"]))
     observed = np.broadcast_to(~gap, truth.shape).copy() & (truth > 0)
@@ -115,7 +122,10 @@ def main() -> None:
     parser.add_argument("--coverage", type=float, default=0.3)
     parser.add_argument("--configs", default=",".join(CONFIGS))
     parser.add_argument("--threads", type=int, default=1)
+    parser.add_argument("--model", default="default", help="model name or directory (default: default)")
     args = parser.parse_args()
+    global MODEL
+    MODEL = args.model
     torch.set_num_threads(args.threads)
     from geonp.evaluation.run import simulate_masks
 

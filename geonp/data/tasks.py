@@ -181,6 +181,7 @@ def window_task(
     rng: np.random.Generator,
     origin: tuple[int, int] = (0, 0),
     references: tuple[ReferenceBand, ...] | list[ReferenceBand] | None = None,
+    targets: np.ndarray | None = None,
 ) -> Task | None:
     """Build a training task from a window, as ``geonp fill`` builds one from a tile.
 
@@ -196,6 +197,8 @@ def window_task(
         origin: the window's offset in its raster (positions are hashed absolutely).
         references: other dates of the window (multi-date models); None for single-date models
             (2-D coordinates), a sequence (possibly empty) for multi-date ones (a date column).
+        targets: bool ``[h, w]``: only the hidden pixels marked here are targets (the rest are
+            hidden all the same); None: every hidden pixel of the query window.
 
     Returns:
         The task (coordinates relative to the query window's corner), or None when it has no
@@ -204,6 +207,8 @@ def window_task(
     r0, r1, c0, c1 = core
     hidden = np.zeros_like(valid)
     hidden[r0:r1, c0:c1] = (is_gap & valid)[r0:r1, c0:c1]
+    if targets is not None:
+        hidden &= targets
     if not hidden.any():
         return None
     cr, cc, days, yc_raw, n_target = context_points(values, valid & ~is_gap, hidden, core, spec, origin=origin,

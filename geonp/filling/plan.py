@@ -169,7 +169,8 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
     """Tiling options: tile size, overlap, context cap and context geometry as the model was trained.
 
     The model card's ``task_shape`` gives what the arguments leave as None (the search radius:
-    the one the model was trained with, :class:`ContextSpec`'s where the card has none); ``queries`` (a
+    the one the model was trained with, :class:`ContextSpec`'s where the card has none; the near
+    context of tiles near data, unless ``max_context`` sets every tile's); ``queries`` (a
     :class:`~geonp.config.FillConfig` field) the query lattice and near blend margin.
     """
     shape = loaded.card.task_shape or {}
@@ -178,7 +179,8 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
     spec = dataclasses.replace(spec, n_near=int(max_context or spec.n_near),
                                search_radius=spec.search_radius if search_radius is None else search_radius)
     opts = TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap, context=spec,
-                       temporal=loaded.config.temporal)
+                       temporal=loaded.config.temporal,
+                       near_context=(int(shape.get("near_context", 0)) or None) if max_context is None else None)
     return lattice_options(opts) if queries == "lattice" else opts
 
 

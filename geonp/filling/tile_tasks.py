@@ -41,6 +41,9 @@ class TileOptions:
             off a lattice of that spacing (:mod:`geonp.tasks.lattice`); empty: every pixel predicted.
         near_far: far context pixels (at most) of a tile whose gaps all lie within the lattice's
             first distance of data (None: the context's ``n_far``; needs a lattice).
+        near_context: near context pixels (at most) of such a tile (None: the context's
+            ``n_near``; needs a lattice): the ``near_context`` of a model trained with near batches
+            (:class:`geonp.training.windows.TaskShape`).
     """
 
     tile_size: int = 48
@@ -50,6 +53,7 @@ class TileOptions:
     near_overlap: int | None = None
     lattice: tuple[tuple[float, int], ...] = ()
     near_far: int | None = None
+    near_context: int | None = None
 
     def __post_init__(self) -> None:
         """Check the fields; a bad value raises ValueError naming it."""
@@ -250,8 +254,11 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int,
         if tt.out_rows.size == 0:  # its gaps lie beyond its margins (near data: a narrower one)
             continue
         spec = opts.context
-        if opts.near_far is not None and spacing is not None and _all_near(spacing, to_fill, (qr0, qr1, qc0, qc1)):
-            spec = dataclasses.replace(spec, n_far=min(spec.n_far, opts.near_far))
+        if (opts.near_far is not None or opts.near_context) and spacing is not None \
+                and _all_near(spacing, to_fill, (qr0, qr1, qc0, qc1)):
+            spec = dataclasses.replace(
+                spec, n_far=spec.n_far if opts.near_far is None else min(spec.n_far, opts.near_far),
+                n_near=min(spec.n_near, opts.near_context) if opts.near_context else spec.n_near)
         yield (qr0, qr1, qc0, qc1), tt, spec
 
 

@@ -31,6 +31,10 @@ from geonp.tasks.tiling import Tile, core_offsets, pixel_weights
 #: queried there. Chosen by ``benchmarks/lattice.py`` (RMSE and 95 % coverage against predicting
 #: every pixel, on held-out Landsat crops).
 LATTICE: tuple[tuple[float, int], ...] = ((8.0, 2), (16.0, 4), (32.0, 8))
+#: A tile whose gaps all lie within this distance (pixels) of data is a tile *near data*: every
+#: gap pixel of it is predicted itself (the lattice's first distance), and it takes the near
+#: context (:data:`NEAR_FAR_CONTEXT`, a model's ``near_context``).
+NEAR_DISTANCE = LATTICE[0][0]
 #: Default blend margin of pixels near data (pixels); ``overlap`` stays the margin deep in gaps.
 #: 1 against 4 (``benchmarks/lattice.py --configs near4,lattice``, the test columns): 0.84x the
 #: attention pairs on stripes, 0.83x on clouds, 0.86x on dropped pixels; RMSE within 0.5 %,

@@ -52,6 +52,7 @@ from geonp.training.windows import (
     WindowGroup,
     gap_source_mask,
     gp_tasks,
+    is_near_batch,
     make_batch,
     raster_tasks,
     window_groups,
@@ -291,18 +292,22 @@ class _BestSaver:
                              "processes": self.world})
 
 
-_Phase = tuple[int, int, Callable[[np.random.Generator], list[Task]]]
+_Phase = tuple[int, int, Callable[..., list[Task]]]
 
 
 def _phases(run: RunSettings, recipe: TaskRecipe, train_groups: Sequence[WindowGroup]) -> list[_Phase]:
     """``(begin, end, draw)`` of each phase: GP pre-training if asked, then the raster steps."""
     pretrain, gp_fraction = run.opts.pretrain_steps, run.opts.gp_fraction
+    near = recipe.near() if recipe.shape.near_context else None
     phases: list[_Phase] = []
     if pretrain:
-        phases.append((0, pretrain, lambda r: gp_tasks(recipe, r)))
-    phases.append((pretrain, run.total_steps,
-                   lambda r: gp_tasks(recipe, r) if gp_fraction and r.random() < gp_fraction
-                   else raster_tasks(train_groups, recipe, r)))
+        phases.append((0, pretrain, lambda r, near_batch=False: gp_tasks(recipe, r)))
+
+    def draw(r: np.random.Generator, near_batch: bool = False) -> list[Task]:
+        rec = near if near_batch and near is not None else recipe
+        return gp_tasks(rec, r) if gp_fraction and r.random() < gp_fraction else raster_tasks(train_groups, rec, r)
+
+    phases.append((pretrain, run.total_steps, draw))
     return phases
 
 
@@ -339,8 +344,10 @@ class _Trainer:
             state, first_step = result.optimizer_state, end
         return result
 
-    def _sample(self, rank: int, draw: Callable[[np.random.Generator], list[Task]], step: int) -> Batch:
+    def _sample(self, rank: int, draw: Callable[..., list[Task]], step: int) -> Batch:
         """Rank ``rank``'s share of step ``step``'s batch (seeded by step, and rank when parallel)."""
         run = self.run_settings
         seed = [run.tcfg.seed, step] if run.world == 1 else [run.tcfg.seed, step, rank]
-        return make_batch(draw, shard_size(run.opts.batch_size, run.world, rank), np.random.default_rng(seed))
+        near_batch = is_near_batch(run.task_shape, run.tcfg.seed, step)
+        return make_batch(partial(draw, near_batch=near_batch), shard_size(run.opts.batch_size, run.world, rank),
+                          np.random.default_rng(seed))

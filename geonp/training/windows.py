@@ -9,6 +9,7 @@ context :func:`geonp.tasks.context.select_context` chooses, as ``geonp fill`` ch
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -16,6 +17,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import ndimage
 
 from geonp.data.batch import Batch
 from geonp.data.datasets import PatchPool, sample_patches, split_columns
@@ -24,12 +26,20 @@ from geonp.data.synthetic import gp_grid_field
 from geonp.data.tasks import Task, collate, window_task
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.tasks.context import ContextSpec
+from geonp.tasks.lattice import NEAR_DISTANCE
 from geonp.tasks.normalize import Normalizer
 
 logger = logging.getLogger(__name__)
 
+#: Share of the training batches that are near batches when the task shape has a ``near_context``.
+NEAR_BATCH_FRACTION = 0.5
+#: Query window edges of a near batch's tasks, drawn evenly: the fill's tiles near data are split
+#: down to 12 px (query windows of 20 px with their margins) where their gaps have many neighbours
+#: (stripes, dropped pixels) and stay 48 px along cloud edges.
+NEAR_CORES = (16, 24, 48)
+
 __all__ = ["DEFAULT_TASK_SHAPE", "GP_KERNELS", "TaskRecipe", "TaskShape", "WindowGroup", "cut_tasks", "gap_source_mask", "gp_tasks",
-           "make_batch", "raster_tasks", "window_groups"]
+           "is_near_batch", "make_batch", "raster_tasks", "window_groups"]
 
 GP_KERNELS = ("rbf", "matern32", "matern52")
 
@@ -51,6 +61,12 @@ class TaskShape:
         sectors: angular sectors of the far set.
         tasks_per_window: tasks cut from one window and gap mask (different bands and query
             windows), which saves mask generation.
+        near_context: the near set of *near batches* (0: none): a share (:data:`NEAR_BATCH_FRACTION`)
+            of the training batches are tasks shaped like the fill's tiles near data
+            (:meth:`TaskRecipe.near`): small query windows, targets within
+            :data:`~geonp.tasks.lattice.NEAR_DISTANCE` px of data, this many near context pixels and
+            no far ones. ``geonp fill`` gives its tiles near data this context (cheaper than
+            ``max_context``: stripes, dropped pixels, cloud edges).
     """
 
     patch_size: int = 64
@@ -62,13 +78,14 @@ class TaskShape:
     rings: int = 8
     sectors: int = 16
     tasks_per_window: int = 1
+    near_context: int = 0
 
     def __post_init__(self) -> None:
         """Check that every size is a whole number in range (see :class:`ConfigError`)."""
         for name in ("patch_size", "core_size", "max_context", "max_targets", "n_far", "search_radius",
-                     "rings", "sectors", "tasks_per_window"):
+                     "rings", "sectors", "tasks_per_window", "near_context"):
             value = getattr(self, name)
-            low = 8 if name == "patch_size" else 0 if name == "n_far" else 1
+            low = 8 if name == "patch_size" else 0 if name in ("n_far", "near_context") else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{name}={value!r} must be an integer >= {low}")
 
@@ -104,6 +121,12 @@ class TaskRecipe:
     gap_mix: dict[str, float] | None
     source: np.ndarray | None
     footprint_probability: float = 0.15
+    near_only: bool = False
+
+    def near(self) -> TaskRecipe:
+        """The recipe of a near batch (:attr:`TaskShape.near_context`): the fill's tiles near data."""
+        shape = dataclasses.replace(self.shape, max_context=self.shape.near_context, n_far=0)
+        return dataclasses.replace(self, shape=shape, near_only=True)
 
 
 def raster_tasks(groups: Sequence[WindowGroup], recipe: TaskRecipe, rng: np.random.Generator) -> list[Task]:
@@ -130,8 +153,7 @@ def gp_tasks(recipe: TaskRecipe, rng: np.random.Generator) -> list[Task]:
     fields = [field] * recipe.shape.tasks_per_window  # one field, several query windows
     shape = TaskShape(**{**recipe.shape.__dict__, "patch_size": p,
                          "core_size": min(recipe.shape.core_size, p)})
-    return cut_tasks(fields, np.ones((p, p), bool), TaskRecipe(shape, recipe.gap_mix, None,
-                                                               recipe.footprint_probability), rng)
+    return cut_tasks(fields, np.ones((p, p), bool), dataclasses.replace(recipe, shape=shape, source=None), rng)
 
 
 def cut_tasks(values: Sequence[np.ndarray], valid: np.ndarray, recipe: TaskRecipe, rng: np.random.Generator,
@@ -139,7 +161,7 @@ def cut_tasks(values: Sequence[np.ndarray], valid: np.ndarray, recipe: TaskRecip
     """One gap mask over the window, then one task per entry of ``values`` (a query window each)."""
     shape = recipe.shape
     h, w = valid.shape
-    c = min(shape.core_size, h, w)
+    c = min(int(rng.choice(NEAR_CORES)) if recipe.near_only else shape.core_size, h, w)
     if recipe.gap_mix is None:
         is_gap = sample_training_mask((h, w), rng=rng, source=recipe.source)
     else:
@@ -147,6 +169,8 @@ def cut_tasks(values: Sequence[np.ndarray], valid: np.ndarray, recipe: TaskRecip
                                              footprint_probability=recipe.footprint_probability)
         valid = valid & ~outside
     targets = is_gap & valid
+    if recipe.near_only:  # only the hidden pixels near data are targets
+        targets &= ndimage.distance_transform_edt(~(valid & ~is_gap)) <= NEAR_DISTANCE
     tasks = []
     for vals in values:
         for _ in range(4):  # a query window with at least one target
@@ -154,10 +178,19 @@ def cut_tasks(values: Sequence[np.ndarray], valid: np.ndarray, recipe: TaskRecip
             if targets[r0:r0 + c, c0:c0 + c].any():
                 break
         task = window_task(vals, valid, is_gap, core=(r0, r0 + c, c0, c0 + c), spec=shape.context,
-                           max_targets=shape.max_targets, rng=rng, origin=origin)
+                           max_targets=shape.max_targets, rng=rng, origin=origin,
+                           targets=targets if recipe.near_only else None)
         if task is not None:
             tasks.append(task)
     return tasks
+
+
+def is_near_batch(shape: TaskShape, seed: int, step: int) -> bool:
+    """Whether step ``step``'s batch is a near batch (:attr:`TaskShape.near_context`).
+
+    Drawn from the seed and step alone: every rank of a step agrees, and a resumed run draws the same.
+    """
+    return bool(shape.near_context) and float(np.random.default_rng([seed, step, 1 << 20]).random()) < NEAR_BATCH_FRACTION
 
 
 def make_batch(draw: Callable[[np.random.Generator], Task | list[Task] | None], batch_size: int,
