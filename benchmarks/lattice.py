@@ -40,6 +40,8 @@ CONFIGS = {
     "near4": {"near_overlap": 4},  # the previous near margin
     "far-everywhere": {"near_far": None},  # far context for tiles near data too
     "near128": {"near_context": 128},  # tiles near data: 128 near context pixels (a model's near_context)
+    "near96": {"near_context": 96},
+    "near64": {"near_context": 64},
     "near-full": {"near_context": None},  # tiles near data: the whole near context, whatever the card says
 }
 
