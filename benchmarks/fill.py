@@ -12,6 +12,7 @@ own process) to show that it does not grow with the raster.
     python benchmarks/fill.py                      # the comparison + 2048² and 8192² memory runs
     python benchmarks/fill.py --sizes ""           # the comparison only
     python benchmarks/fill.py --kinds cloud --size 512 --sizes ""   # a quick look
+    python benchmarks/fill.py --sizes "" --queries lattice --model DIR   # another model, the default queries only
 """
 
 from __future__ import annotations
@@ -101,6 +102,7 @@ def main() -> None:
     parser.add_argument("--coverage", type=float, default=0.3)
     parser.add_argument("--kinds", default=",".join(KINDS), help="gap kinds of the comparison: cloud,stripe,random")
     parser.add_argument("--model", default="default")
+    parser.add_argument("--queries", default="lattice,every", help="query modes of geonp (each a whole run)")
     parser.add_argument("--sizes", default="2048,8192", help="synthetic sizes for the memory runs")
     parser.add_argument("--memory-coverage", type=float, default=0.02, help="gap fraction of the memory runs")
     parser.add_argument("--skip-crop", action="store_true", help="only the memory runs")
@@ -194,7 +196,7 @@ def compare(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
         rmse_gdal = float(np.sqrt(((gdal[:, gap] - truth[:, gap]) ** 2).mean()))
         rows = {}
         for device in devices:
-            for queries in ("lattice", "every"):
+            for queries in args.queries.split(","):
                 out = tmp / f"{kind}_{queries}_{device}.tif"
                 seconds, mb = timed(geonp_cmd + [str(tmp / f"{kind}.tif"), str(out), "--model", args.model,
                                                  "--queries", queries, "--device", device, "--overwrite"]
@@ -207,7 +209,7 @@ def compare(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
         print(f"{kind:<8}{'GDAL FillNodata':<24}{gdal_s:7.1f}{gdal_s / mpx:8.2f}{1:7.0f}{'':>7}{gdal_mb:9.0f}"
               f"{rmse_gdal:8.1f}{1:7.3f}{'':>7}   ({mpx:.2f} Mpx of band-gaps, {size}x{size})")
         for (device, queries), (seconds, mb, rmse, cov) in rows.items():
-            every = rows[(device, "every")][0]
+            every = rows.get((device, "every"), (np.nan,))[0]
             print(f"{kind:<8}{f'geonp {queries} {device}':<24}{seconds:7.1f}{seconds / mpx:8.1f}{seconds / gdal_s:7.0f}"
                   f"{seconds / every:7.2f}{mb:9.0f}{rmse:8.1f}{rmse / rmse_gdal:7.3f}{cov:7.3f}", flush=True)
 

@@ -41,8 +41,9 @@ class TileOptions:
             off a lattice of that spacing (:mod:`geonp.tasks.lattice`); empty: every pixel predicted.
         near_far: far context pixels (at most) of a tile whose gaps all lie within the lattice's
             first distance of data (None: the context's ``n_far``; needs a lattice).
-        near_context: near context pixels (at most) of such a tile (None: the context's
-            ``n_near``; needs a lattice): the ``near_context`` of a model trained with near batches
+        near_context: near context pixels of such a tile, or the observed neighbours of its gaps
+            where those are more (at most the context's ``n_near``; None: ``n_near``; needs a
+            lattice): the ``near_context`` of a model trained with near batches
             (:class:`geonp.training.windows.TaskShape`).
     """
 
@@ -127,6 +128,20 @@ def _neighbours(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, i
     r0, r1, c0, c1 = qb
     near = ndimage.binary_dilation(to_fill[r0:r1, c0:c1], structure=np.ones((3, 3), bool))
     return int(np.count_nonzero(near & observed[r0:r1, c0:c1]))
+
+
+def _ring(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, int, int]) -> int:
+    """Observed pixels touching (8-neighbourhood) a pixel to fill of a query window, one pixel beyond it too.
+
+    The near set takes them first (:func:`geonp.tasks.context.select_context`).
+    """
+    h, w = observed.shape
+    r0, r1, c0, c1 = qb
+    s0, s1, t0, t1 = max(r0 - 1, 0), min(r1 + 1, h), max(c0 - 1, 0), min(c1 + 1, w)
+    q = np.zeros((s1 - s0, t1 - t0), bool)
+    q[r0 - s0:r1 - s0, c0 - t0:c1 - t0] = to_fill[r0:r1, c0:c1]
+    near = ndimage.binary_dilation(q, structure=np.ones((3, 3), bool))
+    return int(np.count_nonzero(near & observed[s0:s1, t0:t1]))
 
 
 def _quarters(tile: Tile) -> list[Tile]:
@@ -256,9 +271,12 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int,
         spec = opts.context
         if (opts.near_far is not None or opts.near_context) and spacing is not None \
                 and _all_near(spacing, to_fill, (qr0, qr1, qc0, qc1)):
+            # the near context, or more where the gaps' neighbours are more (dropped pixels: a
+            # context without some of them cost 5 % RMSE, docs/benchmarks.md)
+            n_near = spec.n_near if opts.near_context is None else \
+                min(spec.n_near, max(opts.near_context, _ring(observed, to_fill, (qr0, qr1, qc0, qc1))))
             spec = dataclasses.replace(
-                spec, n_far=spec.n_far if opts.near_far is None else min(spec.n_far, opts.near_far),
-                n_near=min(spec.n_near, opts.near_context) if opts.near_context else spec.n_near)
+                spec, n_far=spec.n_far if opts.near_far is None else min(spec.n_far, opts.near_far), n_near=n_near)
         yield (qr0, qr1, qc0, qc1), tt, spec
 
 

@@ -243,13 +243,13 @@ class RBFNetworkBias(nn.Module):
         Evaluating the table (an exp per basis, head and entry) cost a quarter of a fill of
         dropped pixels when it was rebuilt in every pass; the entries are the same numbers.
         """
-        where = (last_sq, like.device, like.dtype)
+        where = (like.device, like.dtype)
         version = _versions(params)
         kept = self._tables_kept.get(where)
-        if kept is None or kept[0] != version:
+        if kept is None or kept[0] != version or kept[1].shape[1] < last_sq + 2:
             with torch.no_grad():
                 kept = self._tables_kept[where] = (version, self._table(params, last_sq, like))
-        return kept[1]
+        return kept[1][:, :last_sq + 2]  # the longest table built so far, read to last_sq
 
     def tiles(
         self,
@@ -276,14 +276,14 @@ class RBFNetworkBias(nn.Module):
                 needs_grad = torch.is_grad_enabled() and self.a.requires_grad
                 if needs_grad or cache is None:
                     table = self._table(params, last_sq, q_pos)
-                elif reach_sq < _MAX_TABLE:
+                else:
                     # inference: tables of power-of-two lengths, kept across passes until a parameter
-                    # changes (short ones too: a multi-date table multiplies the length by the days)
+                    # changes (short ones too: a multi-date table multiplies the length by the days).
+                    # A basis as wide as the raster (a reach of 1,800 px) needs one to the far
+                    # context's farthest pair (at most 2**22 entries): rebuilt in every pass, it
+                    # was 70 % of a cloud fill's time.
                     last_sq = min(reach_sq, 1 << max_sq.bit_length())
                     table = self._kept_table(params, last_sq, q_pos)
-                else:
-                    table = cached(cache, ("table", id(self), last_sq, q_pos.device, q_pos.dtype),
-                                   lambda: self._table(params, last_sq, q_pos))
                 # int32 halves the memory traffic; int64 where a squared distance could overflow it
                 idtype = torch.int32 if max_sq < 2**30 else torch.int64
                 qi = cached(cache, ("int", q_pos, idtype), lambda: q_pos.round().to(idtype))
