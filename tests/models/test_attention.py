@@ -206,3 +206,30 @@ def test_make_attention_builds_every_configured_name():
         assert attn(x, x, q_pos=pos, k_pos=pos).shape == (2, 7, 16)
     with pytest.raises(ValueError, match=r"attention='flash' is not one of \['scan', 'dense', 'dka', 'performer'\]"):
         make_attention("flash", 16, 2)
+
+
+def test_a_raster_wide_basis_keeps_its_table_across_passes_and_reads_it_exactly():
+    """A basis with a reach of ~1,800 px (a trained default's first block) needs a table past the 4M
+    entries once kept per length; it is built once, at the longest pass, and read by shorter ones."""
+    from geonp.models.attention.bias import _MAX_TABLE, DistanceCache, _compute_max_sq, _reach_sq
+
+    bias = RBFNetworkBias(H, length_scale=4.0)
+    with torch.no_grad():
+        bias.b[0, 0] = 4.7e-6  # wide: |K| stays above the tolerance out to ~1,800 px
+    assert _reach_sq(bias.reach()) >= _MAX_TABLE
+    g = torch.Generator().manual_seed(0)
+    far = torch.randint(0, 1100, (1, 40, 2), generator=g).float()  # d² up to ~2.4M
+    near = torch.randint(0, 60, (1, 40, 2), generator=g).float()
+    length = (1 << _compute_max_sq(far, far).bit_length()) + 2  # a power of two past the farthest pair
+    assert length > 1 << 20
+    with torch.no_grad():
+        outs = []
+        for pos in (far, near, far):
+            outs.append(bias.tiles(pos, pos, cache=DistanceCache()).full())
+            (kept,) = bias._tables_kept.values()
+            assert kept[1].shape[1] == length  # one table, the longest so far
+        builds = kept[1]
+        bias.grid_fast_path = False
+        for pos, out in zip((far, near, far), outs, strict=True):
+            torch.testing.assert_close(out, bias.tiles(pos, pos).full(), rtol=1e-5, atol=1e-6)
+    assert next(iter(bias._tables_kept.values()))[1] is builds  # not rebuilt by the later passes
