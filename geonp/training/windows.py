@@ -124,9 +124,15 @@ class TaskRecipe:
     near_only: bool = False
 
     def near(self) -> TaskRecipe:
-        """The recipe of a near batch (:attr:`TaskShape.near_context`): the fill's tiles near data."""
+        """The recipe of a near batch (:attr:`TaskShape.near_context`): the fill's tiles near data.
+
+        Without the gap mix's sparse windows (1-64 visible pixels): their near targets all lie next
+        to a lone pixel, and a model trained on them gave a std too small with a handful of pixels
+        (``runs/near_ft``, docs/benchmarks.md).
+        """
         shape = dataclasses.replace(self.shape, max_context=self.shape.near_context, n_far=0)
-        return dataclasses.replace(self, shape=shape, near_only=True)
+        mix = None if self.gap_mix is None else {k: v for k, v in self.gap_mix.items() if k != "sparse"} or None
+        return dataclasses.replace(self, shape=shape, near_only=True, gap_mix=mix)
 
 
 def raster_tasks(groups: Sequence[WindowGroup], recipe: TaskRecipe, rng: np.random.Generator) -> list[Task]:

@@ -40,6 +40,8 @@ def test_near_batches_are_cut_like_the_fills_tiles_near_data():
     recipe = TaskRecipe(shape, {"cloud": 1.0}, None, 0.0)
     near = recipe.near()
     assert near.near_only and near.shape.max_context == 200 and near.shape.n_far == 0
+    # no sparse windows in near batches (a handful of pixels: their std came out too small)
+    assert TaskRecipe(shape, {"cloud": 0.5, "sparse": 0.1}, None, 0.0).near().gap_mix == {"cloud": 0.5}
     field = np.random.default_rng(1).normal(size=(1, 96, 96)).astype(np.float32)
 
     def nearest_context(recipe):  # each target's distance to its nearest context pixel, and the cores
