@@ -123,21 +123,15 @@ class TileTask:
 _MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
 
 
-def _neighbours(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, int, int]) -> int:
-    """Observed pixels of a query window that touch (8-neighbourhood) a pixel to fill."""
-    r0, r1, c0, c1 = qb
-    near = ndimage.binary_dilation(to_fill[r0:r1, c0:c1], structure=np.ones((3, 3), bool))
-    return int(np.count_nonzero(near & observed[r0:r1, c0:c1]))
+def _neighbours(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, int, int], beyond: int = 0) -> int:
+    """Observed pixels that touch (8-neighbourhood) a pixel to fill of a query window.
 
-
-def _ring(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, int, int]) -> int:
-    """Observed pixels touching (8-neighbourhood) a pixel to fill of a query window, one pixel beyond it too.
-
-    The near set takes them first (:func:`geonp.tasks.context.select_context`).
+    ``beyond``: also count those up to this many pixels outside the window (1: every pixel the
+    near set takes first, :func:`geonp.tasks.context.select_context`).
     """
     h, w = observed.shape
     r0, r1, c0, c1 = qb
-    s0, s1, t0, t1 = max(r0 - 1, 0), min(r1 + 1, h), max(c0 - 1, 0), min(c1 + 1, w)
+    s0, s1, t0, t1 = max(r0 - beyond, 0), min(r1 + beyond, h), max(c0 - beyond, 0), min(c1 + beyond, w)
     q = np.zeros((s1 - s0, t1 - t0), bool)
     q[r0 - s0:r1 - s0, c0 - t0:c1 - t0] = to_fill[r0:r1, c0:c1]
     near = ndimage.binary_dilation(q, structure=np.ones((3, 3), bool))
@@ -274,7 +268,7 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int,
             # the near context, or more where the gaps' neighbours are more (dropped pixels: a
             # context without some of them cost 5 % RMSE, docs/benchmarks.md)
             n_near = spec.n_near if opts.near_context is None else \
-                min(spec.n_near, max(opts.near_context, _ring(observed, to_fill, (qr0, qr1, qc0, qc1))))
+                min(spec.n_near, max(opts.near_context, _neighbours(observed, to_fill, (qr0, qr1, qc0, qc1), beyond=1)))
             spec = dataclasses.replace(
                 spec, n_far=spec.n_far if opts.near_far is None else min(spec.n_far, opts.near_far), n_near=n_near)
         yield (qr0, qr1, qc0, qc1), tt, spec

@@ -46,6 +46,7 @@ __all__ = [
 #: GDAL's block cache (MiB) where geonp reads and writes rasters. GDAL's default, 5 % of the
 #: machine's memory, lets a process grow by every block it has visited, and geonp visits each once.
 GDAL_CACHE_MB = 128
+_GDAL_CACHE_BYTES = GDAL_CACHE_MB * 2**20  # rasterio and set_gdal_config take bytes
 
 
 def gdal_cache_env() -> rasterio.Env:
@@ -54,7 +55,7 @@ def gdal_cache_env() -> rasterio.Env:
     rasterio hands ``GDAL_CACHEMAX`` to GDAL in bytes: ``rasterio.Env(GDAL_CACHEMAX=128)`` is a
     cache of 128 bytes.
     """
-    return rasterio.Env(GDAL_CACHEMAX=GDAL_CACHE_MB * 2**20)
+    return rasterio.Env(GDAL_CACHEMAX=_GDAL_CACHE_BYTES)
 
 
 @functools.cache
@@ -70,7 +71,7 @@ def cap_gdal_cache() -> bool:
     """
     if "GDAL_CACHEMAX" in os.environ:
         return False
-    rasterio.env.set_gdal_config("GDAL_CACHEMAX", GDAL_CACHE_MB * 2**20)
+    rasterio.env.set_gdal_config("GDAL_CACHEMAX", _GDAL_CACHE_BYTES)
     return True
 
 
