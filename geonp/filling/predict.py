@@ -20,6 +20,7 @@ from __future__ import annotations
 import copy
 import ctypes
 import functools
+import inspect
 import math
 import os
 import time
@@ -83,8 +84,8 @@ def release_heap() -> None:
 QUERY_BUCKETS = 4
 
 
-def pack(queries: Sequence[int], contexts: Sequence[int], batch_rows: int, *, max_tiles: int = 1024
-         ) -> list[list[int]]:
+def pack(queries: Sequence[int], contexts: Sequence[int], batch_rows: int, *, max_tiles: int = 1024,
+         runs: Sequence[int] | None = None) -> list[list[int]]:
     """Group task indices into model calls whose tasks pad little.
 
     A call pads every task to its largest query and context counts. Tasks are put in buckets of
@@ -94,21 +95,41 @@ def pack(queries: Sequence[int], contexts: Sequence[int], batch_rows: int, *, ma
     runs alone. Sorted by the larger count alone, the small tiles of a multi-date fill (~190
     context tokens, 1-256 queries) were padded to 2.6x their queries (a 256² 3-date cube: 34.4 s
     against 26.1 s, one thread; ``python benchmarks/cube.py``).
+
+    ``runs``: tasks each index stands for (the bands of a tile that share its geometry, run as
+    one unit: :func:`geometry_units`); they count in the rows and tiles, and a call holds units
+    of one size only (None: 1 each).
     """
-    bucket = [round(QUERY_BUCKETS * math.log2(max(q, 1))) for q in queries]
-    order = sorted(range(len(queries)), key=lambda i: (-bucket[i], -contexts[i], -queries[i]))
+    runs = [1] * len(queries) if runs is None else list(runs)
+    bucket = [(round(QUERY_BUCKETS * math.log2(max(q, 1))), r) for q, r in zip(queries, runs, strict=True)]
+    order = sorted(range(len(queries)), key=lambda i: (-runs[i], -bucket[i][0], -contexts[i], -queries[i]))
     batches: list[list[int]] = []
     rows = 0  # the open batch's largest query or context count
     for i in order:
         size = max(queries[i], contexts[i])
-        if batches and bucket[batches[-1][0]] == bucket[i] and len(batches[-1]) < max_tiles \
-                and (len(batches[-1]) + 1) * max(rows, size) <= batch_rows:
+        tiles = len(batches[-1]) * runs[i] if batches else 0
+        if batches and bucket[batches[-1][0]] == bucket[i] and tiles + runs[i] <= max_tiles \
+                and (tiles + runs[i]) * max(rows, size) <= batch_rows:
             batches[-1].append(i)
             rows = max(rows, size)
         else:
             batches.append([i])
             rows = size
     return batches
+
+
+def geometry_units(tasks: Sequence[TileTask]) -> list[list[int]]:
+    """Task indices in runs that share one geometry: consecutive tasks (the bands of a tile,
+    :func:`~geonp.filling.tile_tasks.band_tasks`) with the same context and query coordinates."""
+    units: list[list[int]] = []
+    for i, t in enumerate(tasks):
+        if units:
+            first = tasks[units[-1][0]].task
+            if t.task.xc is first.xc and t.task.xt is first.xt:
+                units[-1].append(i)
+                continue
+        units.append([i])
+    return units
 
 
 class Predictor:
@@ -137,6 +158,8 @@ class Predictor:
         self.opts = opts
         self.batch_rows = batch_rows
         self.chunk_rows = chunk_rows or (batch_rows if self.device.type == "cuda" else 8192)
+        #: the module reads the bias of a batch of runs of one geometry once (``groups``)
+        self.shares_geometry = "groups" in inspect.signature(self.module.encode_context).parameters
         #: seconds spent per stage (``context``, ``model``, ``blend``), accumulated over calls
         self.timings: dict[str, float] = {"context": 0.0, "model": 0.0, "blend": 0.0}
 
@@ -184,14 +207,20 @@ class Predictor:
         # Batches are sized by the larger of a task's queries and context: the context stream's
         # attention grows with the tiles per call too (small tiles of dropped pixels or stripes
         # packed by queries alone made calls whose bias tiles left the cache: 7 % slower).
-        for batch in pack([t.task.xt.shape[0] for t in tasks], [t.task.xc.shape[0] for t in tasks],
-                          self.batch_rows):
+        # The bands of a tile that share its geometry run as one unit, laid band after band in
+        # their call: the model works out their kernel bias once (``groups``).
+        units = geometry_units(tasks) if self.shares_geometry else [[i] for i in range(len(tasks))]
+        first = [tasks[u[0]].task for u in units]
+        for batch in pack([t.xt.shape[0] for t in first], [t.xc.shape[0] for t in first], self.batch_rows,
+                          runs=[len(u) for u in units]):
             t0 = time.perf_counter()
-            group = [tasks[i] for i in batch]
+            runs = len(units[batch[0]])
+            group = [tasks[units[u][j]] for j in range(runs) for u in batch]
             b = collate([t.task for t in group]).to(dev)
             chunk = max(1, self.chunk_rows // len(group))
+            options = {"groups": runs} if runs > 1 else {}
             with torch.inference_mode():
-                mean, std = self.module(b.xc, b.yc, b.xt, b.context_valid, query_chunk=chunk)
+                mean, std = self.module(b.xc, b.yc, b.xt, b.context_valid, query_chunk=chunk, **options)
             if dev.type == "cuda":
                 torch.cuda.synchronize(dev)  # one sync per batch, for honest stage timings
             t1 = time.perf_counter()

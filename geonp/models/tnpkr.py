@@ -164,15 +164,20 @@ class TNPKR(NeuralProcess):
 
     def encode_context(
         self, xc: torch.Tensor, yc: torch.Tensor, context_valid: torch.Tensor | None = None,
-        *, share_distances: bool = True,
+        *, share_distances: bool = True, groups: int = 1,
     ) -> ContextState:
         """Run the context stream: ``xc [B, Nc, P], yc [B, Nc, dy]``.
 
         With ``share_distances`` (the default) one :class:`DistanceCache` serves every layer of
         this pass and the decoding of its queries; without it each layer computes its own (same
-        numbers, more work: the oracle of the cache's test).
+        numbers, more work: the oracle of the cache's test). ``groups``: the batch is that many
+        equal runs of one geometry (``xc``, ``context_valid`` and the queries' ``xt`` of every
+        run are those of the first; the bands of a tile), whose kernel bias is worked out once
+        (:class:`DistanceCache`; needs ``share_distances``).
         """
-        cache = DistanceCache() if share_distances else None
+        if groups > 1 and (not share_distances or xc.shape[0] % groups):
+            raise ValueError(f"groups={groups} needs share_distances and a batch ({xc.shape[0]}) it divides")
+        cache = DistanceCache(groups=groups) if share_distances else None
         ks = self.embed(xc, yc, observed=True)
         tokens = []
         for block in self.blocks:

@@ -8,7 +8,7 @@ import rasterio
 
 import geonp
 from geonp.data.gap_shapes import cloud_mask
-from geonp.filling.predict import Predictor, pack, reference_predict
+from geonp.filling.predict import Predictor, geometry_units, pack, reference_predict
 from geonp.filling.tile_tasks import TileOptions, band_tasks, block_tasks
 from geonp.model_files.registry import load_model
 from geonp.tasks.context import ContextSpec, HaloTooSmall
@@ -77,6 +77,43 @@ def test_pack_groups_by_queries_then_context_within_the_row_budget():
     assert batches == [[5], [6], [1, 2, 0], [4, 3]]
     for b in batches[1:]:
         assert len(b) * max(max(queries[i], contexts[i]) for i in b) <= 820
+
+
+def test_pack_keeps_units_of_one_size_per_call_and_counts_their_tasks():
+    queries = [100, 105, 110, 10, 10, 900, 400]
+    contexts = [150, 190, 170, 250, 300, 300, 190]
+    runs = [3, 3, 1, 3, 3, 1, 3]
+    batches = pack(queries, contexts, batch_rows=1200, runs=runs)
+    assert sorted(i for b in batches for i in b) == list(range(len(queries)))
+    assert batches == [[6], [1, 0], [4], [3], [5], [2]]
+    for b in batches:
+        assert len({runs[i] for i in b}) == 1
+        assert len(b) == 1 or sum(runs[i] for i in b) * max(max(queries[i], contexts[i]) for i in b) <= 1200
+
+
+def test_bands_that_share_a_gap_pattern_run_as_one_unit(tiny_model):
+    """Bands 0 and 2 share their gaps: their tasks share one geometry and run band after band in one
+    call (the model reads their bias once); the maps equal the per-tile twin's."""
+    model = load_model(tiny_model).module
+    values, observed, to_fill = _block(seed=7)
+    values = np.concatenate([values, values[:1] * 0.5 + 0.2])
+    observed, to_fill = np.concatenate([observed, observed[:1]]), np.concatenate([to_fill, to_fill[:1]])
+    opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=64))
+    region, shape = (20, 130, 10, 140), (3, 110, 130)
+    tasks = block_tasks(values, observed, to_fill, region, origin=(0, 0), opts=opts)
+    units = geometry_units(tasks)
+    assert {tuple(tasks[i].band for i in u) for u in units} == {(0, 2), (1,)}
+    assert sum(len(u) == 2 for u in units) == sum(t.band == 0 for t in tasks)
+    predictor = Predictor(model, opts, batch_rows=4096)
+    assert predictor.shares_geometry
+    ref_mean, ref_std = reference_predict(model, tasks, shape)
+    mean, std = predictor.run(tasks, shape)
+    np.testing.assert_allclose(mean, ref_mean, atol=1e-5)
+    np.testing.assert_allclose(std, ref_std, atol=1e-5)
+    predictor.shares_geometry = False  # every task on its own: the same maps
+    alone = predictor.run(tasks, shape)
+    np.testing.assert_allclose(alone[0], mean, atol=1e-6)
+    np.testing.assert_allclose(alone[1], std, atol=1e-6)
 
 
 def test_pack_pads_the_queries_of_multi_date_tiles_little():

@@ -96,3 +96,41 @@ def test_bad_shapes_give_a_clear_error():
     xc, _yc, xt, valid = _task()
     with pytest.raises(ValueError, match=r"expected xc \[B, Nc, 2\].*got xc \(2, 50, 2\), yc \(2, 50, 3\)"):
         model(xc, torch.zeros(2, 50, 3), xt, valid)
+
+
+def _runs(groups, seed=0, nc=50, nt=31, days=False):
+    """A batch of ``groups`` runs of one geometry (2 tiles each, padded contexts), values per run."""
+    xc, _, xt, valid = _task(seed=seed, nc=nc, nt=nt)
+    if days:  # a multi-date batch: context points of other dates, queries on the target's
+        g = torch.Generator().manual_seed(seed + 1)
+        xc = torch.cat([xc, torch.randint(-40, 1, (*xc.shape[:2], 1), generator=g).float()], -1)
+        xt = torch.cat([xt, torch.zeros(*xt.shape[:2], 1)], -1)
+    yc = torch.randn(2 * groups, nc, 1, generator=torch.Generator().manual_seed(seed + 2))
+    return xc.repeat(groups, 1, 1), yc, xt.repeat(groups, 1, 1), valid.repeat(groups, 1)
+
+
+@pytest.mark.parametrize(("grid", "temporal"), [(True, False), (False, False), (True, True)])
+def test_runs_of_one_geometry_read_one_bias_with_the_same_result(monkeypatch, grid, temporal):
+    """``groups``: the bands of a tile share their bias (one gather for all); the numbers do not move."""
+    import geonp.models.attention.scan as scan
+
+    calls = []
+    grouped = scan._grouped_block_forward
+    monkeypatch.setattr(scan, "_grouped_block_forward", lambda *a: calls.append(a[5]) or grouped(*a))
+    model = _model(attention="scan", dim_y=1, dim_x=3 if temporal else 2, temporal=temporal)
+    xc, yc, xt, valid = _runs(3, days=temporal)
+    if not grid:
+        xc, xt = xc + 0.37, xt + 0.37  # off the grid: the direct bias, the key mask applied apart
+    with torch.inference_mode():
+        each = model(xc, yc, xt, valid, query_chunk=8)
+        assert calls == []
+        shared = model(xc, yc, xt, valid, query_chunk=8, groups=3)
+    assert calls == [3] * (2 * 5)  # 2 blocks: the context stream, then 4 query chunks
+    torch.testing.assert_close(shared, each, rtol=0, atol=1e-6)
+
+
+def test_groups_that_do_not_divide_the_batch_are_refused():
+    model = _model(attention="scan", dim_y=1)
+    xc, yc, xt, valid = _runs(2)
+    with pytest.raises(ValueError, match="groups=3 needs share_distances and a batch \\(4\\) it divides"):
+        model(xc, yc, xt, valid, groups=3)

@@ -49,10 +49,19 @@ class DistanceCache:
     while the cache lives. Squared-distance tiles are bounded by ``max_bytes`` (oldest dropped
     first): scan attention keeps its linear memory on large contexts, while query chunks,
     decoded one after the other through all layers, still hit.
+
+    ``groups``: the pass's batch is that many equal runs of one geometry (the bands of a tile
+    that share a gap pattern, laid band after band): each run has the positions and padding of
+    the first, so a kernel may work out the bias for the first run alone and read it for all
+    (:class:`~geonp.models.attention.scan.ScanAttention`). A hint: a kernel that ignores it
+    computes the same numbers.
     """
 
-    def __init__(self, max_bytes: int | None = None) -> None:
+    def __init__(self, max_bytes: int | None = None, *, groups: int = 1) -> None:
         """An empty cache keeping at most ``max_bytes`` of tiles (default 256 MiB)."""
+        if groups < 1:
+            raise ValueError(f"groups={groups} (>= 1)")
+        self.groups = groups
         self.max_bytes = _MAX_CACHE_BYTES if max_bytes is None else max_bytes
         self.entries: dict[tuple, object] = {}
         self.tile_bytes: dict[tuple, int] = {}  # insertion-ordered: oldest first

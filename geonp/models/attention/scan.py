@@ -70,6 +70,40 @@ def _single_block_forward(
     return zero_keyless_rows(out, key_valid)
 
 
+def _grouped_block_forward(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles, key_valid: torch.Tensor | None,
+    groups: int, q_chunk: int,
+) -> torch.Tensor:
+    """:func:`_single_block_forward` for a batch of ``groups`` runs of one geometry, bias read once.
+
+    ``tiles`` is the bias of the first run ``[T, H, Qc, Kc]`` (``T = B / groups``); every run's
+    heads attend through it: ``q, k, v [g·T, H, N, D]`` are laid out as ``[g, H·T, N, D]`` and the
+    bias as ``[1, H·T, Qc, Kc]``, which the fused attention broadcasts over the runs. Same result
+    as the bias of the whole batch; the gather, the squared distances and the key mask are done
+    once for all runs instead of per run (the bands of a tile).
+    """
+    b, h, nq, _ = q.shape
+    t = b // groups
+    dv = v.shape[-1]
+
+    def fold(x: torch.Tensor) -> torch.Tensor:  # [g·T, H, N, D] -> [g, H·T, N, D]
+        return x.view(groups, t, h, *x.shape[2:]).transpose(1, 2).reshape(groups, h * t, *x.shape[2:])
+
+    qf, kf, vf = fold(q), fold(k), fold(v)
+    out = q.new_empty((groups, h * t, nq, dv))
+    ks = slice(0, k.shape[2])
+    first = None if key_valid is None else key_valid[:t]
+    for qs in _chunks(nq, q_chunk):
+        bias = tiles.fn(tiles.tensors, qs, ks)  # [T, H, Qc, Kc]
+        if first is not None and not tiles.masks_keys:
+            bias = torch.where(key_mask(first), bias, float("-inf"))
+        # head-major, as the table gather writes it: a view there
+        bias = bias.transpose(0, 1).reshape(1, h * t, *bias.shape[2:])
+        out[:, :, qs] = torch.nn.functional.scaled_dot_product_attention(qf[:, :, qs], kf, vf, attn_mask=bias)
+    out = out.view(groups, h, t, nq, dv).transpose(1, 2).reshape(b, h, nq, dv)
+    return zero_keyless_rows(out, key_valid)
+
+
 def _one_tile_attention(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles | None, key_valid: torch.Tensor | None,
 ) -> torch.Tensor:
@@ -289,6 +323,28 @@ class ScanAttention(BiasedSoftmaxAttention):
             return None  # training: scan attention's own backward
         return fused_grid_attention(q, k, v, bias=self.bias, q_pos=where.q_pos, k_pos=where.k_pos,
                                     key_valid=where.key_valid, tables=self._tables, cache=where.cache)
+
+    def attend(
+        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: AttentionGeometry
+    ) -> torch.Tensor:
+        """As :meth:`BiasedSoftmaxAttention.attend`; a batch of runs of one geometry reads one bias.
+
+        Where the pass's cache says the batch is ``groups`` runs of one geometry (the bands of a
+        tile, :class:`~geonp.models.attention.bias.DistanceCache`), at inference with one key
+        block: the bias of the first run serves all (:func:`_grouped_block_forward`).
+        """
+        groups = where.cache.groups if where.cache is not None else 1
+        if groups == 1 or self.bias is None or k.shape[2] > self.k_chunk or q.shape[0] % groups \
+                or (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *self.bias.parameters()))):
+            return super().attend(q, k, v, where)
+        out = self.attend_fused(q, k, v, where)
+        if out is not None:
+            return out
+        t = q.shape[0] // groups
+        valid = where.key_valid
+        tiles = self.bias.tiles(where.q_pos[:t], where.k_pos[:t], None if valid is None else valid[:t],
+                                cache=where.cache)
+        return _grouped_block_forward(q, k, v, tiles, valid, groups, self.q_chunk)
 
     def attend_tiles(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles | None,
