@@ -35,6 +35,7 @@ CONFIGS = {
     "lattice-only": {"n_far": 96, "near_overlap": None},  # the lattice alone
     "ctx128": {"max_context": 128},  # a smaller near context: cheaper, std too small near data
     "lattice-coarse": {"lattice": ((6.0, 2), (12.0, 4), (24.0, 8), (48.0, 16))},
+    "lattice4": {"lattice": ((4.0, 2), (8.0, 4), (16.0, 8), (32.0, 16))},  # the lattice from 4 px
     "near2": {"near_overlap": 2},  # a narrower blend margin near data
     "near0": {"near_overlap": 0},  # no blend near data: each near pixel predicted once
     "near4": {"near_overlap": 4},  # the previous near margin

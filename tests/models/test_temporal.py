@@ -149,3 +149,25 @@ def test_joint_space_time_table_reads_the_same_bias_as_two_tables(monkeypatch, f
     assert torch.equal(joint, apart) and torch.isneginf(joint[..., ~valid[0]][0]).all()
     for a, b in zip(joint_grads, apart_grads, strict=True):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6)
+
+
+def test_inference_keeps_the_time_and_joint_tables_from_pass_to_pass_until_a_parameter_changes():
+    """Rebuilt in every layer call, the joint table was a tenth of a 61x61 multi-date fill; kept, a
+    pass reads the same numbers, and an optimiser step (a new parameter version) rebuilds them."""
+    from geonp.models.attention.bias import DistanceCache
+
+    bias = _bias(seed=3)
+    q, k = _points(b=2, n=20, seed=4), _points(b=2, n=30, seed=5)
+    with torch.no_grad():
+        fresh = bias.tiles(q, k).full()  # no cache: nothing kept
+        assert not bias._joint_kept and not bias._days_kept
+        first = bias.tiles(q, k, cache=DistanceCache()).full()
+        second = bias.tiles(q, k, cache=DistanceCache()).full()  # another pass: the kept tables
+    assert torch.equal(first, fresh) and torch.equal(second, fresh)
+    assert len(bias._joint_kept) == 1 and len(bias._days_kept) == 1
+    with torch.no_grad():
+        bias.time.a.mul_(2.0)  # what an optimiser step does to the version
+        doubled = bias.tiles(q, k, cache=DistanceCache()).full()
+        expected = bias.tiles(q, k).full()
+    assert torch.equal(doubled, expected) and not torch.equal(doubled, fresh)
+    assert len(bias._joint_kept) == 2 and len(bias._days_kept) == 2

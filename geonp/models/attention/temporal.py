@@ -24,13 +24,15 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from geonp.models.attention.bias import BiasTiles, DistanceCache, RBFNetworkBias, _gather, cached
+from geonp.models.attention.bias import BiasTiles, DistanceCache, RBFNetworkBias, _gather, _versions, cached
 from geonp.models.attention.gather import gather_table
 
 # Largest |Δt| (days) of the table path; beyond it the direct path is used.
 _MAX_DAYS = 100_000
 # Largest joint space-time table (entries per head, 8 MB): beyond it the two tables are read apart.
 _MAX_JOINT = 2**21
+# Time and joint tables kept between inference passes, at most (then all are dropped).
+_KEPT = 16
 
 
 class SpaceTimeBias(nn.Module):
@@ -52,6 +54,26 @@ class SpaceTimeBias(nn.Module):
                                    grid_fast_path=False)
         with torch.no_grad():  # starts as the spatial bias alone: a spatial model's weights carry over
             self.time.a.zero_()
+        self._days_kept: dict[tuple, torch.Tensor] = {}  # inference: time tables by length and version
+        self._joint_kept: dict[tuple, torch.Tensor] = {}  # and the joint tables built from them
+
+    def _day_table(self, params: tuple[torch.Tensor, ...], max_dt: int, like: torch.Tensor, keep: bool) -> torch.Tensor:
+        """The time bias at ``|Δt| = 0..max_dt`` ``[H, max_dt + 1]``; with ``keep`` (inference) the
+        same tensor from pass to pass until a parameter changes, so that the joint table built
+        from it is kept too (:func:`_joint_tiles`; rebuilt per layer and pass, it was a tenth of a
+        61x61 multi-date fill)."""
+        days = torch.arange(max_dt + 1, device=like.device, dtype=like.dtype)
+        if not keep:
+            return RBFNetworkBias.evaluate(params, days)
+        key = (like.device, like.dtype, max_dt, *_versions(params))
+        table = self._days_kept.get(key)
+        if table is None:
+            if len(self._days_kept) >= _KEPT:
+                self._days_kept.clear()
+                self._joint_kept.clear()
+            with torch.no_grad():
+                table = self._days_kept[key] = RBFNetworkBias.evaluate(params, days)
+        return table
 
     def tiles(self, q_pos: torch.Tensor, k_pos: torch.Tensor, key_valid: torch.Tensor | None = None,
               *, cache: DistanceCache | None = None) -> BiasTiles:
@@ -63,15 +85,19 @@ class SpaceTimeBias(nn.Module):
             return space
         params = (self.time.a, self.time.b, self.time.c)
         if max_dt is not None and max_dt <= _MAX_DAYS:
-            days = torch.arange(max_dt + 1, device=q_pos.device, dtype=q_pos.dtype)
-            time_tensors: tuple[torch.Tensor, ...] = (RBFNetworkBias.evaluate(params, days),)  # [H, T]
+            keep = cache is not None and not (torch.is_grad_enabled() and self.time.a.requires_grad)
+            time_tensors: tuple[torch.Tensor, ...] = (self._day_table(params, max_dt, q_pos, keep),)  # [H, T]
 
             def day_index(qs: slice, ks: slice) -> torch.Tensor:
                 return cached(cache, ("days", qt, kt, qs.start, qs.stop, ks.start, ks.stop),
                               lambda: (qt[:, qs, None] - kt[:, None, ks]).abs().round().int(), tile=True)
 
             if space.index is not None and space.tensors[0].shape[1] * (max_dt + 1) <= _MAX_JOINT:
-                return _joint_tiles(space, time_tensors[0], day_index, cache)
+                kept = None
+                if keep:  # by the tables' storage and the versions of every parameter they come from
+                    version = _versions((self.space.a, self.space.b, self.space.c, *params))
+                    kept = (self._joint_kept, version)
+                return _joint_tiles(space, time_tensors[0], day_index, cache, kept)
 
             def time_tile(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
                 return _gather(tensors[0], day_index(qs, ks))
@@ -91,12 +117,15 @@ class SpaceTimeBias(nn.Module):
 
 
 def _joint_tiles(space: BiasTiles, time_table: torch.Tensor, day_index: Callable[[slice, slice], torch.Tensor],
-                 cache: DistanceCache | None) -> BiasTiles:
+                 cache: DistanceCache | None, kept: tuple[dict[tuple, torch.Tensor], tuple] | None = None
+                 ) -> BiasTiles:
     """Space and time biases read from one joint table: one gather per pair instead of two and a sum.
 
     Entry ``s * T + t`` of the joint table ``[H, S * T]`` is the space table's entry ``s`` plus the
     time table's entry ``t``: the same float sum a pair's two lookups made, so the tiles are the
     same bit for bit (-inf at a masked key too), at the cost of a table ``T`` times longer.
+    ``kept`` (inference): a dict of joint tables kept between passes, and the versions of the
+    parameters behind the two tables (both are themselves kept until a parameter changes).
     """
     n_days, space_index = time_table.shape[1], space.index
     if space_index is None:
@@ -108,8 +137,18 @@ def _joint_tiles(space: BiasTiles, time_table: torch.Tensor, day_index: Callable
 
     def joint(tensors: tuple[torch.Tensor, ...], qs: slice, ks: slice) -> torch.Tensor:
         needs_grad = torch.is_grad_enabled() and any(t.requires_grad for t in tensors)
-        table = (joint_table(tensors) if needs_grad or cache is None else
-                 cached(cache, ("joint", *tensors), lambda: joint_table(tensors)))
+        if needs_grad or cache is None:
+            table = joint_table(tensors)
+        elif kept is not None:
+            tables, version = kept
+            key = (*((t.data_ptr(), tuple(t.shape)) for t in tensors), version)
+            table = tables.get(key)
+            if table is None:
+                if len(tables) >= _KEPT:
+                    tables.clear()
+                table = tables[key] = joint_table(tensors)
+        else:
+            table = cached(cache, ("joint", *tensors), lambda: joint_table(tensors))
         return gather_table(table, space_index(qs, ks) * n_days + day_index(qs, ks))
 
     return BiasTiles((space.tensors[0], time_table), joint, masks_keys=space.masks_keys)
