@@ -35,6 +35,7 @@ CONFIGS = {
     "lattice-only": {"n_far": 96, "near_overlap": None},  # the lattice alone
     "ctx128": {"max_context": 128},  # a smaller near context: cheaper, std too small near data
     "lattice-coarse": {"lattice": ((6.0, 2), (12.0, 4), (24.0, 8), (48.0, 16))},
+    "split24": {"min_split": 24},  # tiles of scattered gaps split down to 24 px, not 12
     "lattice4": {"lattice": ((4.0, 2), (8.0, 4), (16.0, 8), (32.0, 16))},  # the lattice from 4 px
     "near2": {"near_overlap": 2},  # a narrower blend margin near data
     "near0": {"near_overlap": 0},  # no blend near data: each near pixel predicted once
@@ -66,7 +67,7 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
     spec = CONFIGS[name]
     opts = tile_options(loaded, None, spec.get("max_context"), None, 512, spec.get("queries", "lattice"))
     opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "near_overlap", "near_far",
-                                                                           "near_context")})
+                                                                           "near_context", "min_split")})
     if "n_far" in spec:
         opts = dataclasses.replace(opts, context=dataclasses.replace(opts.context, n_far=spec["n_far"]))
     observed = np.broadcast_to(~gap, truth.shape).copy() & (truth > 0)

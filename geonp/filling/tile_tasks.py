@@ -45,6 +45,8 @@ class TileOptions:
             where those are more (at most the context's ``n_near``; None: ``n_near``; needs a
             lattice): the ``near_context`` of a model trained with near batches
             (:class:`geonp.training.windows.TaskShape`).
+        min_split: a tile whose gaps' neighbours are more than its context takes is split in four
+            down to this edge (pixels), not below.
     """
 
     tile_size: int = 48
@@ -55,6 +57,7 @@ class TileOptions:
     lattice: tuple[tuple[float, int], ...] = ()
     near_far: int | None = None
     near_context: int | None = None
+    min_split: int = 12
 
     def __post_init__(self) -> None:
         """Check the fields; a bad value raises ValueError naming it."""
@@ -118,9 +121,6 @@ class TileTask:
     core: int
     src: np.ndarray | None = None
     coef: np.ndarray | None = None
-
-
-_MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
 
 
 def _neighbours(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, int, int], beyond: int = 0) -> int:
@@ -251,7 +251,7 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int,
         rr0, rr1, cc0, cc1 = max(qr0, r0), min(qr1, r1), max(qc0, c0), min(qc1, c1)
         if rr0 >= rr1 or cc0 >= cc1 or not to_fill[rr0:rr1, cc0:cc1].any():
             continue
-        if tile.height > _MIN_SPLIT and _neighbours(observed, to_fill, (qr0, qr1, qc0, qc1)) > opts.max_context:
+        if tile.height > opts.min_split and _neighbours(observed, to_fill, (qr0, qr1, qc0, qc1)) > opts.max_context:
             # Scattered gaps (dropped pixels, stripes): the gaps' own neighbours are more than the
             # context cap, so some would be left out. Split the tile in four (the rule depends on
             # this tile's pixels only, so every block splits alike).

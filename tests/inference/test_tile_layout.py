@@ -1,7 +1,7 @@
 """The real tile layout of a block, quarter splits included, against a brute-force reference.
 
 ``tile_tasks.band_tasks`` lays tiles on the raster's global grid and splits a tile in four (again
-and again, down to 12 px) where scattered gaps have more observed neighbours than the context
+and again, down to ``min_split``, 12 px) where scattered gaps have more observed neighbours than the context
 cap. The reference below rebuilds that layout with plain loops from the documented rules, and
 the test checks every task's pixels and blend weights against it, and that every gap pixel of
 the region lies on exactly one tile core.
@@ -14,9 +14,6 @@ import pytest
 
 from geonp.filling.tile_tasks import TileOptions, band_tasks
 from geonp.tasks.context import ContextSpec
-
-MIN_SPLIT = 12  # tiles are not split below this edge (pixels)
-
 
 def _neighbours(observed, to_fill, qb) -> int:
     """Observed pixels of the window with a pixel to fill among their 8 neighbours (in the window)."""
@@ -57,7 +54,7 @@ def reference_layout(observed, to_fill, region, origin, opts):
                   for c in range(max(qb[2], c0), min(qb[3], c1)) if to_fill[r, c]]
         if not pixels:
             return
-        if height > MIN_SPLIT and _neighbours(observed, to_fill, qb) > opts.max_context:
+        if height > opts.min_split and _neighbours(observed, to_fill, qb) > opts.max_context:
             h1, w1 = height // 2, width // 2
             o2 = max(2, min(ov, h1 // 3))
             for dr, hh in ((0, h1), (h1, height - h1)):
@@ -81,18 +78,23 @@ def _scene(size=120, seed=0):
     return values, ~to_fill, to_fill
 
 
-@pytest.mark.parametrize("origin,region", [((0, 0), (0, 120, 0, 120)),
-                                           ((37, 203), (9, 111, 14, 104))])
-def test_tasks_match_the_brute_force_layout_and_every_gap_is_on_one_core(origin, region):
+@pytest.mark.parametrize("origin,region,min_split", [((0, 0), (0, 120, 0, 120), 12),
+                                                     ((37, 203), (9, 111, 14, 104), 12),
+                                                     ((0, 0), (0, 120, 0, 120), 16)])
+def test_tasks_match_the_brute_force_layout_and_every_gap_is_on_one_core(origin, region, min_split):
     values, observed, to_fill = _scene()
-    opts = TileOptions(tile_size=32, overlap=5, context=ContextSpec(n_near=60, search_radius=40))
+    opts = TileOptions(tile_size=32, overlap=5, context=ContextSpec(n_near=60, search_radius=40),
+                       min_split=min_split)
     tasks = band_tasks(values, observed, to_fill, region, origin=origin, opts=opts)
     ref = reference_layout(observed, to_fill, region, origin, opts)
     r0, r1, c0, c1 = region
     rw = c1 - c0
 
     heights = sorted({t[0][2] for t in ref})
-    assert heights[0] < 16 and 16 in heights and 32 in heights  # unsplit, split once, split twice
+    if min_split == 12:
+        assert heights[0] < 16 and 16 in heights and 32 in heights  # unsplit, split once, split twice
+    else:
+        assert heights == [16, 32]  # split once at most: not below 16 px
     assert len(tasks) == len(ref)
     got = []
     for t in tasks:
