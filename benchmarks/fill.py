@@ -13,6 +13,11 @@ own process) to show that it does not grow with the raster.
     python benchmarks/fill.py --sizes ""           # the comparison only
     python benchmarks/fill.py --kinds cloud --size 512 --sizes ""   # a quick look
     python benchmarks/fill.py --sizes "" --queries lattice --model DIR   # another model, the default queries only
+    python benchmarks/fill.py --sizes "" --queries lattice --engine ../old   # and another checkout's geonp
+
+``--engine DIR`` also times the geonp package of another checkout (``git worktree add ../old
+COMMIT``) on the same gaps in the same run, each fill run from that folder (``python -m`` puts the
+working directory first on the import path: run from this repository, every fill imports it).
 """
 
 from __future__ import annotations
@@ -108,6 +113,8 @@ def main() -> None:
     parser.add_argument("--skip-crop", action="store_true", help="only the memory runs")
     parser.add_argument("--devices", default=None, help="comma-separated: cpu,cuda [default: cpu, and cuda if present]")
     parser.add_argument("--workers", type=int, default=None, help="fill worker processes [default: geonp's choice]")
+    parser.add_argument("--engine", type=Path, default=None,
+                        help="also time the geonp of this checkout (its folder; rows marked with its name)")
     parser.add_argument("--device", default="cpu", help=argparse.SUPPRESS)
     parser.add_argument("--one", nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -168,12 +175,17 @@ def write_crop(path: Path, size: int, gap: np.ndarray) -> np.ndarray:
     return arr
 
 
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Run a command; its wall seconds and the peak RSS (MB) of its largest process (workers included)."""
+def timed(cmd: list[str], engine: Path | None = None) -> tuple[float, float]:
+    """Run a command; its wall seconds and the peak RSS (MB) of its largest process (workers included).
+
+    ``engine``: run it from that checkout's folder, with the checkout first on ``PYTHONPATH``.
+    """
     code = ("import json,resource,subprocess,sys,time; t=time.perf_counter(); subprocess.run(sys.argv[1:], check=True, "
             "capture_output=True); print(json.dumps([time.perf_counter()-t, "
             "resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss/1024]))")
-    out = subprocess.run([sys.executable, "-c", code, *cmd], check=True, capture_output=True, text=True).stdout
+    env = None if engine is None else os.environ | {"PYTHONPATH": str(engine.resolve())}
+    out = subprocess.run([sys.executable, "-c", code, *cmd], check=True, capture_output=True, text=True,
+                         cwd=engine, env=env).stdout
     seconds, mb = json.loads(out)
     return seconds, mb
 
@@ -183,7 +195,7 @@ def compare(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
     geonp_cmd = [sys.executable, "-m", "geonp_cli", "-q", "fill"]
     print(f"whole processes on crops of {SCENE.name} (rightmost columns, from row 640; its last 408 columns "
           f"were held out from training); GDAL FillNodata on the same gaps; {args.model} model")
-    print(f"{'gaps':<8}{'method':<24}{'s':>7}{'s/Mpx':>8}{'÷GDAL':>7}{'÷every':>7}{'peak MB':>9}{'RMSE':>8}"
+    print(f"{'gaps':<8}{'method':<30}{'s':>7}{'s/Mpx':>8}{'÷GDAL':>7}{'÷every':>7}{'peak MB':>9}{'RMSE':>8}"
           f"{'÷GDAL':>7}{'cov95':>7}")
     for kind in args.kinds.split(","):
         size = args.size if kind != "random" else min(args.size, 512)
@@ -195,22 +207,24 @@ def compare(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
         gdal = np.load(tmp / "gdal.npy").astype(float)
         rmse_gdal = float(np.sqrt(((gdal[:, gap] - truth[:, gap]) ** 2).mean()))
         rows = {}
-        for device in devices:
-            for queries in args.queries.split(","):
-                out = tmp / f"{kind}_{queries}_{device}.tif"
-                seconds, mb = timed(geonp_cmd + [str(tmp / f"{kind}.tif"), str(out), "--model", args.model,
-                                                 "--queries", queries, "--device", device, "--overwrite"]
-                                    + (["--workers", str(args.workers)] if args.workers else []))
-                with rasterio.open(out) as f, rasterio.open(str(out)[:-4] + "_std.tif") as g:
-                    pred, std = f.read().astype(float), g.read().astype(float)
-                err = pred[:, gap] - truth[:, gap]
-                rows[(device, queries)] = (seconds, mb, float(np.sqrt((err**2).mean())),
-                                           float((np.abs(err) <= 1.96 * std[:, gap]).mean()))
-        print(f"{kind:<8}{'GDAL FillNodata':<24}{gdal_s:7.1f}{gdal_s / mpx:8.2f}{1:7.0f}{'':>7}{gdal_mb:9.0f}"
+        for engine in [None] + ([args.engine] if args.engine else []):
+            tag = "" if engine is None else f" @{engine.resolve().name}"
+            for device in devices:
+                for queries in args.queries.split(","):
+                    out = tmp / f"{kind}_{queries}_{device}{tag.strip(' @')}.tif"
+                    seconds, mb = timed(geonp_cmd + [str(tmp / f"{kind}.tif"), str(out), "--model", args.model,
+                                                     "--queries", queries, "--device", device, "--overwrite"]
+                                        + (["--workers", str(args.workers)] if args.workers else []), engine)
+                    with rasterio.open(out) as f, rasterio.open(str(out)[:-4] + "_std.tif") as g:
+                        pred, std = f.read().astype(float), g.read().astype(float)
+                    err = pred[:, gap] - truth[:, gap]
+                    rows[(device, queries, tag)] = (seconds, mb, float(np.sqrt((err**2).mean())),
+                                                    float((np.abs(err) <= 1.96 * std[:, gap]).mean()))
+        print(f"{kind:<8}{'GDAL FillNodata':<30}{gdal_s:7.1f}{gdal_s / mpx:8.2f}{1:7.0f}{'':>7}{gdal_mb:9.0f}"
               f"{rmse_gdal:8.1f}{1:7.3f}{'':>7}   ({mpx:.2f} Mpx of band-gaps, {size}x{size})")
-        for (device, queries), (seconds, mb, rmse, cov) in rows.items():
-            every = rows.get((device, "every"), (np.nan,))[0]
-            print(f"{kind:<8}{f'geonp {queries} {device}':<24}{seconds:7.1f}{seconds / mpx:8.1f}{seconds / gdal_s:7.0f}"
+        for (device, queries, tag), (seconds, mb, rmse, cov) in rows.items():
+            every = rows.get((device, "every", tag), (np.nan,))[0]
+            print(f"{kind:<8}{f'geonp {queries} {device}{tag}':<30}{seconds:7.1f}{seconds / mpx:8.1f}{seconds / gdal_s:7.0f}"
                   f"{seconds / every:7.2f}{mb:9.0f}{rmse:8.1f}{rmse / rmse_gdal:7.3f}{cov:7.3f}", flush=True)
 
 

@@ -119,8 +119,11 @@ def pack(queries: Sequence[int], contexts: Sequence[int], batch_rows: int, *, ma
 
 
 def geometry_units(tasks: Sequence[TileTask]) -> list[list[int]]:
-    """Task indices in runs that share one geometry: consecutive tasks (the bands of a tile,
-    :func:`~geonp.filling.tile_tasks.band_tasks`) with the same context and query coordinates."""
+    """Task indices in runs that share one geometry.
+
+    A run is consecutive tasks (the bands of a tile, :func:`~geonp.filling.tile_tasks.band_tasks`)
+    with the same context and query coordinate arrays.
+    """
     units: list[list[int]] = []
     for i, t in enumerate(tasks):
         if units:

@@ -15,6 +15,7 @@ import pytest
 from geonp.filling.tile_tasks import TileOptions, band_tasks
 from geonp.tasks.context import ContextSpec
 
+
 def _neighbours(observed, to_fill, qb) -> int:
     """Observed pixels of the window with a pixel to fill among their 8 neighbours (in the window)."""
     r0, r1, c0, c1 = qb

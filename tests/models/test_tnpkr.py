@@ -112,7 +112,7 @@ def _runs(groups, seed=0, nc=50, nt=31, days=False):
 @pytest.mark.parametrize(("grid", "temporal"), [(True, False), (False, False), (True, True)])
 def test_runs_of_one_geometry_read_one_bias_with_the_same_result(monkeypatch, grid, temporal):
     """``groups``: the bands of a tile share their bias (one gather for all); the numbers do not move."""
-    import geonp.models.attention.scan as scan
+    from geonp.models.attention import scan
 
     calls = []
     grouped = scan._grouped_block_forward

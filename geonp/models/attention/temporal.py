@@ -24,7 +24,14 @@ from collections.abc import Callable
 import torch
 from torch import nn
 
-from geonp.models.attention.bias import BiasTiles, DistanceCache, RBFNetworkBias, _gather, _versions, cached
+from geonp.models.attention.bias import (
+    BiasTiles,
+    DistanceCache,
+    RBFNetworkBias,
+    _gather,
+    _versions,
+    cached,
+)
 from geonp.models.attention.gather import gather_table
 
 # Largest |Δt| (days) of the table path; beyond it the direct path is used.
@@ -58,10 +65,12 @@ class SpaceTimeBias(nn.Module):
         self._joint_kept: dict[tuple, torch.Tensor] = {}  # and the joint tables built from them
 
     def _day_table(self, params: tuple[torch.Tensor, ...], max_dt: int, like: torch.Tensor, keep: bool) -> torch.Tensor:
-        """The time bias at ``|Δt| = 0..max_dt`` ``[H, max_dt + 1]``; with ``keep`` (inference) the
-        same tensor from pass to pass until a parameter changes, so that the joint table built
-        from it is kept too (:func:`_joint_tiles`; rebuilt per layer and pass, it was a tenth of a
-        61x61 multi-date fill)."""
+        """The time bias at ``|Δt| = 0..max_dt``, ``[H, max_dt + 1]``.
+
+        With ``keep`` (inference) the same tensor from pass to pass until a parameter changes, so
+        that the joint table built from it is kept too (:func:`_joint_tiles`; rebuilt per layer
+        and pass, it was a tenth of a 61x61 multi-date fill).
+        """
         days = torch.arange(max_dt + 1, device=like.device, dtype=like.dtype)
         if not keep:
             return RBFNetworkBias.evaluate(params, days)
