@@ -115,8 +115,9 @@ def test_runs_of_one_geometry_read_one_bias_with_the_same_result(monkeypatch, gr
     from geonp.models.attention import scan
 
     calls = []
-    grouped = scan._grouped_block_forward
-    monkeypatch.setattr(scan, "_grouped_block_forward", lambda *a: calls.append(a[5]) or grouped(*a))
+    single = scan._single_block_forward  # groups: its 7th argument
+    monkeypatch.setattr(scan, "_single_block_forward",
+                        lambda *a: (len(a) > 6 and a[6] > 1 and calls.append(a[6])) or single(*a))
     model = _model(attention="scan", dim_y=1, dim_x=3 if temporal else 2, temporal=temporal)
     xc, yc, xt, valid = _runs(3, days=temporal)
     if not grid:

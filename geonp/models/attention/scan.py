@@ -52,35 +52,17 @@ def _tile_logits(
 
 def _single_block_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles | None,
-    key_valid: torch.Tensor | None, q_chunk: int,
+    key_valid: torch.Tensor | None, q_chunk: int, groups: int = 1,
 ) -> torch.Tensor:
     """Inference when all keys fit in one block: PyTorch's fused attention, one query chunk at a time.
 
     Same result as the online softmax (one block needs no rescaling); about 2.5x faster on CPU.
-    """
-    out = q.new_empty((*q.shape[:-1], v.shape[-1]))
-    ks = slice(0, k.shape[2])
-    mask_kv = key_valid is not None and not (tiles is not None and tiles.masks_keys)
-    for qs in _chunks(q.shape[2], q_chunk):
-        bias = tiles.fn(tiles.tensors, qs, ks) if tiles is not None else None
-        if mask_kv:
-            bias = torch.where(key_mask(key_valid), bias if bias is not None else 0.0, float("-inf"))
-        out[:, :, qs] = torch.nn.functional.scaled_dot_product_attention(q[:, :, qs], k, v, attn_mask=bias)
-    # a row with no valid key is all -inf: softmax gives NaN there; the convention is zero
-    return zero_keyless_rows(out, key_valid)
 
-
-def _grouped_block_forward(
-    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles, key_valid: torch.Tensor | None,
-    groups: int, q_chunk: int,
-) -> torch.Tensor:
-    """:func:`_single_block_forward` for a batch of ``groups`` runs of one geometry, bias read once.
-
-    ``tiles`` is the bias of the first run ``[T, H, Qc, Kc]`` (``T = B / groups``); every run's
-    heads attend through it: ``q, k, v [g·T, H, N, D]`` are laid out as ``[g, H·T, N, D]`` and the
-    bias as ``[1, H·T, Qc, Kc]``, which the fused attention broadcasts over the runs. Same result
-    as the bias of the whole batch; the gather, the squared distances and the key mask are done
-    once for all runs instead of per run (the bands of a tile).
+    ``groups > 1``: the batch is that many runs of one geometry and ``tiles`` the bias of the first
+    run, ``[T, H, Qc, Kc]`` (``T = B / groups``). Every run attends through it: ``q, k, v
+    [g·T, H, N, D]`` are laid out as ``[g, H·T, N, D]`` and the bias as ``[1, H·T, Qc, Kc]`` (a view
+    of the head-major table gather), which the fused attention broadcasts over the runs; the
+    gather, the squared distances and the key mask are done once for all runs (the bands of a tile).
     """
     b, h, nq, _ = q.shape
     t = b // groups
@@ -89,18 +71,21 @@ def _grouped_block_forward(
     def fold(x: torch.Tensor) -> torch.Tensor:  # [g·T, H, N, D] -> [g, H·T, N, D]
         return x.view(groups, t, h, *x.shape[2:]).transpose(1, 2).reshape(groups, h * t, *x.shape[2:])
 
-    qf, kf, vf = fold(q), fold(k), fold(v)
-    out = q.new_empty((groups, h * t, nq, dv))
+    if groups > 1:
+        q, k, v = fold(q), fold(k), fold(v)
+    out = q.new_empty((*q.shape[:-1], dv))
     ks = slice(0, k.shape[2])
-    first = None if key_valid is None else key_valid[:t]
+    mask_kv = key_valid is not None and not (tiles is not None and tiles.masks_keys)
     for qs in _chunks(nq, q_chunk):
-        bias = tiles.fn(tiles.tensors, qs, ks)  # [T, H, Qc, Kc]
-        if first is not None and not tiles.masks_keys:
-            bias = torch.where(key_mask(first), bias, float("-inf"))
-        # head-major, as the table gather writes it: a view there
-        bias = bias.transpose(0, 1).reshape(1, h * t, *bias.shape[2:])
-        out[:, :, qs] = torch.nn.functional.scaled_dot_product_attention(qf[:, :, qs], kf, vf, attn_mask=bias)
-    out = out.view(groups, h, t, nq, dv).transpose(1, 2).reshape(b, h, nq, dv)
+        bias = tiles.fn(tiles.tensors, qs, ks) if tiles is not None else None
+        if mask_kv:
+            bias = torch.where(key_mask(key_valid[:t]), bias if bias is not None else 0.0, float("-inf"))
+        if groups > 1:
+            bias = bias.transpose(0, 1).reshape(1, h * t, *bias.shape[2:])
+        out[:, :, qs] = torch.nn.functional.scaled_dot_product_attention(q[:, :, qs], k, v, attn_mask=bias)
+    if groups > 1:
+        out = out.view(groups, h, t, nq, dv).transpose(1, 2).reshape(b, h, nq, dv)
+    # a row with no valid key is all -inf: softmax gives NaN there; the convention is zero
     return zero_keyless_rows(out, key_valid)
 
 
@@ -331,7 +316,7 @@ class ScanAttention(BiasedSoftmaxAttention):
 
         Where the pass's cache says the batch is ``groups`` runs of one geometry (the bands of a
         tile, :class:`~geonp.models.attention.bias.DistanceCache`), at inference with one key
-        block: the bias of the first run serves all (:func:`_grouped_block_forward`).
+        block: the bias of the first run serves all (:func:`_single_block_forward`).
         """
         groups = where.cache.groups if where.cache is not None else 1
         if groups == 1 or self.bias is None or k.shape[2] > self.k_chunk or q.shape[0] % groups \
@@ -344,7 +329,7 @@ class ScanAttention(BiasedSoftmaxAttention):
         valid = where.key_valid
         tiles = self.bias.tiles(where.q_pos[:t], where.k_pos[:t], None if valid is None else valid[:t],
                                 cache=where.cache)
-        return _grouped_block_forward(q, k, v, tiles, valid, groups, self.q_chunk)
+        return _single_block_forward(q, k, v, tiles, valid, self.q_chunk, groups)
 
     def attend_tiles(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles | None,

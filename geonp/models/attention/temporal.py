@@ -42,6 +42,30 @@ _MAX_JOINT = 2**21
 _KEPT = 16
 
 
+class _Kept:
+    """Tables kept between inference passes, keyed by what they are built from.
+
+    Keys hold the storage, length and parameter versions behind a table, so a pass reads the
+    tables of the previous one; at most :data:`_KEPT` are kept, then all are dropped.
+    """
+
+    def __init__(self) -> None:
+        self.tables: dict[tuple, torch.Tensor] = {}
+
+    def __len__(self) -> int:
+        return len(self.tables)
+
+    def get(self, key: tuple, build: Callable[[], torch.Tensor]) -> torch.Tensor:
+        """The table kept under ``key``, else ``build()`` (without gradients), kept."""
+        table = self.tables.get(key)
+        if table is None:
+            if len(self.tables) >= _KEPT:
+                self.tables.clear()
+            with torch.no_grad():
+                table = self.tables[key] = build()
+        return table
+
+
 class SpaceTimeBias(nn.Module):
     """Spatial RBF bias on coordinates ``[..., :-1]`` plus a temporal one on ``[..., -1]`` (days).
 
@@ -61,8 +85,8 @@ class SpaceTimeBias(nn.Module):
                                    grid_fast_path=False)
         with torch.no_grad():  # starts as the spatial bias alone: a spatial model's weights carry over
             self.time.a.zero_()
-        self._days_kept: dict[tuple, torch.Tensor] = {}  # inference: time tables by length and version
-        self._joint_kept: dict[tuple, torch.Tensor] = {}  # and the joint tables built from them
+        self._days_kept = _Kept()  # inference: time tables by length and version
+        self._joint_kept = _Kept()  # and the joint tables built from them
 
     def _day_table(self, params: tuple[torch.Tensor, ...], max_dt: int, like: torch.Tensor, keep: bool) -> torch.Tensor:
         """The time bias at ``|Δt| = 0..max_dt``, ``[H, max_dt + 1]``.
@@ -74,15 +98,8 @@ class SpaceTimeBias(nn.Module):
         days = torch.arange(max_dt + 1, device=like.device, dtype=like.dtype)
         if not keep:
             return RBFNetworkBias.evaluate(params, days)
-        key = (like.device, like.dtype, max_dt, *_versions(params))
-        table = self._days_kept.get(key)
-        if table is None:
-            if len(self._days_kept) >= _KEPT:
-                self._days_kept.clear()
-                self._joint_kept.clear()
-            with torch.no_grad():
-                table = self._days_kept[key] = RBFNetworkBias.evaluate(params, days)
-        return table
+        return self._days_kept.get((like.device, like.dtype, max_dt, *_versions(params)),
+                                   lambda: RBFNetworkBias.evaluate(params, days))
 
     def tiles(self, q_pos: torch.Tensor, k_pos: torch.Tensor, key_valid: torch.Tensor | None = None,
               *, cache: DistanceCache | None = None) -> BiasTiles:
@@ -126,14 +143,13 @@ class SpaceTimeBias(nn.Module):
 
 
 def _joint_tiles(space: BiasTiles, time_table: torch.Tensor, day_index: Callable[[slice, slice], torch.Tensor],
-                 cache: DistanceCache | None, kept: tuple[dict[tuple, torch.Tensor], tuple] | None = None
-                 ) -> BiasTiles:
+                 cache: DistanceCache | None, kept: tuple[_Kept, tuple] | None = None) -> BiasTiles:
     """Space and time biases read from one joint table: one gather per pair instead of two and a sum.
 
     Entry ``s * T + t`` of the joint table ``[H, S * T]`` is the space table's entry ``s`` plus the
     time table's entry ``t``: the same float sum a pair's two lookups made, so the tiles are the
     same bit for bit (-inf at a masked key too), at the cost of a table ``T`` times longer.
-    ``kept`` (inference): a dict of joint tables kept between passes, and the versions of the
+    ``kept`` (inference): the joint tables kept between passes, and the versions of the
     parameters behind the two tables (both are themselves kept until a parameter changes).
     """
     n_days, space_index = time_table.shape[1], space.index
@@ -151,11 +167,7 @@ def _joint_tiles(space: BiasTiles, time_table: torch.Tensor, day_index: Callable
         elif kept is not None:
             tables, version = kept
             key = (*((t.data_ptr(), tuple(t.shape)) for t in tensors), version)
-            table = tables.get(key)
-            if table is None:
-                if len(tables) >= _KEPT:
-                    tables.clear()
-                table = tables[key] = joint_table(tensors)
+            table = tables.get(key, lambda: joint_table(tensors))
         else:
             table = cached(cache, ("joint", *tensors), lambda: joint_table(tensors))
         return gather_table(table, space_index(qs, ks) * n_days + day_index(qs, ks))
