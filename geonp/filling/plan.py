@@ -24,7 +24,7 @@ import numpy as np
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.filling import classes
-from geonp.filling.predict import Predictor
+from geonp.filling.predict import NearModel, Predictor
 from geonp.filling.references import ReferenceLines
 from geonp.filling.similar_pixels import ESTIMATE_REACH
 from geonp.filling.tile_tasks import TileOptions
@@ -138,7 +138,11 @@ class FillPlan:
     def predictor(self, loaded: LoadedModel) -> Predictor:
         """A predictor of ``loaded`` with this plan's tiles, device and batch budget."""
         assert self.opts is not None, "a nearest-class plan runs no model"
-        return Predictor(loaded.module, self.opts, resolve_device(self.device), batch_rows=self.batch_rows)
+        near = None
+        if loaded.near is not None and self.opts.lattice:  # its tiles are those near data on the lattice
+            near = NearModel(loaded.near.module, loaded.near.calibration, self.calibration)
+        return Predictor(loaded.module, self.opts, resolve_device(self.device), batch_rows=self.batch_rows,
+                         near=near)
 
 
 def plan_model(plan: FillPlan) -> Any:
@@ -170,17 +174,21 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
 
     The model card's ``task_shape`` gives what the arguments leave as None (the search radius:
     the one the model was trained with, :class:`ContextSpec`'s where the card has none; the near
-    context of tiles near data, unless ``max_context`` sets every tile's); ``queries`` (a
+    context of tiles near data, its near model's where it has one, unless ``max_context`` sets
+    every tile's); ``queries`` (a
     :class:`~geonp.config.FillConfig` field) the query lattice and near blend margin.
     """
     shape = loaded.card.task_shape or {}
     spec = ContextSpec.from_dict(shape)
+    # the tiles near data take the near context of the model that runs them
+    near_model = getattr(loaded, "near", None)
+    near_shape = shape if near_model is None else (near_model.card.task_shape or {})
     overlap = int(shape.get("overlap", DEFAULT_OVERLAP)) if overlap is None else overlap
     spec = dataclasses.replace(spec, n_near=int(max_context or spec.n_near),
                                search_radius=spec.search_radius if search_radius is None else search_radius)
     opts = TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap, context=spec,
                        temporal=loaded.config.temporal,
-                       near_context=(int(shape.get("near_context", 0)) or None) if max_context is None else None)
+                       near_context=(int(near_shape.get("near_context", 0)) or None) if max_context is None else None)
     return lattice_options(opts) if queries == "lattice" else opts
 
 

@@ -10,7 +10,8 @@ steps that training and filling share where they can:
    builds it, so blocks leave no seams.
 2. :class:`Predictor` runs all tasks of a block: sorted by size, packed into large batches under
    a row budget, with as few model calls as possible, and blends the tiles' predictions by
-   scatter-add (on the model's device).
+   scatter-add (on the model's device). A model with a near model (:class:`NearModel`) runs the
+   tiles near data through it.
 3. :func:`reference_predict` is the slow, obviously correct twin: one model call per tile and a
    plain ``np.add.at`` blend. Tests tie the two together.
 """
@@ -19,18 +20,22 @@ from __future__ import annotations
 
 import copy
 import ctypes
+import dataclasses
 import functools
 import inspect
 import math
 import os
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 
 import numpy as np
 import torch
 
 from geonp.data.tasks import collate
+from geonp.filling.calibration import distance_to_observed
 from geonp.filling.tile_tasks import BlockReference, TileOptions, TileTask, block_tasks
+from geonp.model_files.calibration import Calibration
 from geonp.tasks.lattice import read_off
 
 #: Query rows per model call by device. On the CPU smaller calls run faster (their attention tiles
@@ -135,6 +140,55 @@ def geometry_units(tasks: Sequence[TileTask]) -> list[list[int]]:
     return units
 
 
+@dataclass(frozen=True)
+class NearModel:
+    """A second model for the tiles near data, and what its std is worth beside the main model's.
+
+    It runs the tasks whose gaps all lie near data (:attr:`TileTask.near
+    <geonp.filling.tile_tasks.TileTask.near>`). A fill calibrates the blended std with the main model's calibration (by band and distance to
+    data). The near model was calibrated on its own fills, so before blending its raw std is
+    multiplied by the ratio of its calibration to the main model's at each pixel
+    (:meth:`std_ratio`): after the main calibration, a pixel only near tiles predict gets the near
+    model's own calibrated std.
+
+    Attributes:
+        module: the near model (a per-band single-date model trained with near batches).
+        calibration: its post-hoc std calibration, or None.
+        main: the main model's, or None.
+    """
+
+    module: torch.nn.Module
+    calibration: Calibration | None
+    main: Calibration | None
+
+    def std_ratio(self, observed: np.ndarray, region: tuple[int, int, int, int]) -> np.ndarray:
+        """``[bands, r1 - r0, c1 - c0]`` factors on the near model's raw std of a block's region.
+
+        ``observed``: bool ``[bands, h, w]`` of the whole block (halo too), for each pixel's
+        distance to data, as the fill's calibration reads it.
+        """
+        near, main = self.calibration or Calibration(), self.main or Calibration()
+        r0, r1, c0, c1 = region
+        n = observed.shape[0]
+        out = np.ones((n, r1 - r0, c1 - c0))
+        for b in range(n):
+            dist = (distance_to_observed(observed[b])[r0:r1, c0:c1] if near.needs_distance or main.needs_distance
+                    else np.zeros(out.shape[1:]))
+            out[b] = near.apply(out[b], dist, band=b, band_count=n) / main.apply(out[b], dist, band=b, band_count=n)
+        return out
+
+
+def _on(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
+    """``module`` in eval mode on ``device`` (a copy when it is elsewhere: the caller's stays put)."""
+    on_device = all(p.device == device for p in module.parameters())
+    return (module if on_device else copy.deepcopy(module).to(device)).eval()
+
+
+def _shares_geometry(module: torch.nn.Module) -> bool:
+    """Whether ``module`` reads the bias of a batch of runs of one geometry once (``groups``)."""
+    return "groups" in inspect.signature(module.encode_context).parameters
+
+
 class Predictor:
     """Runs the tasks of blocks through a model: sorted, packed, batched, blended on the device.
 
@@ -147,22 +201,23 @@ class Predictor:
         device: where the model runs.
         batch_rows: padded query rows (tiles x targets) per model call (None: :data:`BATCH_ROWS`).
         chunk_rows: query rows the model decodes at a time inside a call (bounds attention memory).
+        near: the model of the tiles near data, or None (``module`` runs every tile).
     """
 
     def __init__(self, module: torch.nn.Module, opts: TileOptions, device: torch.device | str = "cpu", *,
-                 batch_rows: int | None = None, chunk_rows: int | None = None) -> None:
+                 batch_rows: int | None = None, chunk_rows: int | None = None,
+                 near: NearModel | None = None) -> None:
         """Keep the module on ``device`` and size batches by ``batch_rows`` padded query rows."""
         tune_heap()
         self.device = torch.device(device)
         batch_rows = batch_rows or BATCH_ROWS.get(self.device.type, BATCH_ROWS["cpu"])
-        on_device = all(p.device == self.device for p in module.parameters())
-        # a copy on another device: the caller's module stays where it is
-        self.module = (module if on_device else copy.deepcopy(module).to(self.device)).eval()
+        self.module = _on(module, self.device)
+        self.near = None if near is None else dataclasses.replace(near, module=_on(near.module, self.device))
         self.opts = opts
         self.batch_rows = batch_rows
         self.chunk_rows = chunk_rows or (batch_rows if self.device.type == "cuda" else 8192)
         #: the module reads the bias of a batch of runs of one geometry once (``groups``)
-        self.shares_geometry = "groups" in inspect.signature(self.module.encode_context).parameters
+        self.shares_geometry = _shares_geometry(self.module)
         #: seconds spent per stage (``context``, ``model``, ``blend``), accumulated over calls
         self.timings: dict[str, float] = {"context": 0.0, "model": 0.0, "blend": 0.0}
 
@@ -199,54 +254,83 @@ class Predictor:
         tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=self.opts, limit=limit,
                             references=references)
         self.timings["context"] += time.perf_counter() - t0
-        return self.run(tasks, (values.shape[0], region[1] - region[0], region[3] - region[2]), progress)
+        ratio = (self.near.std_ratio(observed, region) if self.near is not None and any(t.near for t in tasks)
+                 else None)
+        return self.run(tasks, (values.shape[0], region[1] - region[0], region[3] - region[2]), progress,
+                        near_ratio=ratio)
 
     def run(self, tasks: Sequence[TileTask], shape: tuple[int, int, int],
-            progress: Callable[[int], None] | None = None) -> tuple[np.ndarray, np.ndarray]:
-        """Run ``tasks`` and blend them into ``(mean, std)`` maps of ``shape``."""
+            progress: Callable[[int], None] | None = None, *, near_ratio: np.ndarray | None = None
+            ) -> tuple[np.ndarray, np.ndarray]:
+        """Run ``tasks`` and blend them into ``(mean, std)`` maps of ``shape``.
+
+        With a near model, the near tasks run through it and their std is multiplied by
+        ``near_ratio`` (``shape``, :meth:`NearModel.std_ratio`; None: 1).
+        """
         n = int(np.prod(shape))
         dev = self.device
         acc = torch.zeros((3, n), dtype=torch.float64, device=dev)  # weighted mean, weighted std, weight
+        ratio = None if near_ratio is None else torch.from_numpy(np.asarray(near_ratio, np.float64).ravel()).to(dev)
         # Batches are sized by the larger of a task's queries and context: the context stream's
         # attention grows with the tiles per call too (small tiles of dropped pixels or stripes
         # packed by queries alone made calls whose bias tiles left the cache: 7 % slower).
         # The bands of a tile that share its geometry run as one unit, laid band after band in
         # their call: the model works out their kernel bias once (``groups``).
-        units = geometry_units(tasks) if self.shares_geometry else [[i] for i in range(len(tasks))]
-        first = [tasks[u[0]].task for u in units]
-        for batch in pack([t.xt.shape[0] for t in first], [t.xc.shape[0] for t in first], self.batch_rows,
-                          runs=[len(u) for u in units]):
-            t0 = time.perf_counter()
-            runs = len(units[batch[0]])
-            group = [tasks[units[u][j]] for j in range(runs) for u in batch]
-            b = collate([t.task for t in group]).to(dev)
-            chunk = max(1, self.chunk_rows // len(group))
-            options = {"groups": runs} if runs > 1 else {}
-            with torch.inference_mode():
-                mean, std = self.module(b.xc, b.yc, b.xt, b.context_valid, query_chunk=chunk, **options)
-            if dev.type == "cuda":
-                torch.cuda.synchronize(dev)  # one sync per batch, for honest stage timings
-            t1 = time.perf_counter()
-            self.timings["model"] += t1 - t0
-            shift = torch.tensor([float(t.task.shift[0]) for t in group], device=dev)[:, None]
-            scale = torch.tensor([float(t.task.scale[0]) for t in group], device=dev)[:, None]
-            valid = b.target_valid
-            index = torch.from_numpy(np.concatenate([t.index for t in group])).to(dev)
-            wts = torch.from_numpy(np.concatenate([t.weights for t in group])).to(dev)
-            m = (mean[..., 0] * scale + shift)[valid].double()
-            s = (std[..., 0] * scale)[valid].double()
-            if any(t.src is not None for t in group):
-                src, coef = _read_off_rows(group)
-                src, coef = torch.from_numpy(src).to(dev), torch.from_numpy(coef).to(dev)
-                m, s = (m[src] * coef).sum(1), (s[src] * coef).sum(1)
-            acc.index_add_(1, index, torch.stack([wts * m, wts * s, wts]))
-            self.timings["blend"] += time.perf_counter() - t1
-            if progress is not None:
-                progress(sum(t.core for t in group))
+        for module, subset, near in self._by_model(tasks):
+            if not subset:
+                continue
+            units = (geometry_units([tasks[i] for i in subset]) if self.shares_geometry and _shares_geometry(module)
+                     else [[i] for i in range(len(subset))])
+            units = [[subset[i] for i in u] for u in units]
+            first = [tasks[u[0]].task for u in units]
+            for batch in pack([t.xt.shape[0] for t in first], [t.xc.shape[0] for t in first], self.batch_rows,
+                              runs=[len(u) for u in units]):
+                runs = len(units[batch[0]])
+                group = [tasks[units[u][j]] for j in range(runs) for u in batch]
+                self._run_batch(module, group, runs, acc, ratio if near else None)
+                if progress is not None:
+                    progress(sum(t.core for t in group))
         t0 = time.perf_counter()
         out = _normalise_blend(acc.cpu().numpy(), shape)
         self.timings["blend"] += time.perf_counter() - t0
         return out
+
+    def _by_model(self, tasks: Sequence[TileTask]) -> list[tuple[torch.nn.Module, list[int], bool]]:
+        """The task indices each module runs, and whether it is the near model (the near tasks')."""
+        if self.near is None:
+            return [(self.module, list(range(len(tasks))), False)]
+        return [(self.module, [i for i, t in enumerate(tasks) if not t.near], False),
+                (self.near.module, [i for i, t in enumerate(tasks) if t.near], True)]
+
+    def _run_batch(self, module: torch.nn.Module, group: Sequence[TileTask], runs: int, acc: torch.Tensor,
+                   ratio: torch.Tensor | None) -> None:
+        """One model call on ``group`` (``runs`` tasks per geometry), blended into ``acc``."""
+        dev = self.device
+        t0 = time.perf_counter()
+        b = collate([t.task for t in group]).to(dev)
+        chunk = max(1, self.chunk_rows // len(group))
+        options = {"groups": runs} if runs > 1 else {}
+        with torch.inference_mode():
+            mean, std = module(b.xc, b.yc, b.xt, b.context_valid, query_chunk=chunk, **options)
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)  # one sync per batch, for honest stage timings
+        t1 = time.perf_counter()
+        self.timings["model"] += t1 - t0
+        shift = torch.tensor([float(t.task.shift[0]) for t in group], device=dev)[:, None]
+        scale = torch.tensor([float(t.task.scale[0]) for t in group], device=dev)[:, None]
+        valid = b.target_valid
+        index = torch.from_numpy(np.concatenate([t.index for t in group])).to(dev)
+        wts = torch.from_numpy(np.concatenate([t.weights for t in group])).to(dev)
+        m = (mean[..., 0] * scale + shift)[valid].double()
+        s = (std[..., 0] * scale)[valid].double()
+        if any(t.src is not None for t in group):
+            src, coef = _read_off_rows(group)
+            src, coef = torch.from_numpy(src).to(dev), torch.from_numpy(coef).to(dev)
+            m, s = (m[src] * coef).sum(1), (s[src] * coef).sum(1)
+        if ratio is not None:
+            s = s * ratio[index]
+        acc.index_add_(1, index, torch.stack([wts * m, wts * s, wts]))
+        self.timings["blend"] += time.perf_counter() - t1
 
 
 def _read_off_rows(group: Sequence[TileTask]) -> tuple[np.ndarray, np.ndarray]:
@@ -272,16 +356,24 @@ def _normalise_blend(acc: np.ndarray, shape: tuple[int, int, int]) -> tuple[np.n
     return mean, std
 
 
-def reference_predict(module: torch.nn.Module, tasks: Sequence[TileTask], shape: tuple[int, int, int]
+def reference_predict(module: torch.nn.Module, tasks: Sequence[TileTask], shape: tuple[int, int, int], *,
+                      near: torch.nn.Module | None = None, near_ratio: np.ndarray | None = None
                       ) -> tuple[np.ndarray, np.ndarray]:
-    """The Predictor's slow twin: one model call per tile, blended with ``np.add.at``."""
+    """The Predictor's slow twin: one model call per tile, blended with ``np.add.at``.
+
+    ``near``: the module of the near tasks (None: ``module``), their std times ``near_ratio``
+    (``shape``; None: 1).
+    """
     acc = np.zeros((3, int(np.prod(shape))))
+    ratio = None if near_ratio is None else np.asarray(near_ratio, float).ravel()
     for t in tasks:
         b = collate([t.task])
         with torch.no_grad():
-            mean, std = module(b.xc, b.yc, b.xt, b.context_valid)
+            mean, std = (near if t.near and near is not None else module)(b.xc, b.yc, b.xt, b.context_valid)
         m = read_off(mean[0, :, 0].double().numpy() * t.task.scale[0] + t.task.shift[0], t.src, t.coef)
         s = read_off(std[0, :, 0].double().numpy() * t.task.scale[0], t.src, t.coef)
+        if t.near and near is not None and ratio is not None:
+            s = s * ratio[t.index]
         np.add.at(acc[0], t.index, t.weights * m)
         np.add.at(acc[1], t.index, t.weights * s)
         np.add.at(acc[2], t.index, t.weights)

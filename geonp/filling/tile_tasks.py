@@ -112,6 +112,10 @@ class TileTask:
         core: targets on the tile's core (each gap pixel is on exactly one core).
         src: ``[n_out, 4]`` rows of the task's targets each output is read off, or None (output
             ``i`` is target ``i``); coef: their bilinear weights (:mod:`geonp.tasks.lattice`).
+        near: every gap pixel of the tile's query window lies within the lattice's first
+            distance of data (:data:`~geonp.tasks.lattice.NEAR_DISTANCE`; False without a
+            lattice): a model's near model runs it (:attr:`LoadedModel.near
+            <geonp.model_files.checkpoint.LoadedModel.near>`).
     """
 
     band: int
@@ -121,6 +125,7 @@ class TileTask:
     core: int
     src: np.ndarray | None = None
     coef: np.ndarray | None = None
+    near: bool = False
 
 
 def _neighbours(observed: np.ndarray, to_fill: np.ndarray, qb: tuple[int, int, int, int], beyond: int = 0) -> int:
@@ -206,7 +211,7 @@ def band_tasks(
     r0, r1, c0, c1 = region
     rh, rw = r1 - r0, c1 - c0
     out: list[TileTask] = []
-    for window, tt, spec in _tile_geometry(observed, to_fill, region, origin, opts, spacing):
+    for window, tt, spec, near in _tile_geometry(observed, to_fill, region, origin, opts, spacing):
         qr0, qr1, qc0, qc1 = window
         # the rule training uses (geonp.data.tasks.context_points)
         crow, ccol, days, y, n_target = context_points(values, observed, to_fill, window, spec, origin=origin,
@@ -225,7 +230,7 @@ def band_tasks(
             yc, _, shift, scale = standardize(np.ascontiguousarray(y[:, j:j + 1]), None, n_target)
             task = Task(xc=xc, yc=yc.astype(np.float32), xt=xt, yt=None, shift=shift, scale=scale)
             index = (b * rh + (tt.out_rows - r0)) * rw + (tt.out_cols - c0)
-            out.append(TileTask(b, task, index.astype(np.int64), tt.weights, core, tt.src, tt.coef))
+            out.append(TileTask(b, task, index.astype(np.int64), tt.weights, core, tt.src, tt.coef, near))
     return out
 
 
@@ -237,8 +242,10 @@ def _all_near(spacing: np.ndarray, to_fill: np.ndarray, window: tuple[int, int, 
 
 def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int, int, int, int],
                    origin: tuple[int, int], opts: TileOptions, spacing: np.ndarray | None
-                   ) -> Iterator[tuple[tuple[int, int, int, int], TileTargets, ContextSpec]]:
-    """Each tile's query window, targets and context geometry (what depends on the gap pattern alone)."""
+                   ) -> Iterator[tuple[tuple[int, int, int, int], TileTargets, ContextSpec, bool]]:
+    """Each tile's query window, targets, context geometry and whether all its gaps lie near data
+    (what depends on the gap pattern alone).
+    """
     r0, r1, c0, c1 = region
     h, w = observed.shape
     work = list(reversed(block_tiles(region, origin, opts)))
@@ -263,15 +270,15 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int,
         if tt.out_rows.size == 0:  # its gaps lie beyond its margins (near data: a narrower one)
             continue
         spec = opts.context
-        if (opts.near_far is not None or opts.near_context) and spacing is not None \
-                and _all_near(spacing, to_fill, (qr0, qr1, qc0, qc1)):
+        near = spacing is not None and _all_near(spacing, to_fill, (qr0, qr1, qc0, qc1))
+        if near and (opts.near_far is not None or opts.near_context):
             # the near context, or more where the gaps' neighbours are more (dropped pixels: a
             # context without some of them cost 5 % RMSE, docs/benchmarks.md)
             n_near = spec.n_near if opts.near_context is None else \
                 min(spec.n_near, max(opts.near_context, _neighbours(observed, to_fill, (qr0, qr1, qc0, qc1), beyond=1)))
             spec = dataclasses.replace(
                 spec, n_far=spec.n_far if opts.near_far is None else min(spec.n_far, opts.near_far), n_near=n_near)
-        yield (qr0, qr1, qc0, qc1), tt, spec
+        yield (qr0, qr1, qc0, qc1), tt, spec, near
 
 
 def block_tasks(

@@ -30,6 +30,8 @@ FORMAT_VERSION = 1
 WEIGHTS = "model.safetensors"
 CONFIG = "config.json"
 CARD = "card.md"
+#: A model directory's optional second model, for the tiles near data (:attr:`LoadedModel.near`).
+NEAR = "near"
 
 
 @dataclass
@@ -43,6 +45,12 @@ class LoadedModel:
         calibration: the post-hoc std calibration, or None.
         card: the model card (name, command, task shape, scores...).
         path: the directory it came from.
+        near: the model of the tiles whose gaps all lie near data, from the directory's
+            ``near/`` folder, or None (every tile runs ``module``). It is a model trained with
+            near batches (``task_shape.near_context``, :class:`geonp.training.windows.TaskShape`):
+            cheaper on such tiles, with its own calibration; a fill gives it the tiles near data
+            only (:class:`~geonp.filling.predict.NearModel`). It has the main model's normaliser
+            and is single-date.
     """
 
     module: nn.Module
@@ -51,6 +59,7 @@ class LoadedModel:
     calibration: Calibration | None = None
     card: ModelCard = field(default_factory=ModelCard)
     path: Path | None = None
+    near: LoadedModel | None = None
 
     @property
     def name(self) -> str:
@@ -120,7 +129,7 @@ def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.de
     except RuntimeError as err:
         raise CheckpointError(f"{path / WEIGHTS} cannot be loaded into its architecture ({err})") from err
     module.to(device).eval()
-    return LoadedModel(
+    loaded = LoadedModel(
         module=module,
         config=config,
         normalizer=meta.get("normalizer"),
@@ -128,6 +137,30 @@ def load_checkpoint(directory: str | os.PathLike[str], *, device: str | torch.de
         card=card,
         path=path,
     )
+    if (path / NEAR).is_dir():
+        loaded.near = _load_near(loaded, path / NEAR, device)
+    return loaded
+
+
+def _load_near(main: LoadedModel, path: Path, device: str | torch.device) -> LoadedModel:
+    """The near-data model of ``main`` from ``path``, checked to fit it.
+
+    Raises:
+        CheckpointError: it has a near model of its own, is multi-date, predicts bands jointly,
+            lacks a near context, or sees the bands in other units than ``main``.
+    """
+    near = load_checkpoint(path, device=device)
+    shape = near.card.task_shape or {}
+    problem = ("has a near/ folder of its own" if near.near is not None
+               else "is a multi-date model" if near.config.temporal or main.config.temporal
+               else "predicts bands jointly" if near.config.dim_y != 1
+               else "has no task_shape.near_context (train it with near batches)" if not shape.get("near_context")
+               else "has another normalizer than the model it serves" if near.normalizer != main.normalizer
+               else None)
+    if problem is not None:
+        raise CheckpointError(f"{path} {problem}; a near model is a single-date model trained with near batches "
+                              f"from the one in {path.parent}: replace or remove {path}")
+    return near
 
 
 def _read_meta(path: Path) -> dict[str, Any]:

@@ -12,7 +12,7 @@ from typing import Any
 
 from geonp.errors import CheckpointError
 from geonp.model_files.card import ModelCard
-from geonp.model_files.checkpoint import CONFIG, WEIGHTS, LoadedModel, load_checkpoint
+from geonp.model_files.checkpoint import CONFIG, NEAR, WEIGHTS, LoadedModel, load_checkpoint
 
 PRETRAINED = Path(__file__).resolve().parent.parent / "pretrained"
 
@@ -49,13 +49,13 @@ def load_model(name_or_path: str | os.PathLike[str] = "default", *, device: str 
 
 
 def _files_stamp(directory: Path) -> tuple[int, ...]:
-    """Inode, modification time (ns) and size of a model's ``config.json`` and weights."""
+    """Inode, modification time (ns) and size of a model's ``config.json`` and weights (its near model's too)."""
     stamp: list[int] = []
-    for name in (CONFIG, WEIGHTS):
+    for name in (CONFIG, WEIGHTS, f"{NEAR}/{CONFIG}", f"{NEAR}/{WEIGHTS}"):
         try:
             st = (directory / name).stat()
         except OSError:
-            stamp += [-1, -1, -1]  # load_checkpoint names the missing file
+            stamp += [-1, -1, -1]  # no near model; or load_checkpoint names the missing file
         else:
             stamp += [st.st_ino, st.st_mtime_ns, st.st_size]
     return tuple(stamp)
