@@ -243,8 +243,9 @@ def _all_near(spacing: np.ndarray, to_fill: np.ndarray, window: tuple[int, int, 
 def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int, int, int, int],
                    origin: tuple[int, int], opts: TileOptions, spacing: np.ndarray | None
                    ) -> Iterator[tuple[tuple[int, int, int, int], TileTargets, ContextSpec, bool]]:
-    """Each tile's query window, targets, context geometry and whether all its gaps lie near data
-    (what depends on the gap pattern alone).
+    """Each tile's query window, targets, context geometry, and whether all its gaps lie near data.
+
+    All of it depends on the gap pattern alone.
     """
     r0, r1, c0, c1 = region
     h, w = observed.shape
