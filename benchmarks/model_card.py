@@ -73,9 +73,10 @@ def _scores(report: Any, masks: tuple[str, ...]) -> dict[str, Any]:
 
 
 def card_markdown(
-    card: dict[str, Any], config: dict[str, Any], scores: dict[str, Any], command: str
+    card: dict[str, Any], config: dict[str, Any], scores: dict[str, Any], command: str,
+    near: dict[str, Any] | None = None,
 ) -> str:
-    """The model card as Markdown."""
+    """The model card as Markdown (``near``: the card of the model's near model, if it has one)."""
     split = card["split"]["regions"][0]
     shape = card.get("task_shape", {})
     md = [
@@ -104,6 +105,16 @@ def card_markdown(
         f"{json.dumps(card['gap_mix']) if card.get('gap_mix') else 'of 64-px patches (geonp 0.1)'}"
         + (f"; started from {card['init_from']}" if card.get("init_from") else ""),
         f"- Std calibration: {card.get('calibration_note', 'none')}",
+    ]
+    if near is not None:
+        md.append(
+            f"- Near model (`near/`, its own card there): the tiles whose gaps all lie within 8 px of data "
+            f"run through a model trained with near batches (near context "
+            f"{near.get('task_shape', {}).get('near_context')}), trained with `{near.get('command')}`; "
+            "its std is calibrated by its own calibration. The scores below are of the two together, "
+            "as `geonp fill` runs them."
+        )
+    md += [
         ("- Normalisation: per-band statistics of the training windows (stored), then each tile is "
          "standardised by its own context (its spread shrunk towards the band's); any band count."),
         ("- Coordinates: pixel units; scan attention without coordinate embedding (translation "
@@ -205,7 +216,8 @@ def main() -> None:
     if loaded.calibration is not None and loaded.calibration.to_dict():
         card["calibration_note"] = loaded.calibration.describe()
     command = "python benchmarks/model_card.py " + args.model_dir
-    md = card_markdown(card, loaded.config.to_dict(), scores, command)
+    md = card_markdown(card, loaded.config.to_dict(), scores, command,
+                       near=None if loaded.near is None else loaded.near.card.to_dict())
     save_model(
         args.model_dir,
         loaded.module,

@@ -41,6 +41,10 @@ def models(as_json: bool) -> None:
         for key in ("command", "training_seconds", "hardware"):
             if card.get(key) is not None:
                 click.echo(f"  {key}: {card[key]}")
+        if card.get("near"):
+            near = card["near"]
+            click.echo(f"  near model: {near.get('name')}, for the tiles whose gaps all lie near data "
+                       f"(near context {(near.get('task_shape') or {}).get('near_context')}; {near['path']})")
         if card.get("scores") is not None:
             click.echo("  scores (geonp models --json prints every field):")
             for line in score_lines(card["scores"], indent="    "):

@@ -381,6 +381,14 @@ def _calibrate(
     assert lm.path is not None, "load_models refuses --calibrate for a model without a directory"
     calibration = Calibration(std_scale=tuple(new_scale), fitted_on=fitted_on, distance_bins=stored_bins)
     path = write_calibration(lm.path, calibration)
+    if lm.near is not None and lm.near.path is not None:
+        # The fill gives near tiles the near model's calibrated std (NearModel): the correction
+        # fitted on the fill applies to it too, so that the two calibrations keep their ratio.
+        near = lm.near.calibration or Calibration()
+        write_calibration(lm.near.path, Calibration(
+            std_scale=tuple(round(p * f, 6) for p, f in zip(near.band_scales(n_bands), factor, strict=True)),
+            fitted_on=f"{near.fitted_on or 'uncalibrated'}; then the main model's refit ({fitted_on})",
+            distance_bins=bins.stacked_on(near.distance_bins)))
     logger.info("calibrated %s: std x %s -> %s", label, factor, path)
     entry = CalibrationFit(path=str(path.parent), calibration=calibration, previous_std_scale=prev, factor=factor,
                            n_fit=n_fit)

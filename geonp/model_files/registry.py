@@ -82,7 +82,8 @@ cached_model.cache_clear = _load_once.cache_clear  # type: ignore[attr-defined]
 
 
 def list_models() -> list[dict[str, Any]]:
-    """The built-in models' cards, JSON-ready: ``name``, ``path``, the card's fields and ``model``.
+    """The built-in models' cards, JSON-ready: ``name``, ``path``, the card's fields and ``model``
+    (and ``near``: the card of the model's near model, where it has one).
 
     Raises:
         CheckpointError: a built-in model's card holds a field of the wrong type.
@@ -91,7 +92,12 @@ def list_models() -> list[dict[str, Any]]:
 
     cards = []
     for name, path in builtin_models().items():
-        meta = json.loads((path / "config.json").read_text())
-        card = ModelCard.from_dict(meta.get("card"), where=path / "config.json")
-        cards.append({"name": name, "path": str(path), **card.to_dict(), "model": meta.get("model")})
+        meta = json.loads((path / CONFIG).read_text())
+        card = ModelCard.from_dict(meta.get("card"), where=path / CONFIG)
+        entry = {"name": name, "path": str(path), **card.to_dict(), "model": meta.get("model")}
+        if (path / NEAR / CONFIG).is_file():  # the model of the tiles near data (LoadedModel.near)
+            near = ModelCard.from_dict(json.loads((path / NEAR / CONFIG).read_text()).get("card"),
+                                       where=path / NEAR / CONFIG)
+            entry["near"] = {"path": str(path / NEAR), **near.to_dict()}
+        cards.append(entry)
     return cards

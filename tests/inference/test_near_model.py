@@ -134,3 +134,11 @@ def test_geonp_fill_gives_near_tiles_the_near_model_calibrated_std(tmp_path):
     np.testing.assert_allclose(out["near"][1][gap], 2 * out["alone"][1][gap], rtol=1e-4)
     assert np.isfinite(out["near"][0]).all()
     np.testing.assert_array_equal(out["near_every"][1], out["alone_every"][1])
+
+
+def test_the_default_model_ships_its_near_model_and_geonp_models_names_it():
+    loaded = load_model("default")
+    assert loaded.near is not None and loaded.near.card.task_shape["near_context"] == 128
+    res = CliRunner().invoke(cli, ["models"])
+    assert res.exit_code == 0
+    assert "near model: default-near, for the tiles whose gaps all lie near data (near context 128;" in res.output

@@ -123,6 +123,10 @@ def test_cached_model_sees_a_calibration_written_in_the_same_process(tmp_path):
     again = cached_model(str(model), "cpu")
     assert again is not first and again.calibration == load_model(model).calibration
     assert again.calibration.std_scale == new_scale
+    # the near model's calibration takes the same correction (near tiles: its calibrated std)
+    factor = report.calibration["geonp:default"].factor
+    assert again.near.calibration.std_scale == tuple(
+        round(p * f, 6) for p, f in zip(first.near.calibration.std_scale, factor, strict=True))
     std_after = fill("after")
     gap = std_after > 0
     assert gap.any() and np.array_equal(gap, std_before > 0)
