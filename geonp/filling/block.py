@@ -18,7 +18,7 @@ import numpy as np
 from scipy import ndimage
 
 from geonp.filling import classes
-from geonp.filling.calibration import distance_to_observed
+from geonp.filling.calibration import region_distances
 from geonp.filling.plan import FillPlan
 from geonp.filling.predict import Predictor, release_heap
 from geonp.filling.references import REGRESSION_WEIGHT, ReferenceLines
@@ -207,15 +207,18 @@ def predict_region(
     """
     to_fill = fill_targets(observed, max_distance, fillable) if to_fill is None else to_fill
     refs = [BlockReference(norm.apply(np.where(ok, vals, 0.0)), ok, days) for vals, ok, days in references or ()]
+    # each pixel's distance to data, for the calibration and a near model's std (once per block)
+    needs = (calibration is not None and calibration.needs_distance) or predictor.near is not None
+    dist = region_distances(observed, region) if needs else None
     mean, std = predictor.predict(norm.apply(np.where(observed, raw, 0.0)), observed, to_fill, region,
-                                  origin=origin, progress=progress, limit=limit, references=refs)
+                                  origin=origin, progress=progress, limit=limit, references=refs, distance=dist)
     n = raw.shape[0]
     ms, ss = np.asarray(norm.mean).reshape(n, 1, 1), np.asarray(norm.std).reshape(n, 1, 1)
     mean, std = mean * ss + ms, std * ss  # back to the bands' units
     if lines is not None and references:
         mean, std = _weigh_with_regression(mean, std, raw, observed, to_fill, region, origin, references, lines)
     # the model's calibration is of the fill it makes: with a reference regression, of the weighted mean
-    return mean, _calibrated(std, observed, region, calibration)
+    return mean, _calibrated(std, dist, calibration)
 
 
 def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observed: np.ndarray,
@@ -241,18 +244,18 @@ def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, o
     return lines.within_saturation(mean), np.where(both, (1 - w) * std + w * r_std, std)
 
 
-def _calibrated(std: np.ndarray, observed: np.ndarray, region: Region, calibration: Calibration | None
-                ) -> np.ndarray:
-    """``std`` ``[bands, ...region]`` with a model's post-hoc calibration applied (a copy)."""
+def _calibrated(std: np.ndarray, distance: np.ndarray | None, calibration: Calibration | None) -> np.ndarray:
+    """``std`` ``[bands, ...region]`` with a model's post-hoc calibration applied (a copy).
+
+    ``distance``: :func:`~geonp.filling.calibration.region_distances` of the block (None: the
+    calibration has no distance factors).
+    """
     if calibration is None or calibration.is_identity:
         return std
     std = std.copy()
     n = std.shape[0]
-    r0, r1, c0, c1 = region
     for b in range(n):
-        # distance to the nearest observed pixel of the band, from the whole block (halo too)
-        dist = (distance_to_observed(observed[b])[r0:r1, c0:c1] if calibration.needs_distance
-                else np.zeros(std[b].shape))
+        dist = distance[b] if distance is not None else np.zeros(std[b].shape)
         std[b] = calibration.apply(std[b], dist, band=b, band_count=n)
     return std
 

@@ -25,6 +25,7 @@ from scipy import ndimage
 from geonp.model_files.calibration import Calibration, DistanceBins
 
 __all__ = ["DISTANCE_BIN_EDGES", "apply_std_calibration", "distance_bin_factors", "distance_to_observed",
+           "region_distances",
            "std_factor"]
 
 #: The two-sided 95 % quantile of a standard normal.
@@ -70,6 +71,23 @@ def distance_to_observed(observed: np.ndarray) -> np.ndarray:
     if not observed.any():
         return np.full(observed.shape, np.inf)
     return ndimage.distance_transform_edt(~observed)
+
+
+def region_distances(observed: np.ndarray, region: tuple[int, int, int, int]) -> np.ndarray:
+    """``[bands, r1 - r0, c1 - c0]`` distance of a block region's pixels to data, band by band.
+
+    Measured on the whole block ``observed [bands, h, w]`` (halo too), as the fill's calibration
+    reads it; bands with the same mask share one distance transform.
+    """
+    r0, r1, c0, c1 = region
+    out = np.empty((observed.shape[0], r1 - r0, c1 - c0))
+    done: list[int] = []
+    for b in range(observed.shape[0]):
+        same = next((d for d in done if np.array_equal(observed[d], observed[b])), None)
+        out[b] = out[same] if same is not None else distance_to_observed(observed[b])[r0:r1, c0:c1]
+        if same is None:
+            done.append(b)
+    return out
 
 
 def distance_bin_factors(

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from geonp.data.tasks import collate
-from geonp.filling.calibration import distance_to_observed
+from geonp.filling.calibration import region_distances
 from geonp.filling.tile_tasks import BlockReference, TileOptions, TileTask, block_tasks
 from geonp.model_files.calibration import Calibration
 from geonp.tasks.lattice import read_off
@@ -161,20 +161,18 @@ class NearModel:
     calibration: Calibration | None
     main: Calibration | None
 
-    def std_ratio(self, observed: np.ndarray, region: tuple[int, int, int, int]) -> np.ndarray:
-        """``[bands, r1 - r0, c1 - c0]`` factors on the near model's raw std of a block's region.
+    def std_ratio(self, distance: np.ndarray) -> np.ndarray:
+        """Factors on the near model's raw std, shaped like ``distance``.
 
-        ``observed``: bool ``[bands, h, w]`` of the whole block (halo too), for each pixel's
-        distance to data, as the fill's calibration reads it.
+        ``distance``: ``[bands, h, w]`` distance of each pixel of a block's region to data
+        (:func:`~geonp.filling.calibration.region_distances`), as the fill's calibration reads it.
         """
         near, main = self.calibration or Calibration(), self.main or Calibration()
-        r0, r1, c0, c1 = region
-        n = observed.shape[0]
-        out = np.ones((n, r1 - r0, c1 - c0))
+        n = distance.shape[0]
+        out = np.ones(distance.shape)
         for b in range(n):
-            dist = (distance_to_observed(observed[b])[r0:r1, c0:c1] if near.needs_distance or main.needs_distance
-                    else np.zeros(out.shape[1:]))
-            out[b] = near.apply(out[b], dist, band=b, band_count=n) / main.apply(out[b], dist, band=b, band_count=n)
+            out[b] = (near.apply(out[b], distance[b], band=b, band_count=n)
+                      / main.apply(out[b], distance[b], band=b, band_count=n))
         return out
 
 
@@ -232,6 +230,7 @@ class Predictor:
         progress: Callable[[int], None] | None = None,
         limit: int | None = None,
         references: Sequence[BlockReference] = (),
+        distance: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Predict the ``to_fill`` pixels of a block's region (all bands).
 
@@ -245,6 +244,8 @@ class Predictor:
             limit: the largest context search radius the block's halo holds; a tile that needs
                 more raises :class:`HaloTooSmall` before any model call.
             references: other dates on the block's window (multi-date models).
+            distance: :func:`~geonp.filling.calibration.region_distances` of ``observed`` when
+                the caller has it (a near model's std reads it; computed here otherwise).
 
         Returns:
             ``(mean, std)``, each ``[bands, r1 - r0, c1 - c0]``, normalised units, NaN where not
@@ -254,8 +255,9 @@ class Predictor:
         tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=self.opts, limit=limit,
                             references=references)
         self.timings["context"] += time.perf_counter() - t0
-        ratio = (self.near.std_ratio(observed, region) if self.near is not None and any(t.near for t in tasks)
-                 else None)
+        ratio = None
+        if self.near is not None and any(t.near for t in tasks):
+            ratio = self.near.std_ratio(region_distances(observed, region) if distance is None else distance)
         return self.run(tasks, (values.shape[0], region[1] - region[0], region[3] - region[2]), progress,
                         near_ratio=ratio)
 

@@ -14,6 +14,7 @@ from geonp_cli.main import cli
 
 from geonp.config import ModelConfig
 from geonp.errors import CheckpointError
+from geonp.filling.calibration import distance_to_observed, region_distances
 from geonp.filling.predict import NearModel, Predictor, reference_predict
 from geonp.filling.tile_tasks import TileOptions, block_tasks
 from geonp.model_files.calibration import Calibration, DistanceBins
@@ -53,8 +54,6 @@ def _block(size=120):
 
 def _deep(observed):
     """Pixels more than 1.5 px from data."""
-    from geonp.filling.calibration import distance_to_observed
-
     return distance_to_observed(observed) > 1.5
 
 
@@ -88,7 +87,9 @@ def test_near_tiles_run_the_near_model_with_its_calibration(tmp_path):
     tasks = block_tasks(values, observed, to_fill, region, origin=(0, 0), opts=opts)
     assert 0 < sum(t.near for t in tasks) < len(tasks)
     near = NearModel(loaded.near.module, loaded.near.calibration, loaded.calibration)
-    ratio = near.std_ratio(observed, region)
+    distance = region_distances(observed, region)
+    np.testing.assert_array_equal(distance, np.stack([distance_to_observed(o) for o in observed]))
+    ratio = near.std_ratio(distance)
     gap_ratio = ratio[to_fill]
     assert gap_ratio.min() >= 2 / 1.5 - 1e-9 and gap_ratio.max() <= 2 + 1e-9
     assert ratio[0, 60, 60] == pytest.approx(2.0) and ratio[0][to_fill[0] & ~_deep(observed[0])].max() < 1.6
