@@ -24,7 +24,7 @@ TASK_SHAPE_RANGES = {"patch_size": (8, 65536), "core_size": (4, 4096), "max_cont
                      "n_near": (1, 65536), "n_far": (0, 65536), "max_targets": (1, 65536),
                      "search_radius": (1, 65536), "rings": (1, 64), "sectors": (1, 360),
                      "tasks_per_window": (1, 4096), "n_ref": (1, 65536), "ref_margin": (0, 4096),
-                     "max_references": (1, 64), "overlap": (0, 4096)}
+                     "max_references": (1, 64), "overlap": (0, 4096), "near_percent": (0, 100)}
 #: Largest weights file geonp loads (bytes).
 MAX_WEIGHTS_BYTES = 4 * 2**30
 _FLOAT_DTYPES = frozenset({"F16", "BF16", "F32", "F64"})

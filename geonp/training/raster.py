@@ -195,7 +195,9 @@ def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path
                                              pool_megabytes=opts.pool_megabytes, seed=tcfg.seed)
     out.mkdir(parents=True, exist_ok=True)  # only once the data is usable: no empty model directory
     task_recipe = TaskRecipe(shape, opts.gap_mix, gap_source_mask(opts.gap_source), opts.footprint_probability)
-    val_batches = _validation_batches(val_groups, task_recipe, opts.val_tasks, tcfg.seed)
+    # a near model (every batch a near batch) is validated on near tasks
+    val_recipe = task_recipe.near() if shape.near_context and shape.near_percent == 100 else task_recipe
+    val_batches = _validation_batches(val_groups, val_recipe, opts.val_tasks, tcfg.seed)
     torch.manual_seed(tcfg.seed)
     module = build_model(run.mcfg)
     if opts.init_from is not None and not resume:

@@ -31,7 +31,8 @@ from geonp.tasks.normalize import Normalizer
 
 logger = logging.getLogger(__name__)
 
-#: Share of the training batches that are near batches when the task shape has a ``near_context``.
+#: Share of the training batches that are near batches when the task shape has a ``near_context``
+#: (the default of :attr:`TaskShape.near_percent`).
 NEAR_BATCH_FRACTION = 0.5
 #: Query window edges of a near batch's tasks, drawn evenly: the fill's tiles near data are split
 #: down to 12 px (query windows of 20 px with their margins) where their gaps have many neighbours
@@ -67,6 +68,9 @@ class TaskShape:
             :data:`~geonp.tasks.lattice.NEAR_DISTANCE` px of data, this many near context pixels and
             no far ones. ``geonp fill`` gives its tiles near data this context (cheaper than
             ``max_context``: stripes, dropped pixels, cloud edges).
+        near_percent: percent of the batches that are near batches when ``near_context`` is set
+            (100: a near model, :attr:`LoadedModel.near <geonp.model_files.checkpoint.LoadedModel.near>`,
+            which sees only such tiles; its validation tasks are near tasks too).
     """
 
     patch_size: int = 64
@@ -79,6 +83,7 @@ class TaskShape:
     sectors: int = 16
     tasks_per_window: int = 1
     near_context: int = 0
+    near_percent: int = round(100 * NEAR_BATCH_FRACTION)
 
     def __post_init__(self) -> None:
         """Check that every size is a whole number in range (see :class:`ConfigError`)."""
@@ -88,6 +93,9 @@ class TaskShape:
             low = 8 if name == "patch_size" else 0 if name in ("n_far", "near_context") else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ConfigError(f"{name}={value!r} must be an integer >= {low}")
+        if not isinstance(self.near_percent, int) or isinstance(self.near_percent, bool) \
+                or not 0 <= self.near_percent <= 100:
+            raise ConfigError(f"near_percent={self.near_percent!r} must be an integer in 0..100")
 
     @property
     def context(self) -> ContextSpec:
@@ -196,7 +204,8 @@ def is_near_batch(shape: TaskShape, seed: int, step: int) -> bool:
 
     Drawn from the seed and step alone: every rank of a step agrees, and a resumed run draws the same.
     """
-    return bool(shape.near_context) and float(np.random.default_rng([seed, step, 1 << 20]).random()) < NEAR_BATCH_FRACTION
+    draw = float(np.random.default_rng([seed, step, 1 << 20]).random())
+    return bool(shape.near_context) and draw < shape.near_percent / 100
 
 
 def make_batch(draw: Callable[[np.random.Generator], Task | list[Task] | None], batch_size: int,
