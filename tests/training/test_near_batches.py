@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from scipy import ndimage
 
 from geonp.config import ModelConfig, TrainConfig
 from geonp.data.tasks import window_task
+from geonp.errors import ConfigError
 from geonp.filling.plan import tile_options
 from geonp.filling.tile_tasks import TileOptions, block_tasks
 from geonp.model_files.checkpoint import load_checkpoint
@@ -14,7 +16,13 @@ from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import LATTICE, NEAR_DISTANCE
 from geonp.training import windows
 from geonp.training.raster import train
-from geonp.training.windows import NEAR_BATCH_FRACTION, NEAR_CORES, TaskRecipe, TaskShape, is_near_batch
+from geonp.training.windows import (
+    NEAR_BATCH_FRACTION,
+    NEAR_CORES,
+    TaskRecipe,
+    TaskShape,
+    is_near_batch,
+)
 from tests.conftest import smooth_field, write_raster
 
 
@@ -68,6 +76,12 @@ def test_about_half_the_steps_are_near_batches_drawn_from_seed_and_step():
     assert draws == [is_near_batch(shape, 1, step) for step in range(400)]  # a resumed run draws the same
     assert draws != [is_near_batch(shape, 2, step) for step in range(400)]
     assert not any(is_near_batch(TaskShape(), 1, step) for step in range(50))  # no near context, no near batch
+    # near_percent: every batch (a near model) or none; 50 draws the same as the default
+    assert all(is_near_batch(TaskShape(near_context=32, near_percent=100), 1, step) for step in range(400))
+    assert not any(is_near_batch(TaskShape(near_context=32, near_percent=0), 1, step) for step in range(400))
+    assert draws == [is_near_batch(TaskShape(near_context=32, near_percent=50), 1, step) for step in range(400)]
+    with pytest.raises(ConfigError, match=r"near_percent=101 must be an integer in 0..100"):
+        TaskShape(near_percent=101)
 
 
 def test_a_model_trained_with_near_batches_gives_the_fills_tiles_near_data_its_near_context(tmp_path):
@@ -78,7 +92,7 @@ def test_a_model_trained_with_near_batches_gives_the_fills_tiles_near_data_its_n
           model=ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32), batch_size=8, val_tasks=16, pool_size=40,
           nodata=0, calibrate=False)
     loaded = load_checkpoint(tmp_path / "m")
-    assert loaded.card.task_shape["near_context"] == 20
+    assert loaded.card.task_shape["near_context"] == 20 and loaded.card.task_shape["near_percent"] == 50
     assert tile_options(loaded, None, None, None, None).near_context == 20
     assert tile_options(loaded, None, 30, None, None).near_context is None  # --max-context sets every tile's
 
