@@ -1,22 +1,28 @@
-"""The start of runs/near_d2: the shipped near model with 2 of its 4 blocks (the first and the last)."""
+"""The start of runs/near_d2 (and near_d3): the shipped near model with some of its 4 blocks.
+
+    python runs/near_d2_init.py              # runs/near_d2_init: blocks 0 and 3
+    python runs/near_d2_init.py 0,1,3 runs/near_d3_init
+"""
 
 import dataclasses
+import sys
 
 from geonp.model_files.checkpoint import save_model
 from geonp.model_files.registry import load_model
 from geonp.models import build_model
 
+blocks = [int(b) for b in (sys.argv[1] if len(sys.argv) > 1 else "0,3").split(",")]
+out = sys.argv[2] if len(sys.argv) > 2 else "runs/near_d2_init"
 near = load_model("geonp/pretrained/default/near")
-cfg = dataclasses.replace(near.config, depth=2)
+cfg = dataclasses.replace(near.config, depth=len(blocks))
 module = build_model(cfg)
-keep = {"blocks.0.": "blocks.0.", "blocks.3.": "blocks.1."}
 state = {}
 for k, v in near.module.state_dict().items():
     if k.startswith("blocks."):
-        prefix = next((p for p in keep if k.startswith(p)), None)
-        if prefix is None:
+        i = int(k.split(".")[1])
+        if i not in blocks:
             continue
-        k = keep[prefix] + k[len(prefix):]
+        k = f"blocks.{blocks.index(i)}." + k.split(".", 2)[2]
     state[k] = v
 module.load_state_dict(state)
-save_model("runs/near_d2_init", module, cfg, normalizer=near.normalizer, calibration=None, card=near.card)
+save_model(out, module, cfg, normalizer=near.normalizer, calibration=None, card=near.card)
