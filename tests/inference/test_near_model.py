@@ -12,6 +12,7 @@ import torch
 from click.testing import CliRunner
 from geonp_cli.main import cli
 
+import geonp
 from geonp.config import ModelConfig
 from geonp.errors import CheckpointError
 from geonp.filling.calibration import distance_to_observed, region_distances
@@ -143,3 +144,22 @@ def test_the_default_model_ships_its_near_model_and_geonp_models_names_it():
     res = CliRunner().invoke(cli, ["models"])
     assert res.exit_code == 0
     assert "near model: default-near, for the tiles whose gaps all lie near data (near context 128;" in res.output
+
+
+def test_a_fill_with_a_near_model_does_not_depend_on_blocks_or_workers(tmp_path):
+    """Near tiles are told apart by their own query window and the std ratio by the block's halo:
+    block size and worker processes leave the maps unchanged."""
+    bins = DistanceBins(edges=(0.0, 3.0, float("inf")), factors=(1.0, 1.5), pixels=(1000, 1000))
+    main = _with_near(tmp_path, near_calibration=Calibration(std_scale=(2.0,), distance_bins=bins))
+    arr = (1000 + 100 * smooth_field((150, 150), seed=4, scale=1.0, offset=0.0)).astype("float32")
+    arr[30:110, 40:120] = np.nan  # a hole: far tiles
+    arr[::4] = np.nan  # stripes: near tiles
+    src = write_raster(tmp_path / "in.tif", arr, nodata=float("nan"))
+    kw = {"model": str(main), "tile_size": 24, "overlap": 6, "search_radius": 64}
+    geonp.fill_raster(src, tmp_path / "one.tif", block_size=512, workers=1, **kw)
+    geonp.fill_raster(src, tmp_path / "pool.tif", block_size=64, workers=2, **kw)
+    for name in ("", "_std"):
+        with rasterio.open(tmp_path / f"one{name}.tif") as a, rasterio.open(tmp_path / f"pool{name}.tif") as b:
+            np.testing.assert_allclose(a.read(), b.read(), rtol=1e-5)
+    with rasterio.open(tmp_path / "one.tif") as a:
+        assert np.isfinite(a.read()).all()
