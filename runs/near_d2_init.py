@@ -1,7 +1,7 @@
 """The start of runs/near_d2 (and near_d3): the shipped near model with some of its 4 blocks.
 
-    python runs/near_d2_init.py              # runs/near_d2_init: blocks 0 and 3
-    python runs/near_d2_init.py 0,1,3 runs/near_d3_init
+python runs/near_d2_init.py              # runs/near_d2_init: blocks 0 and 3
+python runs/near_d2_init.py 0,1,3 runs/near_d3_init
 """
 
 import dataclasses

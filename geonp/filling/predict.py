@@ -145,11 +145,11 @@ class NearModel:
     """A second model for the tiles near data, and what its std is worth beside the main model's.
 
     It runs the tasks whose gaps all lie near data (:attr:`TileTask.near
-    <geonp.filling.tile_tasks.TileTask.near>`). A fill calibrates the blended std with the main model's calibration (by band and distance to
-    data). The near model was calibrated on its own fills, so before blending its raw std is
-    multiplied by the ratio of its calibration to the main model's at each pixel
-    (:meth:`std_ratio`): after the main calibration, a pixel only near tiles predict gets the near
-    model's own calibrated std.
+    <geonp.filling.tile_tasks.TileTask.near>`). A fill calibrates the blended std with the main
+    model's calibration (by band and distance to data). The near model was calibrated on its own
+    fills, so before blending its raw std is multiplied by the ratio of its calibration to the main
+    model's at each pixel (:meth:`std_ratio`): after the main calibration, a pixel only near tiles
+    predict gets the near model's own calibrated std.
 
     Attributes:
         module: the near model (a per-band single-date model trained with near batches).

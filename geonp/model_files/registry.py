@@ -82,8 +82,9 @@ cached_model.cache_clear = _load_once.cache_clear  # type: ignore[attr-defined]
 
 
 def list_models() -> list[dict[str, Any]]:
-    """The built-in models' cards, JSON-ready: ``name``, ``path``, the card's fields and ``model``
-    (and ``near``: the card of the model's near model, where it has one).
+    """The built-in models' cards, JSON-ready: ``name``, ``path``, the card's fields and ``model``.
+
+    A model with a near model also has ``near``: that model's card and path.
 
     Raises:
         CheckpointError: a built-in model's card holds a field of the wrong type.
