@@ -386,7 +386,7 @@ def _calibrate(
         # fitted on the fill applies to it too, so that the two calibrations keep their ratio.
         near = lm.near.calibration or Calibration()
         write_calibration(lm.near.path, Calibration(
-            std_scale=tuple(round(p * f, 6) for p, f in zip(near.band_scales(n_bands), factor, strict=True)),
+            std_scale=tuple(refitted_scale(lm.near, z2)[2]),
             fitted_on=f"{near.fitted_on or 'uncalibrated'}; then the main model's refit ({fitted_on})",
             distance_bins=bins.stacked_on(near.distance_bins)))
     logger.info("calibrated %s: std x %s -> %s", label, factor, path)

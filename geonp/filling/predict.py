@@ -216,6 +216,7 @@ class Predictor:
         self.chunk_rows = chunk_rows or (batch_rows if self.device.type == "cuda" else 8192)
         #: the module reads the bias of a batch of runs of one geometry once (``groups``)
         self.shares_geometry = _shares_geometry(self.module)
+        self._near_shares_geometry = self.near is not None and _shares_geometry(self.near.module)
         #: seconds spent per stage (``context``, ``model``, ``blend``), accumulated over calls
         self.timings: dict[str, float] = {"context": 0.0, "model": 0.0, "blend": 0.0}
 
@@ -278,11 +279,10 @@ class Predictor:
         # packed by queries alone made calls whose bias tiles left the cache: 7 % slower).
         # The bands of a tile that share its geometry run as one unit, laid band after band in
         # their call: the model works out their kernel bias once (``groups``).
-        for module, subset, near in self._by_model(tasks):
+        for module, subset, near, shares in self._by_model(tasks):
             if not subset:
                 continue
-            units = (geometry_units([tasks[i] for i in subset]) if self.shares_geometry and _shares_geometry(module)
-                     else [[i] for i in range(len(subset))])
+            units = geometry_units([tasks[i] for i in subset]) if shares else [[i] for i in range(len(subset))]
             units = [[subset[i] for i in u] for u in units]
             first = [tasks[u[0]].task for u in units]
             for batch in pack([t.xt.shape[0] for t in first], [t.xc.shape[0] for t in first], self.batch_rows,
@@ -297,12 +297,17 @@ class Predictor:
         self.timings["blend"] += time.perf_counter() - t0
         return out
 
-    def _by_model(self, tasks: Sequence[TileTask]) -> list[tuple[torch.nn.Module, list[int], bool]]:
-        """The task indices each module runs, and whether it is the near model (the near tasks')."""
+    def _by_model(self, tasks: Sequence[TileTask]) -> list[tuple[torch.nn.Module, list[int], bool, bool]]:
+        """Each module with the task indices it runs.
+
+        Also whether it is the near model (the near tasks'), and whether it runs the bands that
+        share a geometry as one unit.
+        """
         if self.near is None:
-            return [(self.module, list(range(len(tasks))), False)]
-        return [(self.module, [i for i, t in enumerate(tasks) if not t.near], False),
-                (self.near.module, [i for i, t in enumerate(tasks) if t.near], True)]
+            return [(self.module, list(range(len(tasks))), False, self.shares_geometry)]
+        return [(self.module, [i for i, t in enumerate(tasks) if not t.near], False, self.shares_geometry),
+                (self.near.module, [i for i, t in enumerate(tasks) if t.near], True,
+                 self.shares_geometry and self._near_shares_geometry)]
 
     def _run_batch(self, module: torch.nn.Module, group: Sequence[TileTask], runs: int, acc: torch.Tensor,
                    ratio: torch.Tensor | None) -> None:
