@@ -45,6 +45,15 @@ CONFIGS = {
     "near96": {"near_context": 96},
     "near64": {"near_context": 64},
     "near-full": {"near_context": None},  # tiles near data: the whole near context, whatever the card says
+    "mid4": {"mid_overlap": 4},
+    "mid8": {"mid_overlap": 8},
+    "far192": {"far_context": 192},
+    "far160": {"far_context": 160},
+    "far128": {"far_context": 128},
+    "old": {"mid_overlap": None, "far_context": None},  # before: 16-px margin at 8-16 px, 256 near context
+    "mid8-far160": {"mid_overlap": 8, "far_context": 160},
+    "mid4-far192": {"mid_overlap": 4, "far_context": 192},
+    "mid4-far160": {"mid_overlap": 4, "far_context": 160},
 }
 
 
@@ -67,7 +76,8 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
     spec = CONFIGS[name]
     opts = tile_options(loaded, None, spec.get("max_context"), None, 512, spec.get("queries", "lattice"))
     opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "near_overlap", "near_far",
-                                                                           "near_context", "min_split")})
+                                                                           "near_context", "min_split", "mid_overlap",
+                                                                           "far_context")})
     if "n_far" in spec:
         opts = dataclasses.replace(opts, context=dataclasses.replace(opts.context, n_far=spec["n_far"]))
     observed = np.broadcast_to(~gap, truth.shape).copy() & (truth > 0)
@@ -111,6 +121,18 @@ def near_seams(mean: np.ndarray, gap: np.ndarray, observed: np.ndarray) -> float
     return float(np.mean([r[0] for r in ratios]) / np.mean([r[1] for r in ratios]))
 
 
+def mid_seams(mean: np.ndarray, gap: np.ndarray, observed: np.ndarray, tile: int) -> float:
+    """Seam ratio between 8 and 16 px from data (the lattice's finest spacing): the fill's jump across
+    tile borders (every ``tile`` px) over its jump inside tiles (1: no visible seams)."""
+    from scipy import ndimage
+    from seams import seam_ratio
+
+    d = ndimage.distance_transform_edt(~observed[0])
+    mid = (d > 8) & (d <= 16)
+    ratios = [seam_ratio(mean[b], gap, mid, tile) for b in range(mean.shape[0])]
+    return float(np.mean([r[0] for r in ratios]) / np.mean([r[1] for r in ratios]))
+
+
 def gdal_rmse(truth: np.ndarray, gap: np.ndarray) -> float:
     from geonp.evaluation.baselines import fillnodata_baseline
 
@@ -137,7 +159,7 @@ def main() -> None:
     footprint = (truth > 0).all(0)
     print(f"{truth.shape[2]}x{truth.shape[1]} px, {truth.shape[0]} bands, {args.threads} thread(s)")
     print(f"{'kind':<12}{'config':<22}{'s':>7}{'kpx/s':>8}{'time÷every':>11}{'pairs÷every':>12}{'RMSE':>8}{'÷every':>8}"
-          f"{'÷GDAL':>7}{'cov95':>7}{'NLL':>7}{'seams':>7}")
+          f"{'÷GDAL':>7}{'cov95':>7}{'NLL':>7}{'seams':>7}{'mid':>6}")
     for kind, gap in simulate_masks(truth.shape[1:], args.kinds.split(","), coverage=args.coverage, seed=0):
         gap = gap & footprint
         base = gdal_rmse(truth, gap)
@@ -145,11 +167,12 @@ def main() -> None:
         for name in args.configs.split(","):
             mean, std, seconds, cost = fill(truth, gap, name)
             rmse, cov, nll = scores(truth, mean, std, gap)
-            seams = near_seams(mean, gap, np.broadcast_to(~gap, truth.shape) & (truth > 0))
+            seen = np.broadcast_to(~gap, truth.shape) & (truth > 0)
+            seams, mids = near_seams(mean, gap, seen), mid_seams(mean, gap, seen, 48)
             first = first or (seconds, rmse, cost)
             rate = gap.sum() * truth.shape[0] / seconds / 1e3
             print(f"{kind:<12}{name:<22}{seconds:7.1f}{rate:8.1f}{seconds / first[0]:11.2f}{cost / first[2]:12.2f}{rmse:8.1f}"
-                  f"{rmse / first[1]:8.3f}{rmse / base:7.3f}{cov:7.3f}{nll:7.2f}{seams:7.2f}", flush=True)
+                  f"{rmse / first[1]:8.3f}{rmse / base:7.3f}{cov:7.3f}{nll:7.2f}{seams:7.2f}{mids:6.2f}", flush=True)
 
 
 if __name__ == "__main__":

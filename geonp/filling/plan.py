@@ -174,8 +174,8 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
 
     The model card's ``task_shape`` gives what the arguments leave as None (the search radius:
     the one the model was trained with, :class:`ContextSpec`'s where the card has none; the near
-    context of tiles near data, its near model's where it has one, unless ``max_context`` sets
-    every tile's); ``queries`` (a
+    context of tiles near data, its near model's where it has one, and the smaller near context of
+    the other tiles, unless ``max_context`` sets every tile's); ``queries`` (a
     :class:`~geonp.config.FillConfig` field) the query lattice and near blend margin.
     """
     shape = loaded.card.task_shape or {}
@@ -189,7 +189,11 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
     opts = TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap, context=spec,
                        temporal=loaded.config.temporal,
                        near_context=(int(near_shape.get("near_context", 0)) or None) if max_context is None else None)
-    return lattice_options(opts) if queries == "lattice" else opts
+    if queries != "lattice":
+        return opts
+    opts = lattice_options(opts)
+    # a context size the caller sets holds for every tile
+    return opts if max_context is None else dataclasses.replace(opts, far_context=None)
 
 
 def lattice_options(opts: TileOptions) -> TileOptions:
@@ -199,7 +203,9 @@ def lattice_options(opts: TileOptions) -> TileOptions:
     """
     from geonp.tasks.lattice import (
         FAR_CONTEXT,
+        FAR_TILE_CONTEXT,
         LATTICE,
+        MID_OVERLAP,
         NEAR_FAR_CONTEXT,
         NEAR_OVERLAP,
         REF_CONTEXT,
@@ -208,7 +214,8 @@ def lattice_options(opts: TileOptions) -> TileOptions:
     far = dataclasses.replace(opts.context, n_far=min(FAR_CONTEXT, opts.context.n_far),
                               n_ref=min(REF_CONTEXT, opts.context.n_ref))
     return dataclasses.replace(opts, lattice=LATTICE, near_overlap=NEAR_OVERLAP, context=far,
-                               near_far=NEAR_FAR_CONTEXT)
+                               near_far=NEAR_FAR_CONTEXT, mid_overlap=MID_OVERLAP,
+                               far_context=FAR_TILE_CONTEXT)
 
 
 def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:

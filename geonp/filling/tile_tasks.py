@@ -47,6 +47,10 @@ class TileOptions:
             (:class:`geonp.training.windows.TaskShape`).
         min_split: a tile whose gaps' neighbours are more than its context takes is split in four
             down to this edge (pixels), not below.
+        mid_overlap: blend margin of gap pixels on the lattice's finest spacing, 2 px (None:
+            ``overlap``; :mod:`geonp.tasks.lattice`).
+        far_context: near context pixels of a tile that is not near data (None: the context's
+            ``n_near``, which also stays the cap of the rule that splits tiles).
     """
 
     tile_size: int = 48
@@ -58,6 +62,8 @@ class TileOptions:
     near_far: int | None = None
     near_context: int | None = None
     min_split: int = 12
+    mid_overlap: int | None = None
+    far_context: int | None = None
 
     def __post_init__(self) -> None:
         """Check the fields; a bad value raises ValueError naming it."""
@@ -267,7 +273,7 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int,
             continue
         trow, tcol = np.nonzero(to_fill[rr0:rr1, cc0:cc1])
         tt = tile_targets(trow + rr0, tcol + cc0, tile, spacing=spacing, near_overlap=opts.near_overlap,
-                          origin=origin, shape=(h, w))
+                          mid_overlap=opts.mid_overlap, origin=origin, shape=(h, w))
         if tt.out_rows.size == 0:  # its gaps lie beyond its margins (near data: a narrower one)
             continue
         spec = opts.context
@@ -279,6 +285,8 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int,
                 min(spec.n_near, max(opts.near_context, _neighbours(observed, to_fill, (qr0, qr1, qc0, qc1), beyond=1)))
             spec = dataclasses.replace(
                 spec, n_far=spec.n_far if opts.near_far is None else min(spec.n_far, opts.near_far), n_near=n_near)
+        elif not near and opts.far_context is not None:
+            spec = dataclasses.replace(spec, n_near=min(spec.n_near, opts.far_context))
         yield (qr0, qr1, qc0, qc1), tt, spec, near
 
 

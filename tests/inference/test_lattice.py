@@ -71,6 +71,45 @@ def test_pixels_near_data_use_the_narrow_margin():
     np.testing.assert_allclose(tt.weights[edge], 1 / 3)
 
 
+def test_pixels_on_the_finest_lattice_use_the_mid_margin():
+    """Spacing-2 pixels (8-16 px from data) blend over ``mid_overlap``; deeper ones over the tile's overlap."""
+    observed = np.zeros((200, 200), bool)
+    observed[:, :2] = True  # data in columns 0-1: spacing 2 from column 10, 4 from 18, 8 from 34
+    spacing = spacing_map(observed, LATTICE)
+    tile = Tile(64, 8, 48, 48, 16)  # core columns 8-55
+    rows, cols = np.mgrid[48:128, 2:72]
+    kept = {}
+    for mid in (None, 4):
+        tt = tile_targets(rows.ravel(), cols.ravel(), tile, spacing=spacing, near_overlap=1, mid_overlap=mid,
+                          origin=(0, 0), shape=(200, 200))
+        kept[mid] = tt
+        out_spacing = spacing[tt.out_rows, tt.out_cols]
+        above = tt.out_rows < 64  # rows above the core (48..63)
+        # above the core, spacing-2 pixels reach 16 px (the overlap) or 4 (mid); spacing 4 and 8 keep 16
+        assert tt.out_rows[above & (out_spacing == 2)].min() == (48 if mid is None else 60)
+        assert tt.out_rows[above & (out_spacing >= 4)].min() == 48
+        assert tt.out_rows[above & (out_spacing == 1)].min() == 63  # the near margin, 1 px
+        edge = (tt.out_rows == 62) & (out_spacing == 2) & (tt.out_cols >= 8)
+        np.testing.assert_allclose(tt.weights[edge], 1 - 2 / ((16 if mid is None else 4) + 1))
+    # the core's pixels are the same either way
+    assert (kept[None].weights >= 1).sum() == (kept[4].weights >= 1).sum()
+
+
+def test_tiles_not_near_data_take_the_far_tile_context():
+    """``far_context``: tiles reaching deep into a hole take fewer near pixels; tiles near data and
+    the split rule (which counts the gaps' neighbours against the context's n_near) are unchanged."""
+    values, observed, to_fill = _hole()
+    spec = ContextSpec(n_near=64, n_far=16, search_radius=96, rings=3, sectors=4)
+    counts = {}
+    for far_context in (None, 40):
+        opts = TileOptions(tile_size=24, overlap=8, context=spec, near_far=0, far_context=far_context, **LATTICE_OPTS)
+        tasks = block_tasks(values, observed, to_fill, (0, 120, 0, 120), origin=(0, 0), opts=opts)
+        counts[far_context] = {tuple(t.index[:2]): (t.task.xc.shape[0], t.near) for t in tasks}
+    assert counts[None].keys() == counts[40].keys()  # the same tiles
+    pairs = {(counts[None][k][1], counts[None][k][0], counts[40][k][0]) for k in counts[None]}
+    assert pairs == {(True, 64, 64), (False, 80, 56)}  # far tiles: 40 near + 16 far instead of 64 + 16
+
+
 def test_lattice_predictor_equals_its_per_tile_twin(tiny_model):
     model = load_model(tiny_model).module
     values, observed, to_fill = _hole()
