@@ -162,6 +162,10 @@ class TrainConfig:
         val_every: validate every this many steps (and at the end).
         seed: seed of the model initialisation and the task sampler.
         device: ``"cpu"``, ``"cuda"`` or ``"auto"``.
+        distill_from: a teacher model (a built-in name or a model directory): the loss adds the
+            KL divergence from the teacher's predictive Gaussian to the student's (distillation,
+            e.g. a shallower near model from a deeper one); None: the data alone.
+        distill_weight: the KL term's weight; the data NLL gets ``1 - distill_weight``.
     """
 
     steps: int = 1000
@@ -174,10 +178,15 @@ class TrainConfig:
     val_every: int = 100
     seed: int = 0
     device: str = "auto"
+    distill_from: str | None = None
+    distill_weight: float = 0.5
 
     def __post_init__(self) -> None:
         """Check the values; a bad one raises ConfigError naming it."""
         UnknownNameError.check("optimizer", self.optimizer, OPTIMIZERS)
+        check_number("distill_weight", self.distill_weight, low=0.0, high=1.0)
+        if self.distill_from is not None and not isinstance(self.distill_from, str):
+            raise ConfigError(f"distill_from={self.distill_from!r} must be a model name or directory")
         for name in ("steps", "val_every", "seed", "warmup_steps"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < (0 if name in ("seed", "warmup_steps") else 1):

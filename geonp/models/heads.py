@@ -32,6 +32,28 @@ class GaussianHead(nn.Module):
         return mean, self.sigma_min + (1.0 - self.sigma_min) * F.softplus(raw)
 
 
+def gaussian_kl(
+    mean_p: torch.Tensor, std_p: torch.Tensor, mean_q: torch.Tensor, std_q: torch.Tensor,
+    valid: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Mean KL divergence KL(p || q) of Gaussians per target value (nats): a student ``q``
+    distilled from a teacher ``p``.
+
+    Args:
+        mean_p, std_p: the teacher's ``[B, N, dy]``.
+        mean_q, std_q: the student's ``[B, N, dy]``.
+        valid: ``[B, N]`` True where the target counts.
+
+    Returns:
+        A scalar: the average over valid targets and channels.
+    """
+    kl = torch.log(std_q / std_p) + (std_p**2 + (mean_p - mean_q) ** 2) / (2 * std_q**2) - 0.5
+    if valid is None:
+        return kl.mean()
+    w = valid[..., None].to(kl.dtype).expand_as(kl)
+    return (kl * w).sum() / w.sum().clamp_min(1.0)
+
+
 def gaussian_nll(
     mean: torch.Tensor, std: torch.Tensor, y: torch.Tensor, valid: torch.Tensor | None = None
 ) -> torch.Tensor:

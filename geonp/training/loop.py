@@ -16,7 +16,7 @@ from torch import nn
 
 from geonp.config import TrainConfig
 from geonp.data.batch import Batch
-from geonp.models.heads import gaussian_nll
+from geonp.models.heads import gaussian_kl, gaussian_nll
 from geonp.models.layers import resolve_device
 from geonp.training.optim import cosine_lr, make_optimizer
 
@@ -97,6 +97,7 @@ def fit(
     if optimizer_state is not None:
         opt.load_state_dict(optimizer_state)
     result = FitResult(best_val_nll=best_val_nll, step=start_step)
+    teacher = load_teacher(cfg.distill_from, device) if cfg.distill_from else None
     running, n_running, t0 = 0.0, 0, time.perf_counter()
     for step in range(start_step, cfg.steps):
         model.train()
@@ -105,12 +106,17 @@ def fit(
             group["lr"] = lr
         b = sample_batch(step).to(device)
         mean, std = model(b.xc, b.yc, b.xt, b.context_valid)
-        loss = gaussian_nll(mean, std, b.yt, b.target_valid)
+        loss = nll = gaussian_nll(mean, std, b.yt, b.target_valid)
+        if teacher is not None:
+            with torch.no_grad():
+                t_mean, t_std = teacher(b.xc, b.yc, b.xt, b.context_valid)
+            w = cfg.distill_weight
+            loss = (1 - w) * nll + w * gaussian_kl(t_mean, t_std, mean, std, b.target_valid)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower the learning rate")
         opt.zero_grad(set_to_none=True)
         loss.backward()
-        value = float(loss.detach())
+        value = float(nll.detach())  # the data NLL: the curve compares with runs without a teacher
         if average_gradients is not None:
             value = average_gradients(value)
         nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
@@ -138,6 +144,17 @@ def fit(
                 on_validate(record, is_best, result)
     result.optimizer_state = opt.state_dict()
     return result
+
+
+def load_teacher(model: str, device: torch.device) -> nn.Module:
+    """The frozen teacher of a distillation (:attr:`TrainConfig.distill_from`), in eval mode on ``device``."""
+    from geonp.model_files.checkpoint import load_checkpoint
+    from geonp.model_files.registry import resolve_model_path
+
+    teacher = load_checkpoint(resolve_model_path(model)).module.to(device).eval()
+    for p in teacher.parameters():
+        p.requires_grad_(False)
+    return teacher
 
 
 class MetricsWriter:

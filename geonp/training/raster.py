@@ -186,6 +186,8 @@ def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path
            data_workers: int | None) -> TrainReport:
     """Run :func:`train` with its settled settings (the arguments are :func:`train`'s)."""
     opts, tcfg, shape = run.opts, run.tcfg, run.task_shape
+    if tcfg.distill_from is not None:
+        resolve_model_path(tcfg.distill_from)  # a missing teacher fails before anything is written
     keep_freed_memory()  # a step's large tensors reuse the last step's memory (no page faults)
     t0 = time.perf_counter()
     rng = np.random.default_rng(tcfg.seed)
