@@ -51,6 +51,7 @@ CONFIGS = {
     "far160": {"far_context": 160},
     "far128": {"far_context": 128},
     "old": {"mid_overlap": None, "far_context": None},  # before: 16-px margin at 8-16 px, 256 near context
+    "tile64": {"tile_size": 64},  # 64-px tiles: no fewer pairs on clouds, NLL +0.06 on a scene-scale cloud
     "mid8-far160": {"mid_overlap": 8, "far_context": 160},
     "mid4-far192": {"mid_overlap": 4, "far_context": 192},
     "mid4-far160": {"mid_overlap": 4, "far_context": 160},
@@ -77,7 +78,7 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
     opts = tile_options(loaded, None, spec.get("max_context"), None, 512, spec.get("queries", "lattice"))
     opts = dataclasses.replace(opts, **{k: v for k, v in spec.items() if k in ("lattice", "near_overlap", "near_far",
                                                                            "near_context", "min_split", "mid_overlap",
-                                                                           "far_context")})
+                                                                           "far_context", "tile_size")})
     if "n_far" in spec:
         opts = dataclasses.replace(opts, context=dataclasses.replace(opts.context, n_far=spec["n_far"]))
     observed = np.broadcast_to(~gap, truth.shape).copy() & (truth > 0)

@@ -57,8 +57,8 @@ NEAR_FAR_CONTEXT = 0
 MID_OVERLAP = 8
 #: Near context pixels of a tile that is not near data (None: the context's 256, as trained).
 #: 160 cut the attention pairs of cloud fills by 28-47 % and the time by ~20 % with RMSE no worse,
-#: but the std shrank (95 % coverage 0.941 -> 0.932 and NLL +0.05 on the validation columns'
-#: clouds; docs/benchmarks.md): not the default.
+#: but the std shrank: on the validation columns' clouds 95 % coverage 0.941 -> 0.932 and NLL +0.05,
+#: still +0.03 with the std calibration refitted (docs/benchmarks.md). Not the default.
 FAR_TILE_CONTEXT: int | None = None
 #: Reference pixels of a multi-date tile, per reference, at most (the ``multidate`` model was
 #: trained with up to 1024: every reference pixel of its 12-px tiles' windows, ~130 on average).
