@@ -10,8 +10,9 @@ distance to data alone, so every tile and every block reads a pixel off the same
 
 Blend margins follow the same rule: a pixel near data is predicted by the tiles whose core lies
 within ``near_overlap`` pixels of it (its nearest context is shared by them, so their predictions
-agree), a pixel deep in a gap by the tiles within ``overlap`` pixels (their far context differs,
-and the wide blend hides the step between them; ``benchmarks/seams.py``).
+agree), a pixel on the finest lattice (8-16 px from data) by those within ``mid_overlap``, a pixel
+deep in a gap by the tiles within ``overlap`` pixels (their far context differs, and the wide
+blend hides the step between them; ``benchmarks/seams.py``).
 
 With no lattice and ``near_overlap`` equal to ``overlap``, every gap pixel of a tile's query
 window is a target with the tile's blend weight: the engine's behaviour before the lattice.
@@ -52,8 +53,9 @@ FAR_CONTEXT = 48
 #: coverage, NLL and seams unchanged or better (dropped pixels: RMSE -0.8 %). On the validation
 #: columns the std near data grows a little (coverage +0.005, NLL +0.05 to +0.09; docs/benchmarks.md).
 NEAR_FAR_CONTEXT = 0
-#: Blend margin (pixels) of gap pixels on the lattice's finest spacing (8-16 px from data), where
-#: the overlap (16) held before: ``benchmarks/lattice.py --configs far160,mid8-far160``.
+#: Blend margin (pixels) of gap pixels on the lattice's finest spacing (8-16 px from data; the
+#: tile's overlap, 16, held there before): the same validation scores and seams, ~0.9x the time
+#: on 1024² clouds; 4 px left seams (``benchmarks/lattice.py --configs old,mid4,mid8``; docs/benchmarks.md).
 MID_OVERLAP = 8
 #: Near context pixels of a tile that is not near data (None: the context's 256, as trained).
 #: 160 cut the attention pairs of cloud fills by 28-47 % and the time by ~20 % with RMSE no worse,
