@@ -174,8 +174,8 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
 
     The model card's ``task_shape`` gives what the arguments leave as None (the search radius:
     the one the model was trained with, :class:`ContextSpec`'s where the card has none; the near
-    context of tiles near data, its near model's where it has one, and the smaller near context of
-    the other tiles, unless ``max_context`` sets every tile's); ``queries`` (a
+    context of tiles near data, its near model's where it has one, and that of the other tiles,
+    ``FAR_TILE_CONTEXT``, unless ``max_context`` sets every tile's); ``queries`` (a
     :class:`~geonp.config.FillConfig` field) the query lattice and near blend margin.
     """
     shape = loaded.card.task_shape or {}
