@@ -105,13 +105,7 @@ def fit(
         for group in opt.param_groups:
             group["lr"] = lr
         b = sample_batch(step).to(device)
-        mean, std = model(b.xc, b.yc, b.xt, b.context_valid)
-        loss = nll = gaussian_nll(mean, std, b.yt, b.target_valid)
-        if teacher is not None:
-            with torch.no_grad():
-                t_mean, t_std = teacher(b.xc, b.yc, b.xt, b.context_valid)
-            w = cfg.distill_weight
-            loss = (1 - w) * nll + w * gaussian_kl(t_mean, t_std, mean, std, b.target_valid)
+        loss, nll = _loss(model, b, teacher, cfg.distill_weight)
         if not torch.isfinite(loss):
             raise FloatingPointError(f"training loss became {float(loss)} at step {step}; lower the learning rate")
         opt.zero_grad(set_to_none=True)
@@ -144,6 +138,19 @@ def fit(
                 on_validate(record, is_best, result)
     result.optimizer_state = opt.state_dict()
     return result
+
+
+def _loss(model: nn.Module, b: Batch, teacher: nn.Module | None, distill_weight: float
+          ) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(loss, data NLL)`` of a batch: the NLL, plus the KL from a teacher's predictions when distilling."""
+    mean, std = model(b.xc, b.yc, b.xt, b.context_valid)
+    nll = gaussian_nll(mean, std, b.yt, b.target_valid)
+    if teacher is None:
+        return nll, nll
+    with torch.no_grad():
+        t_mean, t_std = teacher(b.xc, b.yc, b.xt, b.context_valid)
+    kl = gaussian_kl(t_mean, t_std, mean, std, b.target_valid)
+    return (1 - distill_weight) * nll + distill_weight * kl, nll
 
 
 def load_teacher(model: str, device: torch.device) -> nn.Module:
