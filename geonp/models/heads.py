@@ -36,22 +36,22 @@ def gaussian_kl(
     mean_p: torch.Tensor, std_p: torch.Tensor, mean_q: torch.Tensor, std_q: torch.Tensor,
     valid: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Mean KL divergence KL(p || q) of Gaussians per target value (nats): a student ``q``
-    distilled from a teacher ``p``.
+    """Mean KL divergence KL(p || q) of Gaussians per target value (nats).
+
+    ``p`` is a teacher's prediction, ``q`` the student's that distillation pulls towards it.
 
     Args:
-        mean_p, std_p: the teacher's ``[B, N, dy]``.
-        mean_q, std_q: the student's ``[B, N, dy]``.
+        mean_p: the teacher's mean ``[B, N, dy]``.
+        std_p: the teacher's std ``[B, N, dy]``.
+        mean_q: the student's mean ``[B, N, dy]``.
+        std_q: the student's std ``[B, N, dy]``.
         valid: ``[B, N]`` True where the target counts.
 
     Returns:
         A scalar: the average over valid targets and channels.
     """
     kl = torch.log(std_q / std_p) + (std_p**2 + (mean_p - mean_q) ** 2) / (2 * std_q**2) - 0.5
-    if valid is None:
-        return kl.mean()
-    w = valid[..., None].to(kl.dtype).expand_as(kl)
-    return (kl * w).sum() / w.sum().clamp_min(1.0)
+    return _target_mean(kl, valid)
 
 
 def gaussian_nll(
@@ -69,7 +69,12 @@ def gaussian_nll(
         A scalar: the average over valid targets and channels.
     """
     nll = 0.5 * torch.log(2 * torch.pi * std**2) + 0.5 * ((y - mean) / std) ** 2  # [B, N, dy]
+    return _target_mean(nll, valid)
+
+
+def _target_mean(values: torch.Tensor, valid: torch.Tensor | None) -> torch.Tensor:
+    """Mean of per-target values ``[B, N, dy]`` over the valid targets ``[B, N]`` (all when None)."""
     if valid is None:
-        return nll.mean()
-    w = valid[..., None].to(nll.dtype).expand_as(nll)
-    return (nll * w).sum() / w.sum().clamp_min(1.0)
+        return values.mean()
+    w = valid[..., None].to(values.dtype).expand_as(values)
+    return (values * w).sum() / w.sum().clamp_min(1.0)

@@ -155,10 +155,9 @@ def _loss(model: nn.Module, b: Batch, teacher: nn.Module | None, distill_weight:
 
 def load_teacher(model: str, device: torch.device) -> nn.Module:
     """The frozen teacher of a distillation (:attr:`TrainConfig.distill_from`), in eval mode on ``device``."""
-    from geonp.model_files.checkpoint import load_checkpoint
-    from geonp.model_files.registry import resolve_model_path
+    from geonp.model_files.registry import load_model
 
-    teacher = load_checkpoint(resolve_model_path(model)).module.to(device).eval()
+    teacher = load_model(model).module.to(device).eval()
     for p in teacher.parameters():
         p.requires_grad_(False)
     return teacher
