@@ -179,10 +179,12 @@ class TNPKR(NeuralProcess):
             raise ValueError(f"groups={groups} needs share_distances and a batch ({xc.shape[0]}) it divides")
         cache = DistanceCache(groups=groups) if share_distances else None
         ks = self.embed(xc, yc, observed=True)
-        tokens = []
-        for block in self.blocks:
-            tokens.append(ks)
+        tokens = [ks]
+        # each block's queries read that block's *input* keys, so the last block's key update
+        # would feed nothing: depth - 1 updates
+        for block in self.blocks[:-1]:
             ks = block.update_keys(ks, k_pos=xc, key_valid=context_valid, cache=cache)
+            tokens.append(ks)
         return ContextState(tokens, xc, context_valid, cache, yc)
 
     def decode(self, state: ContextState, xt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:

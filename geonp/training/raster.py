@@ -282,14 +282,19 @@ class _BestSaver:
     metrics: MetricsWriter
     card: ModelCard
 
+    def __post_init__(self) -> None:
+        """The run's clock goes on from a resumed history's last record."""
+        self.before = float(self.history[-1]["seconds"]) if self.history else 0.0
+
     def __call__(self, record: dict[str, float], is_best: bool, result: FitResult) -> None:
         """Append ``record`` to the history and metrics; save the model if best, and the state."""
-        record = {**record, "step": record["step"]}
+        seconds = self.before + time.perf_counter() - self.started  # the whole run's, resumes included
+        record = {**record, "seconds": seconds}
         self.history.append(record)
         self.metrics.write(record)
         if is_best:
             self.card = replace(self.card, best_val_nll=record["val_nll"], best_step=int(record["step"]),
-                                training_seconds=round(time.perf_counter() - self.started, 1))
+                                training_seconds=round(seconds, 1))
             save_model(self.out, self.module, self.mcfg, normalizer=self.norm.to_dict(), card=self.card)
         save_training_state(self.out, self.module, result.optimizer_state or {"state": {}, "param_groups": []},
                             {"step": result.step, "best_val_nll": result.best_val_nll, "history": self.history,

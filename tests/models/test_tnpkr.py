@@ -126,7 +126,7 @@ def test_runs_of_one_geometry_read_one_bias_with_the_same_result(monkeypatch, gr
         each = model(xc, yc, xt, valid, query_chunk=8)
         assert calls == []
         shared = model(xc, yc, xt, valid, query_chunk=8, groups=3)
-    assert calls == [3] * (2 * 5)  # 2 blocks: the context stream, then 4 query chunks
+    assert calls == [3] * (1 + 2 * 4)  # the first block's context stream (the last feeds nothing), 4 query chunks each
     torch.testing.assert_close(shared, each, rtol=0, atol=1e-6)
 
 
@@ -135,3 +135,27 @@ def test_groups_that_do_not_divide_the_batch_are_refused():
     xc, yc, xt, valid = _runs(2)
     with pytest.raises(ValueError, match="groups=3 needs share_distances and a batch \\(4\\) it divides"):
         model(xc, yc, xt, valid, groups=3)
+
+
+@pytest.mark.parametrize("depth", [1, 3])
+def test_context_stream_skips_the_last_blocks_unused_key_update(monkeypatch, depth):
+    # Algorithm 1 literally: every block updates the queries from its input keys, then the keys
+    # (the last block's new keys feed nothing); the model runs depth - 1 key updates, same output.
+    from geonp.models.blocks import KRBlock
+
+    model = _model(attention="scan", depth=depth)
+    xc, yc, xt, valid = _task(seed=3)
+    with torch.no_grad():
+        ks = model.embed(xc, yc, observed=True)
+        qs = model.embed(xt, model.unknown_values(xt), observed=False)
+        for block in model.blocks:
+            qs = block.update_queries(qs, ks, q_pos=xt, k_pos=xc, key_valid=valid)
+            ks = block.update_keys(ks, k_pos=xc, key_valid=valid)
+        want = model.head(qs)
+        calls = []
+        update = KRBlock.update_keys
+        monkeypatch.setattr(KRBlock, "update_keys", lambda self, *a, **k: calls.append(1) or update(self, *a, **k))
+        got = model(xc, yc, xt, valid)
+    assert len(calls) == depth - 1
+    for g, w in zip(got, want, strict=True):
+        torch.testing.assert_close(g, w, rtol=1e-5, atol=1e-6)

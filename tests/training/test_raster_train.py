@@ -54,6 +54,8 @@ def test_resume_continues_from_the_saved_step(raster, tmp_path):
     assert steps == [5, 10, 15, 20]  # history kept, training went on from 10
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [x["step"] for x in lines] == [15, 20]
+    seconds = [r["seconds"] for r in report.history]
+    assert seconds == sorted(seconds) and seconds[2] > seconds[1] > 0  # the clock goes on from the first run's
 
 
 def test_training_and_validation_patches_do_not_overlap(raster):
