@@ -109,8 +109,9 @@ def card_markdown(
     if near is not None:
         md.append(
             f"- Near model (`near/`, its own card there): the tiles whose gaps all lie within 8 px of data "
-            f"run through a model trained with near batches (near context "
-            f"{near.get('task_shape', {}).get('near_context')}), trained with `{near.get('command')}`; "
+            f"run through its near model (near context {near.get('task_shape', {}).get('near_context')}; "
+            f"how it was made: `near/card.md`), last trained with "
+            f"`{near.get('command')}`; "
             "its std is calibrated by its own calibration. The scores below are of the two together, "
             "as `geonp fill` runs them."
         )
