@@ -32,7 +32,7 @@ from geonp.filling.plan import FillPlan, plan_model
 from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
-from geonp.io.raster import GDAL_CACHE_MB, RasterInfo, open_raster, raster_info
+from geonp.io.raster import WORKER_GDAL_CACHE_MB, RasterInfo, open_raster, raster_info
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.io.windows import read_window
 from geonp.tasks.context import HaloTooSmall
@@ -243,7 +243,7 @@ def _init_worker(parent_pid: int | None = None) -> None:
 
     if parent_pid is not None:
         guard_worker(parent_pid)  # never outlive the fill, even a SIGKILLed one; Ctrl-C is the parent's
-    os.environ["GDAL_CACHEMAX"] = str(GDAL_CACHE_MB)  # MiB, as GDAL reads the variable; before this process's GDAL starts
+    os.environ["GDAL_CACHEMAX"] = str(WORKER_GDAL_CACHE_MB)  # MiB, as GDAL reads it; before this process's GDAL starts
     torch.set_num_threads(1)
 
 

@@ -46,6 +46,12 @@ __all__ = [
 #: GDAL's block cache (MiB) where geonp reads and writes rasters. GDAL's default, 5 % of the
 #: machine's memory, lets a process grow by every block it has visited, and geonp visits each once.
 GDAL_CACHE_MB = 128
+#: GDAL's block cache (MiB) of a fill's worker processes, which only read: each block once, with
+#: its halo. At 128 MB a worker of an 8192² fill held 775 MB at its peak against 590 at 2048²
+#: (1.31x); at 32, 712 against 588 (1.21x), the main process 523 against 512 (``python
+#: benchmarks/fill.py --skip-crop --sizes 2048,8192 --workers 2``). The main process writes and
+#: keeps :data:`GDAL_CACHE_MB`: a striped output's partial strips wait there for their row.
+WORKER_GDAL_CACHE_MB = 32
 _GDAL_CACHE_BYTES = GDAL_CACHE_MB * 2**20  # rasterio and set_gdal_config take bytes
 
 

@@ -1,4 +1,5 @@
-"""GDAL's block cache where geonp reads and writes: 128 MiB, given to GDAL in the unit it reads."""
+"""GDAL's block cache where geonp reads and writes: 128 MiB (32 in a fill's worker processes, which only
+read), given to GDAL in the unit it reads."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import rasterio
 from affine import Affine
 
 import geonp
-from geonp.io.raster import GDAL_CACHE_MB
+from geonp.io.raster import GDAL_CACHE_MB, WORKER_GDAL_CACHE_MB
 from tests.conftest import gdal_cache_max_mib
 
 
@@ -44,3 +45,15 @@ def test_cap_gdal_cache_respects_a_cache_the_environment_sets(env, capped, mib):
     c1, c2, got = out.stdout.split()
     assert (c1, c2) == (str(capped), str(capped))
     assert float(got) == mib
+
+
+def test_a_fills_worker_processes_hold_gdals_cache_to_the_workers_size():
+    # the pool's initializer (geonp.filling.engine.run_blocks), in a fresh process as a spawned worker
+    code = ("import rasterio; from geonp.filling.engine import _init_worker; from tests.conftest import gdal_cache_max_mib; "
+            "_init_worker(); rasterio.open('sample_data/landsat8_cloudy.tif').close(); print(gdal_cache_max_mib())")
+    clean = {k: v for k, v in os.environ.items() if k != "GDAL_CACHEMAX"}
+    out = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
+    if out.stdout.strip() == "None":
+        pytest.skip("libgdal not found in /proc/self/maps")
+    assert float(out.stdout) == WORKER_GDAL_CACHE_MB < GDAL_CACHE_MB
