@@ -1,7 +1,8 @@
-"""The start of runs/near_d2 (and near_d3): the shipped near model with some of its 4 blocks.
+"""The start of runs/near_d2 (and near_d3, default_d3): a 4-block model with some of its blocks.
 
-python runs/near_d2_init.py              # runs/near_d2_init: blocks 0 and 3
+python runs/near_d2_init.py              # runs/near_d2_init: blocks 0 and 3 of the 4-block near model
 python runs/near_d2_init.py 0,1,3 runs/near_d3_init
+python runs/near_d2_init.py 0,1,3 runs/default_d3_init runs/default_teacher   # of the default model
 """
 
 import dataclasses
@@ -13,7 +14,8 @@ from geonp.models import build_model
 
 blocks = [int(b) for b in (sys.argv[1] if len(sys.argv) > 1 else "0,3").split(",")]
 out = sys.argv[2] if len(sys.argv) > 2 else "runs/near_d2_init"
-near = load_model("geonp/pretrained/default/near")
+# the 4-block near model shipped before the 3-block one (runs/near_teacher is a copy of it)
+near = load_model(sys.argv[3] if len(sys.argv) > 3 else "runs/near_teacher")
 cfg = dataclasses.replace(near.config, depth=len(blocks))
 module = build_model(cfg)
 state = {}
