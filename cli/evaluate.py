@@ -29,6 +29,9 @@ SERIES_DEFAULTS = {"model": "multidate", "n_refs": 2, "qa_kind": "fmask"}
               help="Fraction of pixels each simulated mask hides.")
 @click.option("--seed", type=int, default=None,
               help=f"Seed of the masks (same seed, same masks).  [default: {EvaluationConfig.seed}]")
+@click.option("--draws", type=click.IntRange(min=1), default=None,
+              help="Masks of each kind, with seeds SEED, SEED+1, ... (KIND, KIND#2, ...); --calibrate fits on "
+                   f"all of them.  [default: {EvaluationConfig.draws}]")
 @nodata_option
 @band_option
 @click.option("--window", type=int, nargs=4, default=None, metavar="COL ROW WIDTH HEIGHT",

@@ -111,3 +111,15 @@ def test_evaluate_help_has_example(runner):
     assert result.exit_code == 0
     assert "Examples:" in result.output and "geonp evaluate sample_data/landsat8_clean.tif" in result.output
     assert "--mask-kind" in result.output and "--calibrate" in result.output
+
+
+def test_evaluate_draws_scores_each_draw(runner, clean_tif, tmp_path):
+    out = tmp_path / "d.json"
+    result = runner.invoke(cli, ["-q", "evaluate", str(clean_tif), "--model", "default", "--mask-kind", "random",
+                                 "--draws", "2", "--no-fillnodata", "--device", "cpu", "--json", str(out)])
+    assert result.exit_code == 0, result.output
+    masks = {ln.split()[1] for ln in result.output.splitlines() if ln.startswith("geonp:")}
+    assert masks == {"random", "random#2"}
+    assert [m["name"] for m in json.loads(out.read_text())["masks"]] == ["random", "random#2"]
+    bad = runner.invoke(cli, ["-q", "evaluate", str(clean_tif), "--draws", "0"])
+    assert bad.exit_code != 0 and "--draws" in bad.output

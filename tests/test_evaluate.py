@@ -295,3 +295,27 @@ def test_calibration_starts_from_the_scale_fill_applies(calibration, bands, expe
     assert (cal or Calibration()).band_scales(bands) == expected
     ones = [np.full(10, 1.959963984540054**2)] * bands  # |z| = 1.96 everywhere: a factor of 1
     assert refitted_scale(SimpleNamespace(calibration=cal), ones)[1:] == (expected, expected)
+
+
+def test_draws_score_each_mask_draw_apart_and_calibrate_pools_them(smooth_tif, tiny_model, tmp_path):
+    one = evaluate(smooth_tif, models=(), masks=("cloud", "random"), seed=3)
+    two = evaluate(smooth_tif, models=(), masks=("cloud", "random"), seed=3, draws=2)
+    next_seed = evaluate(smooth_tif, models=(), masks=("cloud", "random"), seed=4)
+    assert [m["name"] for m in two.masks] == ["cloud", "random", "cloud#2", "random#2"]
+    assert [m["kind"] for m in two.masks] == ["cloud", "random", "cloud", "random"]
+    # the first draw is the one-draw run's, the second the next seed's, row for row
+    rows = {(r["mask"], r["band"]): r["rmse"] for r in two.rows}
+    assert all(rows[(r["mask"], r["band"])] == r["rmse"] for r in one.rows)
+    assert all(rows[(r["mask"] + "#2", r["band"])] == r["rmse"] for r in next_seed.rows)
+    fits = []
+    for draws in (1, 2):
+        model_dir = tmp_path / f"tiny{draws}"
+        shutil.copytree(tiny_model, model_dir)
+        report = evaluate(smooth_tif, models=(str(model_dir),), masks=("random",), bands=(2,), fillnodata=False,
+                          calibrate=True, device="cpu", seed=0, draws=draws)
+        (fit,) = report.calibration.values()
+        fits.append(fit)
+    assert fits[1].n_fit > 1.6 * fits[0].n_fit  # both draws' fit halves
+    assert "masks random, random#2 at" in fits[1].calibration.fitted_on
+    with pytest.raises(ConfigError, match="draws=0"):
+        evaluate(smooth_tif, models=(), masks=("random",), draws=0)

@@ -326,6 +326,9 @@ class EvaluationConfig:
         mask_file: a gap mask on the raster's grid (non-zero = hide), scored as mask ``file``.
         coverage: fraction of pixels each simulated mask hides, in (0, 1).
         seed: seed of the masks and of the calibration split.
+        draws: masks of each kind, with seeds ``seed``, ``seed + 1``, ...: scored apart (``cloud``,
+            ``cloud#2``, ...), pooled by ``calibrate`` (one scene-scale cloud per draw makes a
+            one-draw fit of the far distance factors that cloud's).
         nodata: nodata value overriding the file's tag.
         bands: 1-based bands (default all).
         window: ``(col_off, row_off, width, height)`` in pixels (default the whole raster).
@@ -348,6 +351,7 @@ class EvaluationConfig:
     mask_file: str | os.PathLike[str] | None = None
     coverage: float = 0.3
     seed: int = 0
+    draws: int = 1
     nodata: float | None = None
     bands: Sequence[int] | None = None
     window: Sequence[int] | None = None
@@ -369,6 +373,8 @@ class EvaluationConfig:
                 "hide), e.g. 0.3")
         if not self.masks and self.mask_file is None:
             raise ConfigError("no mask to evaluate on; pass a mask kind (--mask-kind) or a mask file (--mask)")
+        if int(self.draws) < 1:
+            raise ConfigError(f"draws={self.draws}: pass 1 or more masks of each kind (--draws)")
         if not self.models and not self.fillnodata and not self.kriging:
             raise ConfigError("no method to evaluate; pass --model, or drop --no-fillnodata, or add --kriging")
         if self.calibrate and not self.models:

@@ -267,7 +267,8 @@ def _masks(
 ) -> tuple[list[tuple[str, np.ndarray]], list[dict[str, Any]]]:
     """The simulated masks (and the mask file), checked; and their description for the report."""
     col, row, w, h = clean.window
-    mask_list = simulate_masks((h, w), cfg.masks or (), coverage=cfg.coverage, seed=cfg.seed)  # set by __post_init__
+    mask_list = [(kind if d == 0 else f"{kind}#{d + 1}", gap) for d in range(cfg.draws)  # draw d: seed + d
+                 for kind, gap in simulate_masks((h, w), cfg.masks or (), coverage=cfg.coverage, seed=cfg.seed + d)]
     if cfg.mask_file is not None:
         mask_list.append(("file", read_mask_file(cfg.mask_file, like=clean.info, window=Window(col, row, w, h))))
     valid = clean.valid
@@ -286,7 +287,7 @@ def _masks(
                 f"mask {name!r} hides no valid pixel of {raster}; raise --coverage or use a mask "
                 "that covers valid pixels"
             )
-        mask_meta.append({"name": name, "kind": name, "hidden_pixels": int(hidden.sum()),
+        mask_meta.append({"name": name, "kind": name.split("#")[0], "hidden_pixels": int(hidden.sum()),
                           "hidden_fraction": round(float(hidden.sum() / valid.sum()), 4),
                           **({"path": str(cfg.mask_file)} if name == "file" else {})})
     return mask_list, mask_meta

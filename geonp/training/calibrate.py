@@ -54,8 +54,11 @@ def calibrate_on_validation(
     bands: Sequence[int] | None,
     seed: int = 0,
     device: str = "auto",
+    draws: int = 1,
 ) -> CalibrationFit | None:
     """Fit and store the std calibration of ``model_dir`` on ``raster``'s validation columns.
+
+    ``draws``: masks of each kind fitted on (seeds ``seed``, ``seed + 1``, ...; ``EvaluationConfig.draws``).
 
     Returns:
         The calibration entry of the evaluation report (what was written, and how), or
@@ -72,7 +75,7 @@ def calibrate_on_validation(
     try:
         report = evaluate(raster, models=(Path(model_dir),), masks=CALIBRATION_MASKS, window=window,
                           calibrate=True, fillnodata=False, nodata=nodata, bands=bands, seed=seed,
-                          device=device)
+                          device=device, draws=draws)
     except GeonpError as err:
         logger.warning("the model is left uncalibrated: the validation window %s of %s could not be "
                        "evaluated (%s); run geonp evaluate --calibrate on held-out data", window,
