@@ -25,10 +25,14 @@ import rasterio
 
 import geonp
 from geonp.model_files.registry import resolve_model_path
-from geonp.training.calibrate import CALIBRATION_MASKS, calibrate_on_validation, validation_window
+from geonp.training.calibrate import (
+    CALIBRATION_MASKS,
+    calibrate_on_validation,
+    recipe_calibration,
+    validation_window,
+)
 
 SCENE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "landsat8_224078_20200518_b234.tif"
-SPLIT = {"val_fraction": 0.15, "test_fraction": 0.2, "min_val_columns": 256}
 
 
 def uncalibrated_copy(model: str, out: Path) -> Path:
@@ -59,13 +63,14 @@ def main() -> None:
     ap.add_argument("--score-seed", type=int, default=4)
     ap.add_argument("--score-draws", type=int, default=3)
     args = ap.parse_args()
+    split = {k: v for k, v in recipe_calibration().items() if k != "seed"}  # the shipped models' columns
     with rasterio.open(SCENE) as src:
-        window = validation_window(src.width, src.height, **SPLIT)
+        window = validation_window(src.width, src.height, **split)
     with tempfile.TemporaryDirectory() as tmp:
         fits = {}
         for k in (int(v) for v in args.fit_draws.split(",")):
             d = uncalibrated_copy(args.model, Path(tmp) / f"fit{k}")
-            calibrate_on_validation(d, SCENE, nodata=0, bands=None, seed=args.fit_seed, device="cpu", draws=k, **SPLIT)
+            calibrate_on_validation(d, SCENE, nodata=0, bands=None, seed=args.fit_seed, device="cpu", draws=k, **split)
             factors = json.loads((d / "config.json").read_text())["calibration"]["distance_bins"]["factors"]
             print(f"fit on {k} draw(s) from seed {args.fit_seed}: distance factors {[round(f, 3) for f in factors]}")
             fits[k] = d

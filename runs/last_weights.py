@@ -7,7 +7,7 @@ python runs/last_weights.py runs/default_d3_distill /tmp/pair --as main # them, 
 
 ``--as near``: a copy of geonp/pretrained/default whose near/ holds the weights, std calibrated on
 their own (the fill gives near tiles the near model's calibration). ``--as main``: the weights as
-the main model with the shipped near/, the pair's std calibrated as the card's (seed 1). Then
+the main model with the shipped near/, the pair's std calibrated as the card's. Then
 ``python benchmarks/validation.py --model default --model /tmp/pair``.
 """
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from safetensors.torch import load_file, save_file
 
-from geonp.training.calibrate import calibrate_on_validation
+from geonp.training.calibrate import calibrate_on_validation, recipe_calibration
 
 SCENE = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "landsat8_224078_20200518_b234.tif"
 DEFAULT = Path(__file__).resolve().parents[1] / "geonp" / "pretrained" / "default"
@@ -39,9 +39,8 @@ def last_weights(run: Path, out: Path) -> Path:
 
 
 def calibrate(model: Path) -> None:
-    """Fit ``model``'s std calibration as the shipped models' (validation columns, seed 1)."""
-    calibrate_on_validation(model, SCENE, val_fraction=0.15, test_fraction=0.2, min_val_columns=256, nodata=0,
-                            bands=None, seed=1, device="cpu")
+    """Fit ``model``'s std calibration as the shipped models' (the default recipe's split and seed)."""
+    calibrate_on_validation(model, SCENE, nodata=0, bands=None, device="cpu", **recipe_calibration())
 
 
 def main() -> None:

@@ -23,7 +23,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["CALIBRATION_MASKS", "calibrate_on_validation", "validation_window"]
+__all__ = ["CALIBRATION_MASKS", "calibrate_on_validation", "recipe_calibration", "validation_window"]
 
 #: Gap kinds the calibration hides pixels with (those the shipped default was calibrated on).
 CALIBRATION_MASKS = ("cloud", "stripe", "random", "scene_cloud")
@@ -41,6 +41,20 @@ def validation_window(width: int, height: int, *, val_fraction: float, test_frac
     w = region[1] - region[0]
     h = max(1, min(height, max_pixels // max(w, 1)))
     return region[0], (height - h) // 2, w, h
+
+
+def recipe_calibration(recipe: str = "default") -> dict[str, float | int]:
+    """The column split and seed that ``geonp train --recipe RECIPE`` calibrates with.
+
+    As keywords of :func:`calibrate_on_validation` (``val_fraction``, ``test_fraction``,
+    ``min_val_columns``, ``seed``): the shipped models' calibration, for scripts that refit it.
+    """
+    from geonp.config.recipes import load_recipe
+
+    r = load_recipe(recipe)
+    data = r["data"]
+    return {"val_fraction": data["val_fraction"], "test_fraction": data["test_fraction"],
+            "min_val_columns": data["patch_size"], "seed": r["training"]["seed"]}
 
 
 def calibrate_on_validation(

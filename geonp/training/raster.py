@@ -281,6 +281,7 @@ class _BestSaver:
     world: int
     metrics: MetricsWriter
     card: ModelCard
+    before: float = field(init=False, default=0.0)  # seconds the run had when resumed
 
     def __post_init__(self) -> None:
         """The run's clock goes on from a resumed history's last record."""

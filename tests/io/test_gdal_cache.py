@@ -35,14 +35,18 @@ def test_a_file_fill_holds_gdals_cache_to_128_mib_and_gives_the_users_back(tmp_p
     assert after == 300
 
 
+def _fresh_process(code: str, env: dict[str, str] | None = None) -> str:
+    """The stdout of ``code`` in a new Python process at the repository root, without the caller's GDAL_CACHEMAX."""
+    clean = {k: v for k, v in os.environ.items() if k != "GDAL_CACHEMAX"}
+    return subprocess.run([sys.executable, "-c", code], env={**clean, **(env or {})}, capture_output=True, text=True,
+                          check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__)))).stdout
+
+
 @pytest.mark.parametrize(("env", "capped", "mib"), [({}, True, GDAL_CACHE_MB), ({"GDAL_CACHEMAX": "64"}, False, 64)])
 def test_cap_gdal_cache_respects_a_cache_the_environment_sets(env, capped, mib):
     code = ("import rasterio; from geonp.io.raster import cap_gdal_cache; from tests.conftest import gdal_cache_max_mib; "
             "c = cap_gdal_cache(); print(c, cap_gdal_cache(), gdal_cache_max_mib())")
-    clean = {k: v for k, v in os.environ.items() if k != "GDAL_CACHEMAX"}
-    out = subprocess.run([sys.executable, "-c", code], env={**clean, **env}, capture_output=True, text=True, check=True,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-    c1, c2, got = out.stdout.split()
+    c1, c2, got = _fresh_process(code, env).split()
     assert (c1, c2) == (str(capped), str(capped))
     assert float(got) == mib
 
@@ -51,9 +55,7 @@ def test_a_fills_worker_processes_hold_gdals_cache_to_the_workers_size():
     # the pool's initializer (geonp.filling.engine.run_blocks), in a fresh process as a spawned worker
     code = ("import rasterio; from geonp.filling.engine import _init_worker; from tests.conftest import gdal_cache_max_mib; "
             "_init_worker(); rasterio.open('sample_data/landsat8_cloudy.tif').close(); print(gdal_cache_max_mib())")
-    clean = {k: v for k, v in os.environ.items() if k != "GDAL_CACHEMAX"}
-    out = subprocess.run([sys.executable, "-c", code], env=clean, capture_output=True, text=True, check=True,
-                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__))))
-    if out.stdout.strip() == "None":
+    out = _fresh_process(code)
+    if out.strip() == "None":
         pytest.skip("libgdal not found in /proc/self/maps")
-    assert float(out.stdout) == WORKER_GDAL_CACHE_MB < GDAL_CACHE_MB
+    assert float(out) == WORKER_GDAL_CACHE_MB < GDAL_CACHE_MB
