@@ -95,3 +95,14 @@ def gdal_cache_max_mib() -> float | None:
 
     state = gdal_cache_bytes()
     return None if state is None else state[1] / 2**20
+
+
+def fresh_python(code: str, env: dict[str, str] | None = None) -> str:
+    """The stdout of ``code`` in a new Python process at the repository root, without the caller's GDAL_CACHEMAX."""
+    import os
+    import subprocess
+    import sys
+
+    clean = {k: v for k, v in os.environ.items() if k != "GDAL_CACHEMAX"}
+    return subprocess.run([sys.executable, "-c", code], env={**clean, **(env or {})}, capture_output=True, text=True,
+                          check=True, cwd=os.path.dirname(os.path.dirname(__file__))).stdout

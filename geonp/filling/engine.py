@@ -7,7 +7,8 @@ with the fill's :class:`~geonp.filling.plan.FillPlan`; this module reads its inp
 blocks run, and casts its outputs. Blocks run in this process, in a pool of CPU processes (one torch
 thread each: on a small CPU two 1-thread processes give about twice the throughput of one
 2-thread process), or on a Dask cluster. Each process loads the model once and opens the raster
-once (:class:`BlockRunner`). Observed pixels are copied bit for bit; only gaps are written.
+once (:class:`BlockRunner`); pool workers forked from this process take its imports and model
+(:func:`worker_start_method`). Observed pixels are copied bit for bit; only gaps are written.
 The gap count and the dry-run plan that come before are :mod:`geonp.filling.survey`.
 """
 
@@ -18,6 +19,8 @@ import ctypes
 import logging
 import multiprocessing
 import os
+import signal
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -35,6 +38,7 @@ from geonp.io.observed import read_observed
 from geonp.io.raster import WORKER_GDAL_CACHE_MB, RasterInfo, open_raster, raster_info
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.io.windows import read_window
+from geonp.models.layers import resolve_device
 from geonp.tasks.context import HaloTooSmall
 from geonp.tasks.tiling import make_tiles
 
@@ -214,6 +218,8 @@ def fit_reference_lines(source: BlockSource, blocks: list[Block]) -> ReferenceLi
 
 
 _RUNNER: list[BlockRunner] = []  # this process's runner (the last job's)
+# A forked pool worker's model: (the plan's model key, the loaded model) of the process it was forked from.
+_INHERITED: list[tuple[str, Any]] = []
 
 
 def run_block(job: BlockJob, block: Block) -> BlockResult:
@@ -221,7 +227,8 @@ def run_block(job: BlockJob, block: Block) -> BlockResult:
     if not _RUNNER or _RUNNER[0].job != job:
         while _RUNNER:
             _RUNNER.pop().close()
-        _RUNNER.append(BlockRunner(job))
+        loaded = next((m for key, m in _INHERITED if key == job.plan.model), None)
+        _RUNNER.append(BlockRunner(job, loaded))
     result = _RUNNER[0](block)
     _trim_heap()
     return result
@@ -235,16 +242,50 @@ def _trim_heap() -> None:
         pass
 
 
-def _init_worker(parent_pid: int | None = None) -> None:
-    """Set up a pool worker: one torch thread, a small GDAL cache, and an end with its parent."""
+def _init_worker(parent_pid: int | None = None, inherited: tuple[str, Any] | None = None) -> None:
+    """Set up a pool worker: one torch thread, a small GDAL cache, and an end with its parent.
+
+    ``inherited``: ``(model key, loaded model)`` of the process a forked worker comes from.
+    """
+    import rasterio
     import torch
 
     from geonp.filling.interrupts import guard_worker
 
+    # a forked worker inherits its parent's handlers, which turn SIGTERM into KeyboardInterrupt
+    # (geonp_cli): a worker ends on SIGTERM (stop_pool)
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
     if parent_pid is not None:
         guard_worker(parent_pid)  # never outlive the fill, even a SIGKILLed one; Ctrl-C is the parent's
     os.environ["GDAL_CACHEMAX"] = str(WORKER_GDAL_CACHE_MB)  # MiB, as GDAL reads it; before this process's GDAL starts
+    # a forked worker's GDAL started in its parent: set its cache there too (in bytes, as rasterio gives it)
+    rasterio.env.set_gdal_config("GDAL_CACHEMAX", WORKER_GDAL_CACHE_MB * 2**20)
     torch.set_num_threads(1)
+    _INHERITED[:] = [] if inherited is None or inherited[1] is None else [inherited]
+
+
+def worker_start_method(device: Any = "cpu") -> str:
+    """How a fill's pool workers start: ``fork`` where that is safe, else ``spawn``.
+
+    A forked worker starts with this process's imports (torch: 1-2 s) and model; a spawned one
+    imports and loads them again, while the fill waits: a 1024² stripe fill on 2 cores took
+    0.92x the time forked (``benchmarks/fill.py``, docs/benchmarks.md). Forking is safe on Linux
+    (``fork`` exists and GDAL and torch survive it), for a fill on the CPU with CUDA never started
+    (a forked CUDA context is unusable), from a process that runs no other Python thread: a thread
+    holding a lock (GDAL's, logging's, a Dask worker's) at the fork would leave it held in the
+    worker forever. Elsewhere (a notebook, a Dask client, a GPU fill) the workers are spawned.
+    """
+    import threading
+
+    import torch
+
+    if (sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods()
+            or getattr(device, "type", str(device)) != "cpu" or torch.cuda.is_initialized()
+            or threading.active_count() > 1):
+        return "spawn"
+    return "fork"
 
 
 def cpu_count() -> int:
@@ -280,9 +321,11 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
         return
     from geonp.filling.interrupts import stop_pool
 
-    ctx = multiprocessing.get_context("spawn")
-    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                                  initargs=(os.getpid(),))
+    method = worker_start_method(resolve_device(job.plan.device))
+    # a forked worker takes this process's model (not pickled: a fork copies the process)
+    inherited = (job.plan.model, loaded) if method == "fork" else None
+    pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
+                                  initializer=_init_worker, initargs=(os.getpid(), inherited))
     pending: set[cf.Future[BlockResult]] = set()
     todo = iter(blocks)
     try:

@@ -3,10 +3,6 @@ read), given to GDAL in the unit it reads."""
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-
 import numpy as np
 import pytest
 import rasterio
@@ -14,7 +10,7 @@ from affine import Affine
 
 import geonp
 from geonp.io.raster import GDAL_CACHE_MB, WORKER_GDAL_CACHE_MB
-from tests.conftest import gdal_cache_max_mib
+from tests.conftest import fresh_python, gdal_cache_max_mib
 
 
 def test_a_file_fill_holds_gdals_cache_to_128_mib_and_gives_the_users_back(tmp_path):
@@ -35,27 +31,21 @@ def test_a_file_fill_holds_gdals_cache_to_128_mib_and_gives_the_users_back(tmp_p
     assert after == 300
 
 
-def _fresh_process(code: str, env: dict[str, str] | None = None) -> str:
-    """The stdout of ``code`` in a new Python process at the repository root, without the caller's GDAL_CACHEMAX."""
-    clean = {k: v for k, v in os.environ.items() if k != "GDAL_CACHEMAX"}
-    return subprocess.run([sys.executable, "-c", code], env={**clean, **(env or {})}, capture_output=True, text=True,
-                          check=True, cwd=os.path.dirname(os.path.dirname(os.path.dirname(__file__)))).stdout
-
-
 @pytest.mark.parametrize(("env", "capped", "mib"), [({}, True, GDAL_CACHE_MB), ({"GDAL_CACHEMAX": "64"}, False, 64)])
 def test_cap_gdal_cache_respects_a_cache_the_environment_sets(env, capped, mib):
     code = ("import rasterio; from geonp.io.raster import cap_gdal_cache; from tests.conftest import gdal_cache_max_mib; "
             "c = cap_gdal_cache(); print(c, cap_gdal_cache(), gdal_cache_max_mib())")
-    c1, c2, got = _fresh_process(code, env).split()
+    c1, c2, got = fresh_python(code, env).split()
     assert (c1, c2) == (str(capped), str(capped))
     assert float(got) == mib
 
 
 def test_a_fills_worker_processes_hold_gdals_cache_to_the_workers_size():
-    # the pool's initializer (geonp.filling.engine.run_blocks), in a fresh process as a spawned worker
+    # the pool's initializer (geonp.filling.engine.run_blocks), in a fresh process as a spawned worker (the GDAL of a
+    # forked one started in its parent: tests/inference/test_worker_start.py)
     code = ("import rasterio; from geonp.filling.engine import _init_worker; from tests.conftest import gdal_cache_max_mib; "
             "_init_worker(); rasterio.open('sample_data/landsat8_cloudy.tif').close(); print(gdal_cache_max_mib())")
-    out = _fresh_process(code)
+    out = fresh_python(code)
     if out.strip() == "None":
         pytest.skip("libgdal not found in /proc/self/maps")
     assert float(out) == WORKER_GDAL_CACHE_MB < GDAL_CACHE_MB

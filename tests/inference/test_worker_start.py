@@ -1,0 +1,72 @@
+"""A fill's pool workers are forked from the fill's process where that is safe (its imports and model
+come with them), spawned elsewhere; either way they fill the same pixels and hold their own GDAL cache."""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+import pytest
+import rasterio
+
+from geonp.data.gap_shapes import cloud_mask
+from geonp.io.raster import GDAL_CACHE_MB, WORKER_GDAL_CACHE_MB
+from tests.conftest import fresh_python, smooth_field, write_raster
+
+linux_only = pytest.mark.skipif(sys.platform != "linux", reason="fork is used on Linux only")
+
+
+@linux_only
+def test_workers_are_forked_from_a_plain_cpu_process_and_spawned_beside_threads_or_cuda():
+    code = ("import threading, torch; from geonp.filling.engine import worker_start_method as m; "
+            "plain, gpu = m(torch.device('cpu')), m(torch.device('cuda')); e = threading.Event(); "
+            "t = threading.Thread(target=e.wait); t.start(); threaded = m(torch.device('cpu')); e.set(); t.join(); "
+            "print(plain, gpu, threaded)")
+    assert fresh_python(code).split() == ["fork", "spawn", "spawn"]
+
+
+@linux_only
+def test_a_forked_worker_holds_its_own_gdal_cache_and_takes_its_parents_model():
+    # GDAL starts in the parent at the fill's 128 MiB; the worker's initializer sets its own 32
+    code = """
+import concurrent.futures as cf, multiprocessing, os, rasterio
+from geonp.filling import engine
+from geonp.io.raster import gdal_cache_env
+from tests.conftest import gdal_cache_max_mib
+def probe():
+    return gdal_cache_max_mib(), [key for key, _ in engine._INHERITED]
+with gdal_cache_env():
+    rasterio.open('sample_data/landsat8_cloudy.tif').close()
+    with cf.ProcessPoolExecutor(1, mp_context=multiprocessing.get_context('fork'), initializer=engine._init_worker,
+                                initargs=(os.getpid(), ('the-model', object()))) as pool:
+        mib, keys = pool.submit(probe).result()
+    print(gdal_cache_max_mib(), mib, *keys)
+"""
+    parent, worker, key = fresh_python(code).split()
+    if parent == "None":
+        pytest.skip("libgdal not found in /proc/self/maps")
+    assert (float(parent), float(worker), key) == (GDAL_CACHE_MB, WORKER_GDAL_CACHE_MB, "the-model")
+
+
+@linux_only
+def test_forked_workers_fill_what_one_process_fills(tmp_path, tiny_model):
+    """In a fresh process (no other thread: the workers are forked), 2 workers give 1 process's output."""
+    size = 150
+    arr = np.stack([smooth_field((size, size), seed=s) for s in (1, 2)]).astype("uint16")
+    arr[:, cloud_mask((size, size), coverage=0.3, rng=4)] = 0
+    src = write_raster(tmp_path / "in.tif", arr, nodata=0)
+    code = f"""
+import geonp, torch
+from geonp.filling.engine import worker_start_method
+kw = dict(model={str(tiny_model)!r}, tile_size=24, overlap=6, max_context=64, search_radius=48, device="cpu")
+geonp.fill_raster({str(src)!r}, {str(tmp_path / "one.tif")!r}, block_size=512, workers=1, **kw)
+report = geonp.fill_raster({str(src)!r}, {str(tmp_path / "pool.tif")!r}, block_size=64, workers=2, **kw)
+print(worker_start_method(torch.device("cpu")), report.workers, report.filled_pixels)
+"""
+    method, workers, filled = fresh_python(code).split()
+    assert (method, int(workers)) == ("fork", 2) and int(filled) > 0
+    with rasterio.open(tmp_path / "one.tif") as a, rasterio.open(tmp_path / "pool.tif") as b:
+        np.testing.assert_array_equal(a.read(), b.read())
+    with rasterio.open(tmp_path / "one_std.tif") as a, rasterio.open(tmp_path / "pool_std.tif") as b:
+        # blocks of 64 and of 512 blend the std in another order (test_predictor.py's tolerance)
+        np.testing.assert_allclose(a.read(), b.read(), rtol=1e-4, atol=1e-3)
