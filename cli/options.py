@@ -55,7 +55,8 @@ def _fill_option_list() -> list[F]:
         click.option("--max-distance", type=float, default=d.max_distance, metavar="PIXELS",
                      help="Leave gaps farther than this from observed pixels as nodata (like gdal_fillnodata -md)."),
         click.option("--block-size", type=click.IntRange(min=16), default=d.block_size, show_default=True,
-                     help="Pixels per read/write block; memory grows with its square."),
+                     help="Pixels per read/write block, at most (a small raster's are cut smaller for the worker "
+                          "processes); memory grows with its square."),
         click.option("--batch-rows", type=click.IntRange(min=1), default=d.batch_rows,
                      help="Query rows (tiles x gap pixels) per model call; memory grows with it [default: 4096 "
                           "on the CPU, 32768 on CUDA]."),

@@ -216,7 +216,7 @@ def _sparse_raster(path: Path, size: int, data: tuple[slice, slice], gap: tuple[
 
 
 def _counts(path: Path, rows=None):
-    from geonp.filling import engine, survey
+    from geonp.filling import pool, survey
     from geonp.io.gap_sources import build_gap_sources
     from geonp.io.raster import open_raster, raster_info
 
@@ -225,7 +225,7 @@ def _counts(path: Path, rows=None):
         sources = build_gap_sources(src, info=info, bands=[1], nodata=0.0, fill_outside=True)
         outside = [0]
         if rows is None:
-            blocks = engine.plan_blocks(info.height, info.width, 512)
+            blocks = pool.plan_blocks(info.height, info.width, 512)
             counts = survey.count_gaps(src, info, [1], 0.0, sources.extra_gaps, blocks, 16, sources.fillable,
                                        outside)
         else:
@@ -264,14 +264,14 @@ def test_estimate_falls_back_to_counting_when_the_sample_sees_no_data(tmp_path):
 def test_plan_says_when_counts_are_estimated(tmp_path):
     import dataclasses
 
-    from geonp.filling import engine, survey
+    from geonp.filling import pool, survey
     from geonp.filling.tile_tasks import TileOptions
     from geonp.io.raster import open_raster, raster_info
     from geonp.tasks.context import ContextSpec
 
     with open_raster(scene(tmp_path / "in.tif")) as src:
         info = dataclasses.replace(raster_info(src), width=100_000, height=100_000)
-    blocks = engine.plan_blocks(info.height, info.width, 512)
+    blocks = pool.plan_blocks(info.height, info.width, 512)
     opts = TileOptions(tile_size=48, overlap=16, context=ContextSpec(search_radius=512))
     plan = survey.plan(info, [1], blocks, opts, 2500, 4, 512, 1, sampled_rows=335)
     assert plan["counts"].startswith("estimated from 335 evenly spaced rows of 100000")

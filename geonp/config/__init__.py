@@ -203,7 +203,8 @@ class FillConfig:
         search_radius: farthest a tile looks for context, in pixels (None = the model's training
             radius: 512 for ``default``, 128 for ``multidate``; a nearest-class fill 512).
         max_distance: leave gaps farther than this (pixels) from observed pixels as nodata.
-        block_size: pixels per read/write block (memory grows with its square).
+        block_size: pixels per read/write block, at most (memory grows with its square); a raster
+            of fewer blocks than two per worker process has them cut smaller (down to 128 px).
         workers: CPU processes filling blocks in parallel (None = one per core on the CPU, one
             on CUDA). ``geonp batch`` uses them for files instead.
         scheduler: address of a Dask distributed scheduler (``tcp://host:8786``); blocks are spread

@@ -20,7 +20,6 @@ import logging
 import multiprocessing
 import os
 import signal
-import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -32,6 +31,7 @@ from rasterio.windows import Window
 from geonp.errors import ConfigError
 from geonp.filling.block import BlockInput, fill_block
 from geonp.filling.plan import FillPlan, plan_model
+from geonp.filling.pool import Block, worker_start_method
 from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
@@ -40,11 +40,9 @@ from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.io.windows import read_window
 from geonp.models.layers import resolve_device
 from geonp.tasks.context import HaloTooSmall
-from geonp.tasks.tiling import make_tiles
 
 logger = logging.getLogger(__name__)
 
-Block = tuple[int, int, int, int]
 
 
 class BlockResult(NamedTuple):
@@ -61,11 +59,6 @@ class BlockResult(NamedTuple):
 
 # Context search radius the first, narrow read of a block covers (see BlockRunner._halos).
 _NARROW_SEARCH = 64
-# Below this many gap pixels a process pool costs more to start (torch import, model load) than
-# it saves.
-_POOL_MIN_GAP_PIXELS = 150_000
-
-
 def cast(values: np.ndarray, dtype: str) -> np.ndarray:
     """Round and clip to an integer dtype's range (never wrap); plain cast for floats."""
     dt = np.dtype(dtype)
@@ -73,12 +66,6 @@ def cast(values: np.ndarray, dtype: str) -> np.ndarray:
         info = np.iinfo(dt)
         return np.clip(np.rint(values), info.min, info.max).astype(dt)
     return values.astype(dt)
-
-
-def plan_blocks(height: int, width: int, block_size: int) -> list[Block]:
-    """Blocks ``(r0, r1, c0, c1)`` covering the raster, row-major."""
-    return [(t.row, t.row + t.height, t.col, t.col + t.width)
-            for t in make_tiles(height, width, tile_size=block_size)]
 
 
 @dataclass(frozen=True)
@@ -266,36 +253,6 @@ def _init_worker(parent_pid: int | None = None, inherited: tuple[str, Any] | Non
     _INHERITED[:] = [] if inherited is None or inherited[1] is None else [inherited]
 
 
-def worker_start_method(device: Any = "cpu") -> str:
-    """How a fill's pool workers start: ``fork`` where that is safe, else ``spawn``.
-
-    A forked worker starts with this process's imports (torch: 1-2 s) and model; a spawned one
-    imports and loads them again, while the fill waits: a 1024² stripe fill on 2 cores took
-    0.92x the time forked (``benchmarks/fill.py``, docs/benchmarks.md). Forking is safe on Linux
-    (``fork`` exists and GDAL and torch survive it), for a fill on the CPU with CUDA never started
-    (a forked CUDA context is unusable), from a process that runs no other Python thread: a thread
-    holding a lock (GDAL's, logging's, a Dask worker's) at the fork would leave it held in the
-    worker forever. Elsewhere (a notebook, a Dask client, a GPU fill) the workers are spawned.
-    """
-    import threading
-
-    import torch
-
-    if (sys.platform != "linux" or "fork" not in multiprocessing.get_all_start_methods()
-            or getattr(device, "type", str(device)) != "cpu" or torch.cuda.is_initialized()
-            or threading.active_count() > 1):
-        return "spawn"
-    return "fork"
-
-
-def cpu_count() -> int:
-    """CPUs this process may run on."""
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # pragma: no cover - not Linux
-        return os.cpu_count() or 1
-
-
 def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, workers: int,
                progress: Callable[[int], None] | None = None, loaded: Any = None) -> Iterator[BlockResult]:
     """Yield block results (in completion order): here, in ``workers`` processes, or on Dask.
@@ -375,10 +332,3 @@ def _run_dask(job: BlockJob, blocks: list[Block], scheduler: str,
         client.close()
 
 
-def pool_size(workers: int | None, device: Any, gap_pixels: int, n_blocks: int) -> int:
-    """Processes to use: as asked, else one per CPU on the CPU for large jobs, one on CUDA."""
-    if workers is not None:
-        return workers
-    if getattr(device, "type", str(device)) != "cpu" or gap_pixels < _POOL_MIN_GAP_PIXELS:
-        return 1
-    return max(1, min(cpu_count(), n_blocks))

@@ -24,7 +24,7 @@ from rasterio.windows import Window
 from geonp._version import __version__
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, NoValidPixelsError
-from geonp.filling import classes, engine, survey
+from geonp.filling import classes, engine, pool, survey
 from geonp.filling.inputs import (
     MOVED_KEYWORDS,
     Gaps,
@@ -217,7 +217,7 @@ class _FileFill:
                                          qa_classes=None if only_refs else gaps.qa_classes,
                                          footprint=gaps.footprint, fill_outside=cfg.fill_outside,
                                          references=self.opened)
-        self.blocks = engine.plan_blocks(info.height, info.width, cfg.block_size)
+        self.blocks = pool.plan_blocks(info.height, info.width, cfg.block_size)
         outside = [0]
         self.sampled = survey.sample_rows(info) if self.outs.dry_run else None  # a huge raster: an estimate
         count = (survey.count_gaps(src, info, self.band_list, self.nodata, self.sources.extra_gaps, self.blocks,
@@ -239,7 +239,9 @@ class _FileFill:
             hint = untagged_nodata_hint(src, self.band_list)
             if hint:
                 report.hints.append(hint)
-        report.workers = engine.pool_size(cfg.workers, resolve_device(cfg.device), gap_pixels, len(self.blocks))
+        # a small raster's blocks are cut smaller to be shared by the worker processes
+        self.blocks, report.workers = pool.plan_pool(info.height, info.width, cfg.block_size, cfg.workers,
+                                                       resolve_device(cfg.device), gap_pixels)
         return report
 
     def _dry_run(self, report: FillReport) -> FillReport:

@@ -201,7 +201,7 @@ def estimate_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | 
     gap, obs, tiles = count_gaps(src, info, bands, nodata, gaps_from, one_row_blocks, tile_size,
                                  fillable_from, sampled_outside)
     if obs == 0:
-        from geonp.filling.engine import plan_blocks
+        from geonp.filling.pool import plan_blocks
 
         exact = plan_blocks(info.height, info.width, max(512, tile_size))
         return count_gaps(src, info, bands, nodata, gaps_from, exact, tile_size, fillable_from, outside)

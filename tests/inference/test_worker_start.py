@@ -1,5 +1,6 @@
-"""A fill's pool workers are forked from the fill's process where that is safe (its imports and model
-come with them), spawned elsewhere; either way they fill the same pixels and hold their own GDAL cache."""
+"""A fill's pool workers: forked from the fill's process where that is safe (its imports and model
+come with them), spawned elsewhere, filling the same pixels with their own GDAL cache; a small
+raster's blocks cut smaller so that every worker gets some."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import rasterio
+import torch
 
 from geonp.data.gap_shapes import cloud_mask
 from geonp.io.raster import GDAL_CACHE_MB, WORKER_GDAL_CACHE_MB
@@ -18,7 +20,7 @@ linux_only = pytest.mark.skipif(sys.platform != "linux", reason="fork is used on
 
 @linux_only
 def test_workers_are_forked_from_a_plain_cpu_process_and_spawned_beside_threads_or_cuda():
-    code = ("import threading, torch; from geonp.filling.engine import worker_start_method as m; "
+    code = ("import threading, torch; from geonp.filling.pool import worker_start_method as m; "
             "plain, gpu = m(torch.device('cpu')), m(torch.device('cuda')); e = threading.Event(); "
             "t = threading.Thread(target=e.wait); t.start(); threaded = m(torch.device('cpu')); e.set(); t.join(); "
             "print(plain, gpu, threaded)")
@@ -57,7 +59,7 @@ def test_forked_workers_fill_what_one_process_fills(tmp_path, tiny_model):
     src = write_raster(tmp_path / "in.tif", arr, nodata=0)
     code = f"""
 import geonp, torch
-from geonp.filling.engine import worker_start_method
+from geonp.filling.pool import worker_start_method
 kw = dict(model={str(tiny_model)!r}, tile_size=24, overlap=6, max_context=64, search_radius=48, device="cpu")
 geonp.fill_raster({str(src)!r}, {str(tmp_path / "one.tif")!r}, block_size=512, workers=1, **kw)
 report = geonp.fill_raster({str(src)!r}, {str(tmp_path / "pool.tif")!r}, block_size=64, workers=2, **kw)
@@ -70,3 +72,29 @@ print(worker_start_method(torch.device("cpu")), report.workers, report.filled_pi
     with rasterio.open(tmp_path / "one_std.tif") as a, rasterio.open(tmp_path / "pool_std.tif") as b:
         # blocks of 64 and of 512 blend the std in another order (test_predictor.py's tolerance)
         np.testing.assert_allclose(a.read(), b.read(), rtol=1e-4, atol=1e-3)
+
+
+@pytest.mark.parametrize(("shape", "block", "workers", "gaps", "want"), [
+    ((512, 512), 512, 2, 700_000, (4, 256, 2)),      # one block: cut in four, two each
+    ((600, 512), 512, 2, 700_000, (6, 256, 2)),      # two blocks: still fewer than two each
+    ((2048, 2048), 512, 2, 700_000, (16, 512, 2)),   # enough blocks already
+    ((512, 512), 512, 1, 700_000, (1, 512, 1)),      # one process: nothing to share
+    ((512, 512), 512, None, 1_000, (1, 512, 1)),     # too few gaps for a pool
+    ((300, 300), 512, 8, 200_000, (9, 128, 8)),      # never below MIN_SPLIT_BLOCK
+])
+def test_a_small_rasters_blocks_are_cut_for_the_worker_processes(shape, block, workers, gaps, want):
+    from geonp.filling.pool import plan_pool
+
+    blocks, n = plan_pool(*shape, block, workers, torch.device("cpu"), gaps)
+    assert (len(blocks), max(max(r1 - r0, c1 - c0) for r0, r1, c0, c1 in blocks), n) == want
+    cover = np.zeros(shape, int)
+    for r0, r1, c0, c1 in blocks:
+        cover[r0:r1, c0:c1] += 1
+    assert (cover == 1).all()  # every pixel in exactly one block
+
+
+def test_a_cuda_fill_keeps_its_blocks():
+    from geonp.filling.pool import plan_pool
+
+    blocks, n = plan_pool(512, 512, 512, None, torch.device("cuda"), 700_000)
+    assert (len(blocks), n) == (1, 1)
