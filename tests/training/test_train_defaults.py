@@ -60,7 +60,7 @@ def test_the_library_reads_the_same_recipe():
     explicit = dict.fromkeys(keys)
     model, train_cfg, shape, opts = from_recipe("default", None, None, None, explicit)
     default = load_recipe("default")
-    assert model.depth == default["model"]["depth"] == 4 and model.ff_dim == 128
+    assert model.depth == default["model"]["depth"] == 3 and model.ff_dim == 128
     assert train_cfg.lr == default["training"]["lr"] and train_cfg.steps == default["training"]["steps"]
     assert shape == TaskShape(**{k: default["data"][k] for k in shape.__dict__})
     assert opts == {**{k: default["data"][k] for k in keys[:-1]}, "init_from": None}
