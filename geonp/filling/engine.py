@@ -44,7 +44,6 @@ from geonp.tasks.context import HaloTooSmall
 logger = logging.getLogger(__name__)
 
 
-
 class BlockResult(NamedTuple):
     """One filled block: its window, output and std arrays, counts and stage timings (seconds)."""
 
@@ -59,6 +58,8 @@ class BlockResult(NamedTuple):
 
 # Context search radius the first, narrow read of a block covers (see BlockRunner._halos).
 _NARROW_SEARCH = 64
+
+
 def cast(values: np.ndarray, dtype: str) -> np.ndarray:
     """Round and clip to an integer dtype's range (never wrap); plain cast for floats."""
     dt = np.dtype(dtype)

@@ -34,9 +34,10 @@ def plan_pool(height: int, width: int, block_size: int, workers: int | None, dev
 
     Blocks of ``block_size`` px; where a pool of processes would have fewer than two blocks each
     (a raster of one or a few blocks), they are halved, down to :data:`MIN_SPLIT_BLOCK` px, so
-    that every process gets its share instead of one process filling with two threads. A 512²
-    raster of 90 % dropped pixels (one block) filled in 0.69x the time as four 256² blocks over two
-    processes (docs/benchmarks.md). Blocks change no prediction: tiles lie on the raster's grid.
+    that every process gets its share instead of one process filling with two threads: a 512²
+    raster of 90 % dropped pixels (one block) took 7.6-7.8 s as four 256² blocks over two
+    processes, 8.4-10.2 s as one (docs/benchmarks.md). Tiles lie on the raster's grid, so the
+    blocks change the predictions by float rounding at most.
     """
     blocks = plan_blocks(height, width, block_size)
     wanted = pool_size(workers, device, gap_pixels, n_blocks=height * width)
