@@ -35,7 +35,13 @@ from geonp.filling.pool import Block, worker_start_method
 from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
-from geonp.io.raster import WORKER_GDAL_CACHE_MB, RasterInfo, open_raster, raster_info
+from geonp.io.raster import (
+    WORKER_GDAL_CACHE_MB,
+    RasterInfo,
+    open_raster,
+    raster_info,
+    set_gdal_cache,
+)
 from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.io.windows import read_window
 from geonp.models.layers import resolve_device
@@ -235,7 +241,6 @@ def _init_worker(parent_pid: int | None = None, inherited: tuple[str, Any] | Non
 
     ``inherited``: ``(model key, loaded model)`` of the process a forked worker comes from.
     """
-    import rasterio
     import torch
 
     from geonp.filling.interrupts import guard_worker
@@ -247,9 +252,7 @@ def _init_worker(parent_pid: int | None = None, inherited: tuple[str, Any] | Non
             signal.signal(getattr(signal, name), signal.SIG_DFL)
     if parent_pid is not None:
         guard_worker(parent_pid)  # never outlive the fill, even a SIGKILLed one; Ctrl-C is the parent's
-    os.environ["GDAL_CACHEMAX"] = str(WORKER_GDAL_CACHE_MB)  # MiB, as GDAL reads it; before this process's GDAL starts
-    # a forked worker's GDAL started in its parent: set its cache there too (in bytes, as rasterio gives it)
-    rasterio.env.set_gdal_config("GDAL_CACHEMAX", WORKER_GDAL_CACHE_MB * 2**20)
+    set_gdal_cache(WORKER_GDAL_CACHE_MB)  # a forked worker's GDAL started in its parent: set at run time
     torch.set_num_threads(1)
     _INHERITED[:] = [] if inherited is None or inherited[1] is None else [inherited]
 

@@ -40,7 +40,7 @@ def plan_pool(height: int, width: int, block_size: int, workers: int | None, dev
     blocks change the predictions by float rounding at most.
     """
     blocks = plan_blocks(height, width, block_size)
-    wanted = pool_size(workers, device, gap_pixels, n_blocks=height * width)
+    wanted = pool_size(workers, device, gap_pixels, n_blocks=sys.maxsize)  # processes wanted, blocks aside
     size = block_size
     while wanted > 1 and len(blocks) < 2 * wanted and size // 2 >= MIN_SPLIT_BLOCK:
         size //= 2

@@ -40,6 +40,7 @@ __all__ = [
     "open_raster",
     "raster_info",
     "select_bands",
+    "set_gdal_cache",
 ]
 
 
@@ -77,8 +78,16 @@ def cap_gdal_cache() -> bool:
     """
     if "GDAL_CACHEMAX" in os.environ:
         return False
-    rasterio.env.set_gdal_config("GDAL_CACHEMAX", _GDAL_CACHE_BYTES)
+    set_gdal_cache(GDAL_CACHE_MB)
     return True
+
+
+def set_gdal_cache(mib: int) -> None:
+    """Set this process's GDAL block cache limit to ``mib`` MiB, now (also after GDAL has started).
+
+    rasterio's ``set_gdal_config`` takes the limit in bytes, like :func:`gdal_cache_env`.
+    """
+    rasterio.env.set_gdal_config("GDAL_CACHEMAX", mib * 2**20)
 
 
 def gdal_cache_bytes() -> tuple[int, int] | None:
