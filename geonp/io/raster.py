@@ -30,17 +30,8 @@ from geonp.io.remote import is_virtual, remote_failure
 logger = logging.getLogger(__name__)
 
 __all__ = [
-    "RasterInfo",
-    "alpha_band_is_mask",
-    "cap_gdal_cache",
-    "check_nodata_in_range",
-    "gdal_cache_bytes",
-    "gdal_cache_env",
-    "has_internal_mask",
-    "open_raster",
-    "raster_info",
-    "select_bands",
-    "set_gdal_cache",
+    "RasterInfo", "alpha_band_is_mask", "cap_gdal_cache", "check_nodata_in_range", "gdal_cache_bytes",
+    "gdal_cache_env", "has_internal_mask", "open_raster", "raster_info", "select_bands", "set_gdal_cache",
 ]
 
 
@@ -83,10 +74,7 @@ def cap_gdal_cache() -> bool:
 
 
 def set_gdal_cache(mib: int) -> None:
-    """Set this process's GDAL block cache limit to ``mib`` MiB, now (also after GDAL has started).
-
-    rasterio's ``set_gdal_config`` takes the limit in bytes, like :func:`gdal_cache_env`.
-    """
+    """Set this process's GDAL block cache to ``mib`` MiB, also after GDAL started (rasterio takes bytes)."""
     rasterio.env.set_gdal_config("GDAL_CACHEMAX", mib * 2**20)
 
 
