@@ -388,3 +388,52 @@ def test_an_anomaly_beside_a_gap_carries_into_its_edge_where_similar_pixels_alon
     # the same search as the gap pixels, 91 with the sparser one
     assert corrected_error < 0.7 * alone_error
     np.testing.assert_array_equal(corrected[deep], alone[deep])  # 9 px or more from both edges: nothing
+
+
+def _similar_pixels_by_definition(spectra, error, at, window, stride, origin, count=20):
+    """similar_pixel_correction's one search, pixel by pixel from its docstring: the slow twin."""
+    from geonp.filling import similar_pixels as sp
+
+    _, h, w = spectra.shape
+    known = np.isfinite(error).all(axis=0)
+    mean, spread = np.full(error.shape, np.nan), np.full(error.shape, np.nan)
+    for r, c in zip(*np.nonzero(at), strict=True):
+        found = []
+        for qr in range(h):
+            for qc in range(w):
+                dr, dc = qr - r, qc - c
+                near = max(abs(dr), abs(dc)) <= sp._DENSE_RADIUS
+                on_lines = (qr + origin[0]) % stride == 0 and (qc + origin[1]) % stride == 0
+                if (dr, dc) == (0, 0) or not known[qr, qc] or not (near or (
+                        on_lines and abs(dr) <= window and abs(dc) <= window)):
+                    continue
+                d = np.sqrt(np.mean((spectra[:, qr, qc] - spectra[:, r, c]) ** 2))
+                found.append((d, 1.0 + sp._SPATIAL_WEIGHT * np.hypot(dr, dc) / window, qr, qc))
+        found.sort()
+        found = found[:count]
+        if len(found) < sp._MIN_SIMILAR:
+            continue
+        weight = np.array([1.0 / ((d + sp._SPECTRAL_FLOOR) * s) for d, s, _, _ in found])
+        e = np.array([error[:, qr, qc] for _, _, qr, qc in found])  # [k, bands']
+        m = weight @ e / weight.sum()
+        effective = weight.sum() ** 2 / (weight ** 2).sum()
+        v = weight @ (e - m) ** 2 / weight.sum() * (1.0 + 1.0 / effective)
+        mean[:, r, c], spread[:, r, c] = m, np.sqrt(v)
+    return mean, spread
+
+
+@pytest.mark.parametrize(("window", "stride", "clear"), [(10, 2, 0.1), (10, 2, 0.9), (8, 4, 0.9), (30, 4, 0.05),
+                                                         (30, 4, 0.7), (120, 8, 0.3)])
+def test_similar_pixel_search_equals_its_definition_pixel_by_pixel(window, stride, clear):
+    """Both ways the search gathers candidates (the lattice, or a cloudy date's few clear pixels on
+    it) give the slow twin's result, with the arrays offset in the raster."""
+    rng = np.random.default_rng(stride)
+    spectra = rng.normal(0.0, 1.0, (3, 30, 37))
+    error = rng.normal(0.0, 100.0, (2, 30, 37))
+    error[:, rng.random((30, 37)) > clear] = np.nan
+    at = rng.random((30, 37)) < 0.3  # gap pixels and observed ones: neither is its own similar pixel
+    mean, spread = similar_pixel_correction(spectra, error, at, origin=(3, 5), searches=((window, stride),))
+    twin_mean, twin_spread = _similar_pixels_by_definition(spectra, error, at, window, stride, (3, 5))
+    assert np.isfinite(twin_mean).sum() > 50
+    np.testing.assert_allclose(mean, twin_mean, rtol=1e-9, atol=1e-9)
+    np.testing.assert_allclose(spread, twin_spread, rtol=1e-9, atol=1e-9)

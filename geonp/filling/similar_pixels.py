@@ -44,6 +44,8 @@ _RESIDUAL_PRIOR = 0.02
 _RING_SEARCHES = ((SIMILAR_WINDOW, 4), (SIMILAR_REACH, _FAR_STRIDE))
 #: How far from a gap pixel its estimate may look (similar pixels of the observed pixels beside it).
 ESTIMATE_REACH = SIMILAR_REACH + RESIDUAL_RADIUS
+#: An offset that no array reaches (pads a pixel's candidates).
+_FAR_AWAY = 2 ** 40
 #: Gap pixels corrected per chunk (bounds the memory of the search to about 100 MB).
 _CHUNK = 1024
 
@@ -119,35 +121,71 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
     """
     mean, spread = out if out is not None else (np.full(error.shape, np.nan), np.full(error.shape, np.nan))
     known = np.isfinite(error).all(axis=0)
+    dense = np.arange(-_DENSE_RADIUS, _DENSE_RADIUS + 1)
+    inner_r, inner_c = (a.ravel() for a in np.meshgrid(dense, dense, indexing="ij"))
+    inner_r, inner_c = inner_r[(inner_r != 0) | (inner_c != 0)], inner_c[(inner_r != 0) | (inner_c != 0)]
     for window, stride in searches:
         rows, cols = np.nonzero(at & ~np.isfinite(spread).all(axis=0))
         if not rows.size:  # every pixel found its similar pixels nearby: no wider search
             break
+        # candidates beyond the dense square lie on the raster's rows and columns that are
+        # multiples of the stride; in each pixel's candidates, the dense square's come first and
+        # then those, each in the order of their offsets (ties at the count-th are broken by it)
+        lines = [(np.arange(known.shape[i]) + origin[i]) % stride == 0 for i in (0, 1)]
+        line_r, line_c = np.nonzero(known & lines[0][:, None] & lines[1][None, :])
+        if line_r.size < (2 * window // stride + 1) ** 2:
+            # few pixels with an error on those lines (a cloudy date): they are the candidates
+            for s in range(0, rows.size, _CHUNK):
+                r, c = rows[s:s + _CHUNK, None], cols[s:s + _CHUNK, None]
+                far_r, far_c = line_r - r, line_c - c
+                far = ((abs(far_r) <= window) & (abs(far_c) <= window)
+                       & (np.maximum(abs(far_r), abs(far_c)) > _DENSE_RADIUS))
+                dr = np.concatenate([np.broadcast_to(inner_r, (r.size, inner_r.size)),
+                                     np.where(far, far_r, _FAR_AWAY)], axis=1)
+                dc = np.concatenate([np.broadcast_to(inner_c, (r.size, inner_c.size)), far_c], axis=1)
+                _correct_chunk(spectra, error, known, r[:, 0], c[:, 0], dr, dc, window, count, mean, spread)
+            continue
         dr, dc = (a.ravel() for a in np.mgrid[-window:window + 1, -window:window + 1])
-        inner = (np.maximum(abs(dr), abs(dc)) <= _DENSE_RADIUS) & ((dr != 0) | (dc != 0))
+        outer = np.maximum(abs(dr), abs(dc)) > _DENSE_RADIUS
         phase_r, phase_c = (rows + origin[0]) % stride, (cols + origin[1]) % stride
         for pr in range(stride):
             for pc in range(stride):
                 mine = np.flatnonzero((phase_r == pr) & (phase_c == pc))
                 if not mine.size:
                     continue
-                # a candidate beyond the dense square lies on the raster's rows and columns
-                # that are multiples of the stride
-                keep = inner | (((dr + pr) % stride == 0) & ((dc + pc) % stride == 0))
+                keep = outer & ((dr + pr) % stride == 0) & ((dc + pc) % stride == 0)
+                offsets_r = np.concatenate([inner_r, dr[keep]])[None, :]
+                offsets_c = np.concatenate([inner_c, dc[keep]])[None, :]
                 for s in range(0, mine.size, _CHUNK):
                     take = mine[s:s + _CHUNK]
-                    _correct_chunk(spectra, error, known, rows[take], cols[take], dr[keep], dc[keep], window,
+                    _correct_chunk(spectra, error, known, rows[take], cols[take], offsets_r, offsets_c, window,
                                    count, mean, spread)
     return mean, spread
+
+
+def _nearest(distance: np.ndarray, k: int) -> np.ndarray:
+    """``[n, k]`` column indices of each row's ``k`` smallest distances.
+
+    Among distances equal to the k-th, the first columns are taken: a pixel's choice follows the
+    order of its candidates, not how far the array reaches beyond them.
+    """
+    best = np.argpartition(distance, k - 1, axis=1)[:, :k]
+    kth = np.take_along_axis(distance, best, axis=1).max(axis=1, keepdims=True)
+    tied = np.flatnonzero(np.isfinite(kth[:, 0]) & ((distance <= kth).sum(axis=1) > k))
+    if tied.size:
+        d, edge = distance[tied], kth[tied]
+        at_edge = d == edge
+        chosen = (d < edge) | (at_edge & (np.cumsum(at_edge, axis=1) <= k - (d < edge).sum(axis=1, keepdims=True)))
+        best[tied] = np.nonzero(chosen)[1].reshape(-1, k)
+    return best
 
 
 def _correct_chunk(spectra: np.ndarray, error: np.ndarray, known: np.ndarray, rows: np.ndarray, cols: np.ndarray,
                    dr: np.ndarray, dc: np.ndarray, window: int, count: int, mean: np.ndarray,
                    spread: np.ndarray) -> None:
-    """:func:`similar_pixel_correction` for the pixels ``rows, cols`` and candidate offsets ``dr, dc``."""
+    """:func:`similar_pixel_correction` for the pixels ``rows, cols`` and their candidates' offsets ``dr, dc``."""
     bands, h, w = spectra.shape
-    spatial = 1.0 + _SPATIAL_WEIGHT * np.hypot(dr, dc) / window
-    k = min(count, dr.size)
+    k = min(count, dr.shape[1])
     qr, qc = rows[:, None] + dr, cols[:, None] + dc
     inside = (qr >= 0) & (qr < h) & (qc >= 0) & (qc < w)
     flat = np.clip(qr, 0, h - 1) * w + np.clip(qc, 0, w - 1)  # candidates as flat indices
@@ -156,11 +194,13 @@ def _correct_chunk(spectra: np.ndarray, error: np.ndarray, known: np.ndarray, ro
     distance = np.zeros(flat.shape)
     for b in range(bands):
         distance += (flat_spectra[b].take(flat) - centre[b][:, None]) ** 2
-    distance[~(inside & known.reshape(-1).take(flat))] = np.inf  # squared: the root only of the best
-    best = np.argpartition(distance, k - 1, axis=1)[:, :k]
+    distance[~(inside & known.reshape(-1).take(flat)) | np.isnan(distance)] = np.inf  # squared: the root only of the best
+    best = _nearest(distance, k)
     d = np.sqrt(np.take_along_axis(distance, best, axis=1) / bands)
     found = np.isfinite(d)
-    weight = np.where(found, 1.0 / ((np.where(found, d, 0.0) + _SPECTRAL_FLOOR) * spatial[best]), 0.0)
+    spatial = 1.0 + _SPATIAL_WEIGHT * np.hypot(np.take_along_axis(dr, best, axis=1),
+                                               np.take_along_axis(dc, best, axis=1)) / window
+    weight = np.where(found, 1.0 / ((np.where(found, d, 0.0) + _SPECTRAL_FLOOR) * spatial), 0.0)
     enough = found.sum(axis=1) >= _MIN_SIMILAR
     total = np.where(enough, weight.sum(axis=1), 1.0)
     effective = total ** 2 / np.maximum((weight ** 2).sum(axis=1), 1e-300)

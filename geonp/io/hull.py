@@ -39,7 +39,33 @@ _THIN_STRIP = 8
 
 
 def _hull_vertices(points: np.ndarray) -> np.ndarray | None:
-    """The convex hull's vertices in order around it, or None when the points are collinear."""
+    """The convex hull's vertices counterclockwise, or None when the points are collinear.
+
+    Andrew's monotone chain on the points (at most two per raster row: a few thousand), with
+    points on an edge's line dropped, as Qhull does; :func:`_qhull_vertices` is its twin.
+    """
+    pts = np.unique(np.asarray(points, dtype=np.float64), axis=0)  # sorted by x, then y
+    if len(pts) < 3:
+        return None
+
+    def chain(order: np.ndarray) -> list[int]:
+        kept: list[int] = []
+        for i in order:
+            while len(kept) >= 2:
+                (ox, oy), (ax, ay) = pts[kept[-2]], pts[kept[-1]]
+                if (ax - ox) * (pts[i, 1] - oy) - (ay - oy) * (pts[i, 0] - ox) > 0:
+                    break
+                kept.pop()  # a clockwise or straight turn: not a vertex
+            kept.append(int(i))
+        return kept
+
+    lower, upper = chain(np.arange(len(pts))), chain(np.arange(len(pts))[::-1])
+    vertices = lower[:-1] + upper[:-1]
+    return pts[vertices] if len(vertices) >= 3 else None
+
+
+def _qhull_vertices(points: np.ndarray) -> np.ndarray | None:
+    """:func:`_hull_vertices` by scipy's Qhull (slower to import than the whole fill of a small raster)."""
     from scipy.spatial import ConvexHull, QhullError
 
     if len(points) < 3:

@@ -190,3 +190,21 @@ def test_straight_collars_at_any_angle_stay_outside(tmp_path: Path, angle: int) 
     inside = fp.fillable(Window(0, 0, 96, 96))
     assert not (inside & collar).any()
     assert inside[~collar].all()
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_monotone_chain_hull_equals_qhull(seed: int) -> None:
+    """The footprint's own hull gives Qhull's vertices in Qhull's (counterclockwise) order."""
+    from geonp.io.hull import _hull_vertices, _qhull_vertices
+
+    rng = np.random.default_rng(seed)
+    for trial in range(300):
+        pts = rng.integers(0, int(rng.integers(1, 40)), size=(int(rng.integers(1, 80)), 2)) + 0.5
+        if trial % 4 == 0:
+            pts[:, 1] = 2 * pts[:, 0] + 1  # on one line: no hull
+        pts = np.unique(pts, axis=0)
+        ours, qhull = _hull_vertices(pts), _qhull_vertices(pts)
+        assert (ours is None) == (qhull is None), pts
+        if ours is not None:
+            start = int(np.flatnonzero((qhull == ours[0]).all(axis=1))[0])
+            np.testing.assert_array_equal(np.roll(qhull, -start, axis=0), ours)
