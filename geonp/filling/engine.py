@@ -38,6 +38,7 @@ from geonp.io.observed import read_observed
 from geonp.io.raster import (
     WORKER_GDAL_CACHE_MB,
     RasterInfo,
+    gdal_cache_bytes,
     open_raster,
     raster_info,
     set_gdal_cache,
@@ -236,6 +237,19 @@ def _trim_heap() -> None:
         pass
 
 
+def _empty_caches() -> None:
+    """Empty GDAL's block cache and give the freed heap back before forking workers.
+
+    A forked worker's RSS starts with every page its parent holds: the survey of an 8192² raster
+    had left 128 MiB of its blocks in the cache, and each worker started at 316 MB instead of 190.
+    """
+    state = gdal_cache_bytes()
+    if state is not None:
+        set_gdal_cache(0)  # GDAL drops its blocks down to the new limit
+        set_gdal_cache(state[1] // 2**20)
+    _trim_heap()
+
+
 def _init_worker(parent_pid: int | None = None, inherited: tuple[str, Any] | None = None) -> None:
     """Set up a pool worker: one torch thread, a small GDAL cache, and an end with its parent.
 
@@ -285,6 +299,8 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
     method = worker_start_method(resolve_device(job.plan.device))
     # a forked worker takes this process's model (not pickled: a fork copies the process)
     inherited = (job.plan.model, loaded) if method == "fork" else None
+    if method == "fork":
+        _empty_caches()
     pool = cf.ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context(method),
                                   initializer=_init_worker, initargs=(os.getpid(), inherited))
     pending: set[cf.Future[BlockResult]] = set()

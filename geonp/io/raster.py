@@ -74,7 +74,13 @@ def cap_gdal_cache() -> bool:
 
 
 def set_gdal_cache(mib: int) -> None:
-    """Set this process's GDAL block cache to ``mib`` MiB, also after GDAL started (rasterio takes bytes)."""
+    """Set this process's GDAL block cache to ``mib`` MiB (rasterio takes bytes), also after GDAL started.
+
+    Inside a ``rasterio.Env`` its options are set too: every ``rasterio.open`` applies them again
+    (a fill's forked workers run inside their parent's, and at GDAL's option alone kept 128 MiB).
+    """
+    if rasterio.env.hasenv():
+        rasterio.env.setenv(GDAL_CACHEMAX=mib * 2**20)
     rasterio.env.set_gdal_config("GDAL_CACHEMAX", mib * 2**20)
 
 

@@ -35,7 +35,8 @@ import concurrent.futures as cf, multiprocessing, os, rasterio
 from geonp.filling import engine
 from geonp.io.raster import gdal_cache_env
 from tests.conftest import gdal_cache_max_mib
-def probe():
+def probe():  # opened inside the parent's rasterio.Env, whose options every open applies again
+    rasterio.open('sample_data/landsat8_cloudy.tif').close()
     return gdal_cache_max_mib(), [key for key, _ in engine._INHERITED]
 with gdal_cache_env():
     rasterio.open('sample_data/landsat8_cloudy.tif').close()
@@ -98,3 +99,24 @@ def test_a_cuda_fill_keeps_its_blocks():
 
     blocks, n = plan_pool(512, 512, 512, None, torch.device("cuda"), 700_000)
     assert (len(blocks), n) == (1, 1)
+
+
+@linux_only
+def test_the_parent_empties_gdals_cache_before_forking_and_keeps_its_limit():
+    """A forked worker starts with every page its parent holds: the parent's cached blocks go first."""
+    code = """
+import rasterio
+from geonp.filling import engine
+from geonp.io.raster import gdal_cache_bytes, gdal_cache_env
+with gdal_cache_env(), rasterio.open('sample_data/landsat8_cloudy.tif') as src:
+    src.read()
+    before = gdal_cache_bytes()
+    engine._empty_caches()
+    print(*before, *gdal_cache_bytes())
+"""
+    out = fresh_python(code).split()
+    if out[0] == "None":
+        pytest.skip("libgdal not found in /proc/self/maps")
+    used, limit, used_after, limit_after = (int(v) for v in out)
+    assert used > 100_000 and used_after == 0
+    assert limit == limit_after == GDAL_CACHE_MB * 2**20
