@@ -69,8 +69,7 @@ MODEL = "default"  # --model
 
 def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, float, float]:
     from geonp.filling.block import predict_region
-    from geonp.filling.plan import normalizer_for, tile_options
-    from geonp.filling.predict import Predictor
+    from geonp.filling.plan import FillPlan, normalizer_for, tile_options
     from geonp.model_files.registry import cached_model
 
     loaded = cached_model(MODEL, "cpu")
@@ -84,8 +83,11 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
     observed = np.broadcast_to(~gap, truth.shape).copy() & (truth > 0)
     n = truth.shape[0]
     norm = normalizer_for(loaded, n, lambda: (truth.reshape(n, -1), observed.reshape(n, -1)))
+    # the predictor a fill builds (geonp.filling.plan.FillPlan.predictor): the near model too
+    plan = FillPlan(model=MODEL, device="cpu", batch_rows=None, opts=opts, norm=norm,
+                    calibration=loaded.calibration, max_distance=None, queries=spec.get("queries", "lattice"))
     t0 = time.perf_counter()
-    mean, std = predict_region(Predictor(loaded.module, opts), np.where(observed, truth, 0.0), observed,
+    mean, std = predict_region(plan.predictor(loaded), np.where(observed, truth, 0.0), observed,
                                (0, truth.shape[1], 0, truth.shape[2]), origin=(0, 0), norm=norm,
                                max_distance=None, calibration=loaded.calibration)
     seconds = time.perf_counter() - t0
