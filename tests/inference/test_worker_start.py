@@ -4,6 +4,7 @@ raster's blocks cut smaller so that every worker gets some."""
 
 from __future__ import annotations
 
+import os
 import sys
 
 import numpy as np
@@ -120,3 +121,22 @@ with gdal_cache_env(), rasterio.open('sample_data/landsat8_cloudy.tif') as src:
     used, limit, used_after, limit_after = (int(v) for v in out)
     assert used > 100_000 and used_after == 0
     assert limit == limit_after == GDAL_CACHE_MB * 2**20
+
+
+@pytest.mark.parametrize(("user", "want"), [(None, "32"), ("7", "7")])
+def test_a_filling_process_bounds_onednns_primitive_cache_unless_the_user_did(tmp_path, tiny_model, user, want):
+    """oneDNN keeps a primitive per new shape (1,024 by default), read from the environment at its
+    first primitive: the process that fills blocks sets a small one before its model runs."""
+    arr = np.stack([smooth_field((64, 64), seed=1)]).astype("uint16")
+    arr[:, 20:40, 20:40] = 0
+    src = write_raster(tmp_path / "in.tif", arr, nodata=0)
+    code = f"""
+import os, geonp
+geonp.fill_raster({str(src)!r}, {str(tmp_path / "out.tif")!r}, model={str(tiny_model)!r}, tile_size=24, overlap=6,
+                  max_context=64, search_radius=48, workers=1)
+print(os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"))
+"""
+    if "ONEDNN_PRIMITIVE_CACHE_CAPACITY" in os.environ:
+        pytest.skip("the test run's own environment sets ONEDNN_PRIMITIVE_CACHE_CAPACITY")
+    env = {} if user is None else {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": user}
+    assert fresh_python(code, env).split()[-1] == want
