@@ -97,12 +97,13 @@ def gdal_cache_max_mib() -> float | None:
     return None if state is None else state[1] / 2**20
 
 
-def fresh_python(code: str, env: dict[str, str] | None = None) -> str:
-    """The stdout of ``code`` in a new Python process at the repository root, without the caller's GDAL_CACHEMAX."""
+def fresh_python(code: str, env: dict[str, str] | None = None, unset: tuple[str, ...] = ()) -> str:
+    """The stdout of ``code`` in a new Python process at the repository root, without the caller's
+    GDAL_CACHEMAX (nor the ``unset`` variables)."""
     import os
     import subprocess
     import sys
 
-    clean = {k: v for k, v in os.environ.items() if k != "GDAL_CACHEMAX"}
+    clean = {k: v for k, v in os.environ.items() if k != "GDAL_CACHEMAX" and k not in unset}
     return subprocess.run([sys.executable, "-c", code], env={**clean, **(env or {})}, capture_output=True, text=True,
                           check=True, cwd=os.path.dirname(os.path.dirname(__file__))).stdout
