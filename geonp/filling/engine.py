@@ -63,8 +63,6 @@ class BlockResult(NamedTuple):
     valid: np.ndarray | None = None  # [h, w]: observed or filled in every band (alpha / mask)
     beyond: int = 0  # gap pixels inside the footprint left beyond --max-distance
 
-#: oneDNN primitives a filling process keeps (:class:`BlockRunner`; same speed and output).
-ONEDNN_CACHE_CAPACITY = 32
 # Context search radius the first, narrow read of a block covers (see BlockRunner._halos).
 _NARROW_SEARCH = 64
 
@@ -111,10 +109,6 @@ class BlockRunner:
 
     def __init__(self, job: BlockJob, loaded: Any = None) -> None:
         """Load the model (or take ``loaded``), build the predictor and open the raster."""
-        # oneDNN keeps a primitive per new shape (1,024 by default: a worker's RSS before its
-        # blocks crept 190 -> 299 MB over an 8192² fill, 266 with 32); read at its first primitive,
-        # so this holds where torch has not run yet in the process; the user's own setting stays
-        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_CAPACITY))
         self.job = job
         self.predictor = job.plan.predictor(loaded or plan_model(job.plan))
         self.src = open_raster(job.source.input)

@@ -41,6 +41,8 @@ if TYPE_CHECKING:
 # px, which takes the jump across tile borders from 1.9x to 1.3x the jump inside tiles
 # (benchmarks/seams.py, session 5) for 19-27 % more time (seams.py; benchmarks/fill.py).
 DEFAULT_OVERLAP = 16
+#: oneDNN primitives a filling process keeps (:meth:`FillPlan.predictor`; same speed and output).
+ONEDNN_CACHE_CAPACITY = 32
 
 # Models handed in as objects (not paths) for in-process runs, by key (:func:`model_key`).
 LOCAL_MODELS: dict[str, Any] = {}
@@ -138,6 +140,10 @@ class FillPlan:
     def predictor(self, loaded: LoadedModel) -> Predictor:
         """A predictor of ``loaded`` with this plan's tiles, device and batch budget."""
         assert self.opts is not None, "a nearest-class plan runs no model"
+        # oneDNN keeps a primitive per new shape (1,024 by default: a fill worker's RSS before its
+        # blocks crept 190 -> 299 MB over an 8192² fill, 266 with 32). It reads this at its first
+        # primitive, so it holds where torch has not run yet in the process; a user's own stays.
+        os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", str(ONEDNN_CACHE_CAPACITY))
         near = None
         if loaded.near is not None and self.opts.lattice:  # its tiles are those near data on the lattice
             near = NearModel(loaded.near.module, loaded.near.calibration, self.calibration)

@@ -39,10 +39,9 @@ __all__ = [
 #: machine's memory, lets a process grow by every block it has visited, and geonp visits each once.
 GDAL_CACHE_MB = 128
 #: GDAL's block cache (MiB) of a fill's worker processes, which only read: each block once, with
-#: its halo. At 128 MB a worker of an 8192² fill held 775 MB at its peak against 590 at 2048²
-#: (1.31x); at 32, 712 against 588 (1.21x), the main process 523 against 512 (``python
-#: benchmarks/fill.py --skip-crop --sizes 2048,8192 --workers 2``). The main process writes and
-#: keeps :data:`GDAL_CACHE_MB`: a striped output's partial strips wait there for their row.
+#: its halo. At 128 MB a (spawned) worker of an 8192² fill peaked at 775 MB against 590 at 2048²,
+#: at 32 at 712 against 588 (``python benchmarks/fill.py --skip-crop``). The main process writes
+#: and keeps :data:`GDAL_CACHE_MB`: a striped output's partial strips wait there for their row.
 WORKER_GDAL_CACHE_MB = 32
 _GDAL_CACHE_BYTES = GDAL_CACHE_MB * 2**20  # rasterio and set_gdal_config take bytes
 
@@ -76,12 +75,13 @@ def cap_gdal_cache() -> bool:
 def set_gdal_cache(mib: int) -> None:
     """Set this process's GDAL block cache to ``mib`` MiB (rasterio takes bytes), also after GDAL started.
 
-    Inside a ``rasterio.Env`` its options are set too: every ``rasterio.open`` applies them again
-    (a fill's forked workers run inside their parent's, and at GDAL's option alone kept 128 MiB).
+    Inside a ``rasterio.Env`` through its options, which every ``rasterio.open`` applies again (a
+    fill's forked workers run in their parent's: GDAL's option alone held until their first open).
     """
     if rasterio.env.hasenv():
-        rasterio.env.setenv(GDAL_CACHEMAX=mib * 2**20)
-    rasterio.env.set_gdal_config("GDAL_CACHEMAX", mib * 2**20)
+        rasterio.env.setenv(GDAL_CACHEMAX=mib * 2**20)  # sets GDAL's option as well
+    else:
+        rasterio.env.set_gdal_config("GDAL_CACHEMAX", mib * 2**20)
 
 
 def gdal_cache_bytes() -> tuple[int, int] | None:
