@@ -40,7 +40,7 @@ def last_weights(run: Path, out: Path) -> Path:
 
 def calibrate(model: Path) -> None:
     """Fit ``model``'s std calibration as the shipped models' (the default recipe's split and seed)."""
-    calibrate_on_validation(model, SCENE, nodata=0, bands=None, device="cpu", **recipe_calibration())
+    calibrate_on_validation(model, SCENE, nodata=0, bands=None, device="cpu", near_blend=True, **recipe_calibration())
 
 
 def main() -> None:

@@ -380,7 +380,8 @@ def _calibrate(
         f"distance bin {list(bins.factors)}"
     )
     assert lm.path is not None, "load_models refuses --calibrate for a model without a directory"
-    calibration = Calibration(std_scale=tuple(new_scale), fitted_on=fitted_on, distance_bins=stored_bins)
+    calibration = Calibration(std_scale=tuple(new_scale), fitted_on=fitted_on, distance_bins=stored_bins,
+                              near_blend=None if lm.calibration is None else lm.calibration.near_blend)
     path = write_calibration(lm.path, calibration)
     if lm.near is not None and lm.near.path is not None:
         # The fill gives near tiles the near model's calibrated std (NearModel): the correction

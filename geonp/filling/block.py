@@ -19,6 +19,7 @@ from scipy import ndimage
 
 from geonp.filling import classes
 from geonp.filling.calibration import region_distances
+from geonp.filling.near_blend import apply_near_blend
 from geonp.filling.plan import FillPlan
 from geonp.filling.predict import Predictor, release_heap
 from geonp.filling.references import REGRESSION_WEIGHT, ReferenceLines
@@ -218,7 +219,10 @@ def predict_region(
     if lines is not None and references:
         mean, std = _weigh_with_regression(mean, std, raw, observed, to_fill, region, origin, references, lines)
     # the model's calibration is of the fill it makes: with a reference regression, of the weighted mean
-    return mean, _calibrated(std, dist, calibration)
+    std = _calibrated(std, dist, calibration)
+    if calibration is not None and calibration.near_blend is not None and dist is not None:
+        mean, std = apply_near_blend(mean, std, raw, observed, region, dist, calibration.near_blend)
+    return mean, std
 
 
 def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observed: np.ndarray,

@@ -12,7 +12,13 @@ This is the only module that spells the keys of the ``calibration`` block of a m
      "fitted_on": "geonp evaluate ...",   # how it was fitted, for people
      "distance_bins": {"edges": [0.0, 1.5, ..., null],   # pixels; null = no upper end
                        "factors": [f_1, ...],            # one per bin (or a list per band)
-                       "pixels": [n_1, ...]}}            # validation pixels per bin
+                       "pixels": [n_1, ...]},            # validation pixels per bin
+     "near_blend": {"estimates": ["gdal", "ring1", ...],         # classical estimates
+                    "distance_edges": [0.0, 1.5, 3.0, 6.0, 12.0],  # a gap pixel's cell: its
+                    "neighbour_edges": [0, 3, 5, 7, 9],            # distance bin x its count of
+                    "weights": [[[w_1, ...], ...], ...],           # observed 8-neighbours
+                    "std_factors": [[f, ...], ...],
+                    "pixels": [[n, ...], ...]}}
 
 Every key is optional. The type lives here, beside the model files, because loading a model
 builds one (:class:`~geonp.model_files.checkpoint.LoadedModel`) and ``geonp.model_files`` sits
@@ -31,10 +37,11 @@ import numpy as np
 
 from geonp.errors import ConfigError
 
-__all__ = ["Calibration", "DistanceBins"]
+__all__ = ["Calibration", "DistanceBins", "NearBlend"]
 
-_KEYS = ("std_scale", "fitted_on", "distance_bins")
+_KEYS = ("std_scale", "fitted_on", "distance_bins", "near_blend")
 _BIN_KEYS = ("edges", "factors", "pixels")
+_BLEND_KEYS = ("estimates", "distance_edges", "neighbour_edges", "weights", "std_factors", "pixels")
 
 
 def _is_number(v: Any) -> bool:
@@ -154,6 +161,104 @@ class DistanceBins:
                             pixels=self.pixels)
 
 
+def _table(value: Any, shape: tuple[int, ...], ok: Any) -> bool:
+    """Whether ``value`` is nested lists of ``shape`` whose leaves pass ``ok``."""
+    if not shape:
+        return bool(ok(value))
+    return (isinstance(value, list | tuple) and len(value) == shape[0]
+            and all(_table(v, shape[1:], ok) for v in value))
+
+
+def _nested(value: Any) -> Any:
+    return tuple(_nested(v) for v in value) if isinstance(value, list | tuple) else value
+
+
+#: Largest size of a near blend's weight: a bound that no fit on real data comes near.
+_MAX_BLEND_WEIGHT = 100.0
+
+
+@dataclass(frozen=True)
+class NearBlend:
+    """Next to data, a linear correction of the fill's mean by classical estimates, per cell.
+
+    A gap pixel's cell is its distance bin (``distance_edges``, pixels to the nearest observed
+    pixel) and the bin of its count of observed 8-neighbours (``neighbour_edges``). In cell
+    ``(i, j)`` the fill is ``mean + sum_k weights[i][j][k] * (estimate_k - mean)`` over the
+    ``estimates`` (named in :data:`geonp.filling.near_blend.NEAR_ESTIMATES`; an estimate without
+    a value at a pixel adds nothing there), and its std is multiplied by ``std_factors[i][j]``
+    (after the distance factors). Pixels at or beyond the last distance edge keep the model's
+    mean and std. Fitted on validation pixels (:func:`geonp.filling.near_blend.fit_near_blend`).
+    """
+
+    estimates: tuple[str, ...]
+    distance_edges: tuple[float, ...]
+    neighbour_edges: tuple[int, ...]
+    weights: tuple[tuple[tuple[float, ...], ...], ...]
+    std_factors: tuple[tuple[float, ...], ...]
+    pixels: tuple[tuple[int, ...], ...] | None = None
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(distance bins, neighbour bins)``."""
+        return len(self.distance_edges) - 1, len(self.neighbour_edges) - 1
+
+    @classmethod
+    def from_dict(cls, data: Any, *, where: str = "calibration.near_blend") -> NearBlend:
+        """Read the JSON form.
+
+        Raises:
+            ConfigError: a value of the wrong type or shape, naming it (``where.key=value``).
+        """
+        if not isinstance(data, Mapping) or not all(k in data for k in _BLEND_KEYS[:5]):
+            raise ConfigError(f"{where}={data!r}; it must be a mapping with {list(_BLEND_KEYS[:5])}")
+        _unknown_keys(data, _BLEND_KEYS, where)
+        names = data["estimates"]
+        if not isinstance(names, list | tuple) or not names or not all(isinstance(n, str) for n in names):
+            raise ConfigError(f"{where}.estimates={names!r}; it must be a list of estimate names")
+        for key, num in (("distance_edges", _is_number), ("neighbour_edges", lambda v: isinstance(v, int))):
+            edges = data[key]
+            if (not isinstance(edges, list | tuple) or len(edges) < 2 or not all(num(e) for e in edges)
+                    or edges[0] != 0 or any(b <= a for a, b in pairwise(edges))):
+                raise ConfigError(f"{where}.{key}={edges!r}; it must be 2 or more increasing numbers from 0")
+        shape = (len(data["distance_edges"]) - 1, len(data["neighbour_edges"]) - 1)
+        checks = {"weights": ((*shape, len(names)), lambda v: _is_number(v) and abs(v) <= _MAX_BLEND_WEIGHT,
+                              f"rows of {shape[1]} lists of {len(names)} weights (one per estimate)"),
+                  "std_factors": (shape, lambda v: _is_number(v) and v > 0, f"rows of {shape[1]} positive factors"),
+                  "pixels": (shape, lambda v: isinstance(v, int) and not isinstance(v, bool) and v >= 0,
+                             f"rows of {shape[1]} pixel counts")}
+        for key, (want, ok, what) in checks.items():
+            if not (key == "pixels" and data.get(key) is None) and not _table(data[key], want, ok):
+                raise ConfigError(f"{where}.{key}={data[key]!r}; it must be {shape[0]} {what}")
+        return cls(estimates=tuple(names), distance_edges=tuple(data["distance_edges"]),
+                   neighbour_edges=tuple(data["neighbour_edges"]), weights=_nested(data["weights"]),
+                   std_factors=_nested(data["std_factors"]), pixels=_nested(data.get("pixels")))
+
+    def to_dict(self) -> dict[str, Any]:
+        """The JSON form."""
+        out: dict[str, Any] = {"estimates": list(self.estimates), "distance_edges": list(self.distance_edges),
+                               "neighbour_edges": list(self.neighbour_edges),
+                               "weights": [[list(w) for w in r] for r in self.weights],
+                               "std_factors": [list(r) for r in self.std_factors]}
+        if self.pixels is not None:
+            out["pixels"] = [list(r) for r in self.pixels]
+        return out
+
+    def cells(self, distance: np.ndarray, neighbours: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(inside, i, j)``: which pixels lie within the last distance edge, and their cell's indices."""
+        d = np.asarray(distance, float)
+        inside = d < self.distance_edges[-1]
+        i = np.clip(np.searchsorted(self.distance_edges, d, side="right") - 1, 0, self.shape[0] - 1)
+        j = np.clip(np.searchsorted(self.neighbour_edges, np.asarray(neighbours), side="right") - 1,
+                    0, self.shape[1] - 1)
+        return inside, i, j
+
+    def weights_and_factor(self, distance: np.ndarray, neighbours: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per pixel its cell's weights ``[estimates, ...]`` (0 beyond the last distance edge) and std factor (1 there)."""
+        inside, i, j = self.cells(distance, neighbours)
+        w = np.where(inside[None], np.moveaxis(np.asarray(self.weights, float)[i, j], -1, 0), 0.0)
+        return w, np.where(inside, np.asarray(self.std_factors, float)[i, j], 1.0)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """A model's post-hoc std calibration: per-band factors, then factors by distance to data.
@@ -163,11 +268,14 @@ class Calibration:
         fitted_on: how and on what it was fitted (a sentence for people).
         distance_bins: factors by distance to the nearest observed pixel, on top of
             ``std_scale``; None = 1.
+        near_blend: next to data, a correction of the mean by classical estimates and std factors
+            per cell (:class:`NearBlend`), applied by the fill (:mod:`geonp.filling.near_blend`); None = none.
     """
 
     std_scale: tuple[float, ...] | None = None
     fitted_on: str | None = None
     distance_bins: DistanceBins | None = None
+    near_blend: NearBlend | None = None
 
     @classmethod
     def from_dict(cls, data: Any, *, where: str = "calibration") -> Calibration:
@@ -189,9 +297,10 @@ class Calibration:
         fitted_on = data.get("fitted_on")
         if fitted_on is not None and not isinstance(fitted_on, str):
             raise ConfigError(f"{where}.fitted_on={fitted_on!r}; it must be text")
-        bins = data.get("distance_bins")
+        bins, blend = data.get("distance_bins"), data.get("near_blend")
         return cls(std_scale=scale, fitted_on=fitted_on,
-                   distance_bins=None if bins is None else DistanceBins.from_dict(bins, where=f"{where}.distance_bins"))
+                   distance_bins=None if bins is None else DistanceBins.from_dict(bins, where=f"{where}.distance_bins"),
+                   near_blend=None if blend is None else NearBlend.from_dict(blend, where=f"{where}.near_blend"))
 
     def to_dict(self) -> dict[str, Any]:
         """The JSON form: the keys of the fields that are set, in the order geonp writes them."""
@@ -202,17 +311,19 @@ class Calibration:
             out["fitted_on"] = self.fitted_on
         if self.distance_bins is not None:
             out["distance_bins"] = self.distance_bins.to_dict()
+        if self.near_blend is not None:
+            out["near_blend"] = self.near_blend.to_dict()
         return out
 
     @property
     def is_identity(self) -> bool:
-        """True when it changes no std (no factor of either kind)."""
-        return not self.std_scale and self.distance_bins is None
+        """True when it changes no std (no factor of any kind) and no mean."""
+        return not self.std_scale and self.distance_bins is None and self.near_blend is None
 
     @property
     def needs_distance(self) -> bool:
-        """Whether :meth:`apply` needs each pixel's distance to data (it has distance factors)."""
-        return self.distance_bins is not None
+        """Whether the fill needs each pixel's distance to data (distance factors or a near blend)."""
+        return self.distance_bins is not None or self.near_blend is not None
 
     def scale_for(self, band: int | None = None, band_count: int | None = None) -> float:
         """The std factor of ``band`` (0-based; None = the first).
@@ -255,4 +366,5 @@ class Calibration:
         """One line for a model card or a log: the factors and how they were fitted."""
         factors = None if self.distance_bins is None else self.distance_bins.to_dict()["factors"]
         scale = None if self.std_scale is None else list(self.std_scale)
-        return f"std scale {scale} and distance-bin factors {factors}: {self.fitted_on or ''}"
+        blend = "" if self.near_blend is None else f", a near blend of {', '.join(self.near_blend.estimates)}"
+        return f"std scale {scale} and distance-bin factors {factors}{blend}: {self.fitted_on or ''}"

@@ -69,10 +69,13 @@ def calibrate_on_validation(
     seed: int = 0,
     device: str = "auto",
     draws: int = 1,
+    near_blend: bool = False,
 ) -> CalibrationFit | None:
     """Fit and store the std calibration of ``model_dir`` on ``raster``'s validation columns.
 
     ``draws``: masks of each kind fitted on (seeds ``seed``, ``seed + 1``, ...; ``EvaluationConfig.draws``).
+    ``near_blend``: then fit the near blend on the same window, on as many other draws
+    (:func:`geonp.evaluation.near_fit.fit_near_blend_on_validation`; single-date models).
 
     Returns:
         The calibration entry of the evaluation report (what was written, and how), or
@@ -98,4 +101,11 @@ def calibrate_on_validation(
     entry = next(iter((report.calibration or {}).values()), None)
     if entry is not None:
         logger.info("std calibrated on validation window %s: %s", window, entry.calibration.fitted_on)
+        if near_blend:
+            from geonp.evaluation.near_fit import fit_near_blend_on_validation
+
+            fit_near_blend_on_validation(model_dir, raster, window=window, nodata=nodata, bands=bands,
+                                         masks=CALIBRATION_MASKS, seeds=[seed + draws + k for k in range(draws)],
+                                         device=device)
     return entry
+

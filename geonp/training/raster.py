@@ -219,7 +219,7 @@ def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path
     if opts.calibrate:
         calibrate_on_validation(out, inputs[0], val_fraction=opts.val_fraction, test_fraction=opts.test_fraction,
                                 min_val_columns=shape.patch_size, nodata=opts.nodata, bands=opts.bands,
-                                seed=tcfg.seed, device=tcfg.device)
+                                seed=tcfg.seed, device=tcfg.device, near_blend=True)
     return TrainReport(out, run.total_steps, *best_of(load_checkpoint(out).card), time.perf_counter() - t0,
                        begun.history)
 

@@ -55,8 +55,10 @@ def test_the_default_model_calibration_reads_as_typed_values():
     assert bins is not None and bins.edges[0] == 0.0 and bins.edges[-1] == math.inf and not bins.per_band
     assert len(bins.factors) == len(bins.edges) - 1 == len(bins.pixels) == 9
     assert cal.fitted_on.startswith("geonp evaluate --calibrate") and cal.needs_distance
-    assert cal.describe() == (f"std scale {list(cal.std_scale)} and distance-bin factors {list(bins.factors)}: "
-                              f"{cal.fitted_on}")
+    assert cal.describe() == (f"std scale {list(cal.std_scale)} and distance-bin factors {list(bins.factors)}, "
+                              f"a near blend of {', '.join(cal.near_blend.estimates)}: {cal.fitted_on}")
+    assert cal.near_blend.estimates == ("gdal", "ring1", "ring2", "ring4", "ring5", "ring8", "ring9")
+    assert np.asarray(cal.near_blend.weights).shape == (4, 4, 7) and min(map(min, cal.near_blend.pixels)) == 0
 
 
 def test_scales_per_band_follow_fills_rule():
