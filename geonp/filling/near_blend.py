@@ -24,7 +24,8 @@ from geonp.errors import ConfigError
 from geonp.model_files.calibration import NearBlend
 
 __all__ = ["NEAR_BLEND_DISTANCE_EDGES", "NEAR_BLEND_NEIGHBOUR_EDGES", "NEAR_ESTIMATES", "NEAR_ESTIMATE_REACH",
-           "apply_near_blend", "blend_pixels", "fit_near_blend", "near_estimates", "observed_neighbours"]
+           "apply_near_blend", "blend_pixels", "estimates_at", "fit_near_blend", "near_estimates",
+           "observed_neighbours"]
 
 #: The classical estimates a near blend weighs: GDAL FillNodata's fill (``gdal``), and
 #: ``ringN``: the mean of the observed pixels at squared distance N px² (no value where none is).
@@ -38,6 +39,8 @@ NEAR_BLEND_NEIGHBOUR_EDGES: tuple[int, ...] = (0, 3, 5, 7, 9)
 NEAR_ESTIMATE_REACH = 32
 #: Least validation pixels of a cell to fit its weights and factor (others: weights 0, factor 1).
 MIN_CELL_PIXELS = 1000
+#: Pixels blended at a time (their estimates and weights: 7 float64 each).
+_CHUNK = 1 << 16
 _EIGHT = np.array([[1, 1, 1], [1, 0, 1], [1, 1, 1]])
 
 
@@ -82,37 +85,52 @@ def _ring(values: np.ndarray, ok: np.ndarray, d2: int, rows: np.ndarray, cols: n
     return np.where(count > 0.5, total / np.maximum(count, 1.0), np.nan)
 
 
-def near_estimates(values: np.ndarray, observed: np.ndarray, names: Sequence[str] = NEAR_ESTIMATES, *,
-                   where: np.ndarray | None = None, region: tuple[int, int, int, int] | None = None) -> np.ndarray:
-    """The classical estimates ``names`` on ``region`` of ``[bands, h, w]`` values: ``[estimates, bands, ...region]``.
-
-    ``region``: ``(r0, r1, c0, c1)`` (default the whole array); the estimates read the pixels
-    around it. ``where``: bool ``[bands, ...region]``, the pixels to estimate (default all).
-    Float64; NaN where an estimate has no value, and where not asked for.
-
-    Raises:
-        ConfigError: an unknown estimate name.
-    """
+def _check_names(names: Sequence[str]) -> None:
     unknown = [n for n in names if n not in NEAR_ESTIMATES]
     if unknown:
         raise ConfigError(f"near blend estimate {unknown[0]!r} is unknown; this geonp knows {list(NEAR_ESTIMATES)}: "
                           "upgrade geonp or refit the model's near blend")
+
+
+def estimates_at(values: np.ndarray, ok: np.ndarray, rows: np.ndarray, cols: np.ndarray, names: Sequence[str],
+                 distance: np.ndarray | None = None) -> np.ndarray:
+    """The estimates ``names`` of one band ``[h, w]`` at pixels ``(rows, cols)``: float64 ``[estimates, n]``.
+
+    ``distance``: the pixels' distance to data, when known; a ring of squared radius N has a
+    value only within sqrt(N) px of data, so it is looked for only there. NaN where an estimate
+    has no value.
+    """
+    out = np.full((len(names), rows.size), np.nan)
+    if rows.size == 0 or not ok.any():
+        return out
+    for k, name in enumerate(names):
+        if name == "gdal":
+            box = (int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1)
+            out[k] = _gdal(values, ok, box)[rows - box[0], cols - box[2]]
+            continue
+        d2 = int(name[4:])
+        at = slice(None) if distance is None else distance <= np.sqrt(d2)
+        out[k, at] = _ring(values, ok, d2, rows[at], cols[at])
+    return out
+
+
+def near_estimates(values: np.ndarray, observed: np.ndarray, names: Sequence[str] = NEAR_ESTIMATES, *,
+                   region: tuple[int, int, int, int] | None = None) -> np.ndarray:
+    """The classical estimates ``names`` on ``region`` of ``[bands, h, w]`` values: ``[estimates, bands, ...region]``.
+
+    ``region``: ``(r0, r1, c0, c1)`` (default the whole array); the estimates read the pixels
+    around it. Float64; NaN where an estimate has no value.
+
+    Raises:
+        ConfigError: an unknown estimate name.
+    """
+    _check_names(names)
     values = np.asarray(values, np.float64)
     observed = np.asarray(observed, bool)
     r0, r1, c0, c1 = region or (0, values.shape[1], 0, values.shape[2])
-    out = np.full((len(names), values.shape[0], r1 - r0, c1 - c0), np.nan)
-    for b in range(values.shape[0]):
-        ok = observed[b]
-        asked = np.ones((r1 - r0, c1 - c0), bool) if where is None else where[b]
-        if not asked.any() or not ok.any():
-            continue
-        rows, cols = np.nonzero(asked)
-        for k, name in enumerate(names):
-            if name == "gdal":
-                out[k, b] = np.where(asked, _gdal(values[b], ok, (r0, r1, c0, c1)), np.nan)
-            else:
-                out[k, b, rows, cols] = _ring(values[b], ok, int(name[4:]), rows + r0, cols + c0)
-    return out
+    rows, cols = (a.ravel() for a in np.mgrid[r0:r1, c0:c1])
+    return np.stack([estimates_at(values[b], observed[b], rows, cols, names).reshape(len(names), r1 - r0, c1 - c0)
+                     for b in range(values.shape[0])], axis=1)
 
 
 def _corrected(mean: np.ndarray, estimates: np.ndarray, weights: np.ndarray) -> np.ndarray:
@@ -123,21 +141,33 @@ def _corrected(mean: np.ndarray, estimates: np.ndarray, weights: np.ndarray) -> 
 def apply_near_blend(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observed: np.ndarray,
                      region: tuple[int, int, int, int], distance: np.ndarray, blend: NearBlend
                      ) -> tuple[np.ndarray, np.ndarray]:
-    """A block's fill with the near blend applied: ``(mean, std)`` of its region (new arrays).
+    """A block's fill with the near blend applied: ``(mean, std)`` of its region (copies).
 
     ``mean``, ``std``, ``distance``: ``[bands, ...region]``; ``raw``, ``observed``: the block with its
-    halo. Only filled pixels (finite mean) within the blend's last distance edge change.
+    halo. Only filled pixels (finite mean) within the blend's last distance edge change; the
+    estimates are worked out at those pixels only, band by band.
+
+    Raises:
+        ConfigError: the blend names an estimate this geonp does not know.
     """
+    _check_names(blend.estimates)
     r0, r1, c0, c1 = region
     near = np.isfinite(mean) & (distance < blend.distance_edges[-1])
     if not near.any():
         return mean, std
-    # a ring of squared radius N has a value only within sqrt(N) px of data: look there only
-    reach = {n: np.sqrt(float(n[4:])) if n.startswith("ring") else np.inf for n in blend.estimates}
-    estimates = np.concatenate([near_estimates(raw, observed, (n,), where=near & (distance <= reach[n]), region=region)
-                                for n in blend.estimates])
-    fixed, scaled = blend_pixels(mean, std, estimates, distance, observed_neighbours(observed)[:, r0:r1, c0:c1], blend)
-    return np.where(near, fixed, mean), np.where(near, scaled, std).astype(std.dtype)
+    mean, std = mean.copy(), std.copy()
+    for b in np.flatnonzero(near.any(axis=(1, 2))):
+        ok, values = np.asarray(observed[b], bool), np.asarray(raw[b], np.float64)
+        counts = observed_neighbours(ok[max(r0 - 1, 0):r1 + 1, max(c0 - 1, 0):c1 + 1])
+        all_rows, all_cols = np.nonzero(near[b])
+        for start in range(0, all_rows.size, _CHUNK):  # rows of pixels at a time: memory stays small
+            rows, cols = all_rows[start:start + _CHUNK], all_cols[start:start + _CHUNK]
+            dist = distance[b][rows, cols]
+            estimates = estimates_at(values, ok, rows + r0, cols + c0, blend.estimates, dist)
+            neighbours = counts[rows + r0 - max(r0 - 1, 0), cols + c0 - max(c0 - 1, 0)]
+            mean[b][rows, cols], std[b][rows, cols] = blend_pixels(mean[b][rows, cols], std[b][rows, cols],
+                                                                   estimates, dist, neighbours, blend)
+    return mean, std
 
 
 def blend_pixels(mean: np.ndarray, std: np.ndarray, estimates: np.ndarray, distance: np.ndarray,

@@ -189,3 +189,28 @@ def test_fit_on_validation_stores_the_blend_and_keeps_the_std_calibration(tmp_pa
     assert after.std_scale == before.std_scale and after.distance_bins == before.distance_bins
     assert np.isfinite(np.asarray(blend.weights)).all() and np.asarray(blend.weights).shape == (4, 4, 7)
     assert "near blend fitted on" in after.fitted_on
+
+
+def test_blending_in_chunks_of_pixels_changes_nothing(monkeypatch):
+    from geonp.filling import near_blend
+
+    rng = np.random.default_rng(6)
+    raw = np.stack([smooth_field((70, 80), seed=s) for s in (6, 7)])
+    observed = rng.random(raw.shape) < 0.6
+    region = (6, 64, 3, 77)
+    dist = distance_to_observed(observed)[:, 6:64, 3:77]
+    mean = np.where(observed[:, 6:64, 3:77], np.nan, 4000.0 + rng.normal(size=dist.shape))
+    std = np.where(np.isfinite(mean), 10.0, np.nan)
+    blend = _blend((0.3, 0.8, -0.4, 0.1, -0.1, 0.2, -0.05), 1.5)
+    whole = apply_near_blend(mean, std, raw, observed, region, dist, blend)
+    monkeypatch.setattr(near_blend, "_CHUNK", 97)
+    chunks = apply_near_blend(mean, std, raw, observed, region, dist, blend)
+    # GDAL works in float32 about each box's own mean: 1e-3 DN apart at most
+    np.testing.assert_allclose(chunks[0], whole[0], rtol=0, atol=1e-3, equal_nan=True)
+    np.testing.assert_array_equal(chunks[1], whole[1])
+    assert np.isfinite(whole[0]).sum() == np.isfinite(mean).sum()
+    est = near_estimates(raw, observed, region=region)
+    weights, factor = blend.weights_and_factor(dist, observed_neighbours(observed)[:, 6:64, 3:77])
+    np.testing.assert_array_equal(whole[1], std * factor)
+    expect = mean + np.sum(weights * np.nan_to_num(est - mean[None]), axis=0)
+    np.testing.assert_allclose(whole[0], expect, rtol=0, atol=1e-3, equal_nan=True)
