@@ -94,6 +94,10 @@ def test_a_trained_model_ships_calibrated_on_its_validation_columns(raster, tmp_
     col, row, w, h = validation_window(128, 64, val_fraction=0.2, test_fraction=0.2, min_val_columns=24)
     assert (col, w) == (split_columns(128, val_fraction=0.2, test_fraction=0.2, min_val_columns=24).val[0], 26)
     assert f"window {col} {row} {w} {h}" in cal.fitted_on  # validation columns, not training or test ones
+    # then the near blend, on the same window and another draw of the masks
+    blend_note = cal.fitted_on.split("; near blend fitted on ")[1]
+    assert cal.near_blend is not None and f"window {col} {row} {w} {h}" in blend_note and "seeds [1]" in blend_note
+    assert sum(map(sum, cal.near_blend.pixels)) > 0 and np.asarray(cal.near_blend.weights).shape == (4, 4, 7)
     geonp.train([raster], tmp_path / "raw", nodata=0, batch_size=4, val_tasks=16, pool_size=20, data_workers=0,
                 task_shape=shape, training=TrainConfig(steps=2, val_every=2, warmup_steps=0, device="cpu"),
                 calibrate=False)
