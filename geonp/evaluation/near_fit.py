@@ -41,10 +41,14 @@ def fit_near_blend_on_validation(
 ) -> NearBlend:
     """Fit and store the near blend of ``model_dir`` (:mod:`geonp.filling.near_blend`) on a window of ``raster``.
 
-    Pixels are hidden under each of ``masks`` per seed (as ``geonp evaluate`` hides them), filled by the model without a near blend (its std calibration applied), and
-    every hidden pixel within the blend's reach fits the weights and std factors, which join the
-    model's calibration in its ``config.json``. Fit it after the std calibration: its factors
-    correct what the distance factors leave.
+    Pixels are hidden under each of ``masks`` per seed (as ``geonp evaluate`` hides them) and
+    filled by the model without a near blend (its std calibration applied); every hidden pixel
+    within the blend's reach fits the weights and std factors, which join the model's calibration
+    in its ``config.json``. Fit it after the std calibration: its factors correct what the
+    distance factors leave.
+
+    Returns:
+        The near blend written.
     """
     from geonp.filling.arrays import fill_array
     from geonp.filling.calibration import distance_to_observed

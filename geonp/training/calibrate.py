@@ -108,4 +108,3 @@ def calibrate_on_validation(
                                          masks=CALIBRATION_MASKS, seeds=[seed + draws + k for k in range(draws)],
                                          device=device)
     return entry
-
