@@ -14,23 +14,13 @@ the test columns, for no blend and for each set.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 from pathlib import Path
 
 import numpy as np
 from rasterio.windows import Window
 
-from geonp.evaluation.baselines import fillnodata_baseline
-from geonp.evaluation.run import simulate_masks
-from geonp.filling.arrays import fill_array
-from geonp.filling.calibration import distance_to_observed
-from geonp.filling.near_blend import (
-    NEAR_ESTIMATES,
-    blend_pixels,
-    fit_near_blend,
-    near_estimates,
-    observed_neighbours,
-)
+from geonp.evaluation.near_fit import near_pixels
+from geonp.filling.near_blend import NEAR_ESTIMATES, blend_pixels, fit_near_blend
 from geonp.io.observed import read_observed
 from geonp.io.raster import open_raster, raster_info
 from geonp.model_files.registry import load_model
@@ -42,22 +32,11 @@ SETS = ("gdal", "ring1+ring2+ring4+ring5+ring8+ring9", "gdal+ring1+ring2+ring4+r
 
 
 def collect(model, window, seeds) -> dict[str, dict[str, np.ndarray]]:
-    """Per mask kind, over the seeds: truth, mean, std, GDAL's full fill, every estimate, distance, neighbours."""
+    """Per mask kind, over the seeds: truth, mean, std, estimates, distance, neighbours and GDAL's full fill."""
     col, row, w, h = window
     with open_raster(SCENE) as src:
         values, valid = read_observed(src, Window(col, row, w, h), [1, 2, 3], info=raster_info(src), nodata=0)
-    out: dict[str, dict[str, list[np.ndarray]]] = {k: {} for k in KINDS}
-    for seed in seeds:
-        for kind, gap in simulate_masks((h, w), KINDS, coverage=0.3, seed=seed):
-            hidden, context = gap[None] & valid, valid & ~gap[None]
-            inputs = np.where(context, values, np.nan)
-            mean, std = fill_array(inputs, context, model=model)
-            parts = {"y": values, "mean": mean, "std": std, "peer": fillnodata_baseline(inputs, context).mean,
-                     "distance": distance_to_observed(context), "neighbours": observed_neighbours(context)}
-            for key, arr in parts.items():
-                out[kind].setdefault(key, []).append(np.asarray(arr, float)[hidden])
-            out[kind].setdefault("estimates", []).append(near_estimates(values, context)[:, hidden])
-    return {k: {key: np.concatenate(v, axis=-1) for key, v in d.items()} for k, d in out.items()}
+    return near_pixels(model, values, valid, masks=KINDS, seeds=seeds, peer=True)
 
 
 def main() -> None:
@@ -66,9 +45,8 @@ def main() -> None:
     parser.add_argument("--sets", default=",".join(SETS), help="comma list of estimate sets joined by +")
     args = parser.parse_args()
     seeds = [int(s) for s in args.seeds.split(",")]
-    lm = load_model("default")
-    plain = dataclasses.replace(lm, calibration=dataclasses.replace(lm.calibration, near_blend=None))
-    data = {name: collect(plain, window, seeds) for name, window in WINDOWS.items()}
+    lm = load_model("default")  # filled without its near blend
+    data = {name: collect(lm, window, seeds) for name, window in WINDOWS.items()}
     fit = {key: np.concatenate([data["validation"][k][key] for k in KINDS], axis=-1) for key in data["validation"]["cloud"]}
     print(f"test columns, seeds {seeds}: RMSE / GDAL FillNodata's RMSE, and 95 % coverage, per mask")
     print(f"{'estimates':48s}" + "".join(f"{k:>20s}" for k in KINDS))

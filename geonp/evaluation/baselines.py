@@ -86,7 +86,7 @@ def fillnodata_baseline(values: np.ndarray, valid: np.ndarray) -> BaselinePredic
     Returns:
         The fill; ``std`` is None (FillNodata has no uncertainty).
     """
-    from rasterio.fill import fillnodata
+    from geonp.filling.near_blend import gdal_fill
 
     arr, ok = _check_inputs(values, valid)
     n, h, w = arr.shape
@@ -101,10 +101,7 @@ def fillnodata_baseline(values: np.ndarray, valid: np.ndarray) -> BaselinePredic
             mean[b][gaps] = centre
             unfilled[b] = gaps
             continue
-        image = np.where(ok[b], arr[b] - centre, np.nan)
-        out = fillnodata(image, mask=ok[b].astype(np.uint8), max_search_distance=float(h + w + 1),
-                         smoothing_iterations=0)
-        band = np.asarray(out, dtype=np.float64) + centre
+        band = gdal_fill(arr[b], ok[b], h + w + 1)
         left = gaps & ~np.isfinite(band)
         mean[b][gaps] = np.where(left[gaps], centre, band[gaps])
         unfilled[b] = left

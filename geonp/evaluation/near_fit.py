@@ -12,6 +12,7 @@ import logging
 import os
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from rasterio.windows import Window
@@ -19,12 +20,60 @@ from rasterio.windows import Window
 from geonp.evaluation.run import simulate_masks
 from geonp.model_files.calibration import NearBlend
 
+if TYPE_CHECKING:
+    from geonp.model_files.checkpoint import LoadedModel
+
 logger = logging.getLogger(__name__)
 
-__all__ = ["fit_near_blend_on_validation"]
+__all__ = ["fit_near_blend_on_validation", "near_pixels"]
 
 #: How a near blend's fit starts its part of a calibration's ``fitted_on``.
 _BLEND_NOTE = "; near blend fitted on "
+
+
+def near_pixels(
+    model: LoadedModel,
+    values: np.ndarray,
+    valid: np.ndarray,
+    *,
+    masks: Sequence[str],
+    seeds: Sequence[int],
+    coverage: float = 0.3,
+    device: str = "auto",
+    peer: bool = False,
+) -> dict[str, dict[str, np.ndarray]]:
+    """What a near blend is fitted (or scored) on: the hidden pixels of ``values`` ``[bands, h, w]``, per mask kind.
+
+    Pixels are hidden under each of ``masks`` per seed (as ``geonp evaluate`` hides them) and
+    filled by ``model`` without its near blend (its std calibration applied). Per kind, flat arrays
+    over the seeds' hidden pixels: ``y`` (truth), ``mean``, ``std``, ``estimates`` ``[estimates,
+    n]`` (:data:`~geonp.filling.near_blend.NEAR_ESTIMATES`), ``distance`` (to data),
+    ``neighbours`` (observed 8-neighbours), and with ``peer`` GDAL FillNodata's fill (``peer``).
+    """
+    from geonp.evaluation.baselines import fillnodata_baseline
+    from geonp.filling.arrays import fill_array
+    from geonp.filling.calibration import distance_to_observed
+    from geonp.filling.near_blend import near_estimates, observed_neighbours
+    from geonp.model_files.calibration import Calibration
+
+    plain = dataclasses.replace(model, calibration=dataclasses.replace(model.calibration or Calibration(),
+                                                                       near_blend=None))
+    h, w = values.shape[1:]
+    out: dict[str, dict[str, list[np.ndarray]]] = {}
+    for seed in seeds:
+        for kind, gap in simulate_masks((h, w), masks, coverage=coverage, seed=seed):
+            hidden, context = gap[None] & valid, valid & ~gap[None]
+            inputs = np.where(context, values, np.nan)
+            mean, std = fill_array(inputs, context, model=plain, device=device)
+            parts = {"y": values, "mean": mean, "std": std, "distance": distance_to_observed(context),
+                     "neighbours": observed_neighbours(context)}
+            if peer:
+                parts["peer"] = fillnodata_baseline(inputs, context).mean
+            got = out.setdefault(kind, {})
+            for key, arr in parts.items():
+                got.setdefault(key, []).append(np.asarray(arr, float)[hidden])
+            got.setdefault("estimates", []).append(near_estimates(values, context)[:, hidden])
+    return {kind: {key: np.concatenate(v, axis=-1) for key, v in got.items()} for kind, got in out.items()}
 
 
 def fit_near_blend_on_validation(
@@ -41,18 +90,14 @@ def fit_near_blend_on_validation(
 ) -> NearBlend:
     """Fit and store the near blend of ``model_dir`` (:mod:`geonp.filling.near_blend`) on a window of ``raster``.
 
-    Pixels are hidden under each of ``masks`` per seed (as ``geonp evaluate`` hides them) and
-    filled by the model without a near blend (its std calibration applied); every hidden pixel
-    within the blend's reach fits the weights and std factors, which join the model's calibration
-    in its ``config.json``. Fit it after the std calibration: its factors correct what the
-    distance factors leave.
+    Every hidden pixel of :func:`near_pixels` within the blend's reach fits the weights and std
+    factors, which join the model's calibration in its ``config.json``. Fit it after the std
+    calibration: its factors correct what the distance factors leave.
 
     Returns:
         The near blend written.
     """
-    from geonp.filling.arrays import fill_array
-    from geonp.filling.calibration import distance_to_observed
-    from geonp.filling.near_blend import fit_near_blend, near_estimates, observed_neighbours
+    from geonp.filling.near_blend import fit_near_blend
     from geonp.io.masks import resolve_nodata
     from geonp.io.observed import read_observed
     from geonp.io.raster import open_raster, raster_info, select_bands
@@ -62,22 +107,14 @@ def fit_near_blend_on_validation(
 
     lm = load_model(Path(model_dir), device="cpu")
     calibration = lm.calibration or Calibration()
-    plain = dataclasses.replace(lm, calibration=dataclasses.replace(calibration, near_blend=None))
     col, row, w, h = window
     with open_raster(raster) as src:
         info = raster_info(src)
         values, valid = read_observed(src, Window(col, row, w, h), select_bands(info, bands), info=info,
                                       nodata=resolve_nodata(info, nodata))
-    parts: dict[str, list[np.ndarray]] = {k: [] for k in ("y", "mean", "std", "estimates", "distance", "neighbours")}
-    for seed in seeds:
-        for _, gap in simulate_masks((h, w), masks, coverage=coverage, seed=seed):
-            hidden, context = gap[None] & valid, valid & ~gap[None]
-            mean, std = fill_array(np.where(context, values, np.nan), context, model=plain, device=device)
-            for key, arr in (("y", values), ("mean", mean), ("std", std), ("distance", distance_to_observed(context)),
-                             ("neighbours", observed_neighbours(context))):
-                parts[key].append(np.asarray(arr, float)[hidden])
-            parts["estimates"].append(near_estimates(values, context)[:, hidden])
-    blend = fit_near_blend(*(np.concatenate(parts[k], axis=-1) for k in parts))
+    kinds = near_pixels(lm, values, valid, masks=masks, seeds=seeds, coverage=coverage, device=device).values()
+    keys = ("y", "mean", "std", "estimates", "distance", "neighbours")
+    blend = fit_near_blend(*(np.concatenate([k[key] for k in kinds], axis=-1) for key in keys))
     before = (calibration.fitted_on or "uncalibrated").split(_BLEND_NOTE)[0]
     fitted_on = (f"{before}{_BLEND_NOTE}{sum(map(sum, blend.pixels or ()))} "
                  f"hidden pixels (seeds {list(seeds)}, masks {', '.join(masks)} at coverage {coverage}) "

@@ -24,7 +24,7 @@ from geonp.errors import ConfigError
 from geonp.model_files.calibration import NearBlend
 
 __all__ = ["NEAR_BLEND_DISTANCE_EDGES", "NEAR_BLEND_NEIGHBOUR_EDGES", "NEAR_ESTIMATES", "NEAR_ESTIMATE_REACH",
-           "apply_near_blend", "blend_pixels", "estimates_at", "fit_near_blend", "near_estimates",
+           "apply_near_blend", "blend_pixels", "estimates_at", "fit_near_blend", "gdal_fill", "near_estimates",
            "observed_neighbours"]
 
 #: The classical estimates a near blend weighs: GDAL FillNodata's fill (``gdal``), and
@@ -52,21 +52,30 @@ def observed_neighbours(observed: np.ndarray) -> np.ndarray:
     return ndimage.convolve(observed.astype(np.int16), _EIGHT, mode="constant", cval=0)
 
 
-def _gdal(values: np.ndarray, ok: np.ndarray, region: tuple[int, int, int, int]) -> np.ndarray:
-    """GDAL FillNodata's fill of ``region``, run on the region grown by :data:`NEAR_ESTIMATE_REACH`."""
+def gdal_fill(values: np.ndarray, ok: np.ndarray, max_search_distance: float) -> np.ndarray:
+    """GDAL FillNodata's fill of one band ``[h, w]`` (no smoothing), float64.
+
+    Observed pixels keep their values; gaps farther than ``max_search_distance`` px from an
+    observed pixel (along GDAL's search directions) stay NaN. GDAL works in float32, so values are
+    centred on the observed mean first to keep their digits.
+    """
     from rasterio.fill import fillnodata
 
-    r0, r1, c0, c1 = region
+    values = np.asarray(values, np.float64)
+    if not ok.any():
+        return np.full(values.shape, np.nan)
+    centre = float(values[ok].mean())
+    filled = fillnodata(np.where(ok, values - centre, np.nan), mask=ok.astype(np.uint8),
+                        max_search_distance=float(max_search_distance), smoothing_iterations=0)
+    return np.where(ok, values, np.asarray(filled, np.float64) + centre)
+
+
+def _gdal(values: np.ndarray, ok: np.ndarray, box: tuple[int, int, int, int]) -> np.ndarray:
+    """:func:`gdal_fill` (search :data:`NEAR_ESTIMATE_REACH`) of ``box``, run on the box grown by that reach."""
+    r0, r1, c0, c1 = box
     g0, g1 = max(0, r0 - NEAR_ESTIMATE_REACH), min(values.shape[0], r1 + NEAR_ESTIMATE_REACH)
     h0, h1 = max(0, c0 - NEAR_ESTIMATE_REACH), min(values.shape[1], c1 + NEAR_ESTIMATE_REACH)
-    vals, seen = values[g0:g1, h0:h1], ok[g0:g1, h0:h1]
-    if not seen.any():
-        return np.full((r1 - r0, c1 - c0), np.nan)
-    centre = float(vals[seen].mean())  # GDAL works in float32: keep the digits near 0
-    image = np.where(seen, vals - centre, np.nan).astype(np.float32)
-    filled = fillnodata(image, mask=seen.astype(np.uint8), max_search_distance=float(NEAR_ESTIMATE_REACH),
-                        smoothing_iterations=0)
-    out = np.where(seen, vals, np.asarray(filled, np.float64) + centre)  # gaps out of reach stay NaN
+    out = gdal_fill(values[g0:g1, h0:h1], ok[g0:g1, h0:h1], NEAR_ESTIMATE_REACH)
     return out[r0 - g0:r1 - g0, c0 - h0:c1 - h0]
 
 
@@ -92,12 +101,18 @@ def _check_names(names: Sequence[str]) -> None:
                           "upgrade geonp or refit the model's near blend")
 
 
+def _box(rows: np.ndarray, cols: np.ndarray) -> tuple[int, int, int, int]:
+    return int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1
+
+
 def estimates_at(values: np.ndarray, ok: np.ndarray, rows: np.ndarray, cols: np.ndarray, names: Sequence[str],
-                 distance: np.ndarray | None = None) -> np.ndarray:
+                 distance: np.ndarray | None = None, *,
+                 gdal: tuple[tuple[int, int, int, int], np.ndarray] | None = None) -> np.ndarray:
     """The estimates ``names`` of one band ``[h, w]`` at pixels ``(rows, cols)``: float64 ``[estimates, n]``.
 
     ``distance``: the pixels' distance to data, when known; a ring of squared radius N has a
-    value only within sqrt(N) px of data, so it is looked for only there. NaN where an estimate
+    value only within sqrt(N) px of data, so it is looked for only there. ``gdal``: GDAL's fill
+    of a box holding the pixels, ``(box, fill)``, when the caller has it. NaN where an estimate
     has no value.
     """
     out = np.full((len(names), rows.size), np.nan)
@@ -105,8 +120,9 @@ def estimates_at(values: np.ndarray, ok: np.ndarray, rows: np.ndarray, cols: np.
         return out
     for k, name in enumerate(names):
         if name == "gdal":
-            box = (int(rows.min()), int(rows.max()) + 1, int(cols.min()), int(cols.max()) + 1)
-            out[k] = _gdal(values, ok, box)[rows - box[0], cols - box[2]]
+            box, fill = gdal if gdal is not None else (_box(rows, cols), None)
+            fill = _gdal(values, ok, box) if fill is None else fill
+            out[k] = fill[rows - box[0], cols - box[2]]
             continue
         d2 = int(name[4:])
         at = slice(None) if distance is None else distance <= np.sqrt(d2)
@@ -160,10 +176,12 @@ def apply_near_blend(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observe
         ok, values = np.asarray(observed[b], bool), np.asarray(raw[b], np.float64)
         counts = observed_neighbours(ok[max(r0 - 1, 0):r1 + 1, max(c0 - 1, 0):c1 + 1])
         all_rows, all_cols = np.nonzero(near[b])
+        box = _box(all_rows + r0, all_cols + c0)
+        gdal = (box, _gdal(values, ok, box)) if "gdal" in blend.estimates else None  # once per band
         for start in range(0, all_rows.size, _CHUNK):  # rows of pixels at a time: memory stays small
             rows, cols = all_rows[start:start + _CHUNK], all_cols[start:start + _CHUNK]
             dist = distance[b][rows, cols]
-            estimates = estimates_at(values, ok, rows + r0, cols + c0, blend.estimates, dist)
+            estimates = estimates_at(values, ok, rows + r0, cols + c0, blend.estimates, dist, gdal=gdal)
             neighbours = counts[rows + r0 - max(r0 - 1, 0), cols + c0 - max(c0 - 1, 0)]
             mean[b][rows, cols], std[b][rows, cols] = blend_pixels(mean[b][rows, cols], std[b][rows, cols],
                                                                    estimates, dist, neighbours, blend)
