@@ -81,7 +81,11 @@ def train_and_score(name: str, length_scale: float, sample: Callable, val: list,
     cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup_steps=min(100, args.steps // 10),
                       val_every=max(1, args.steps // 5), seed=args.seed, device=args.device)
     t0 = time.perf_counter()
-    result = fit(model, sample, val, cfg)
+    def report(record: dict, is_best: bool, _result) -> None:  # a run cut short still shows how far it got
+        print(f"  {name}: step {record['step']}/{args.steps}, validation NLL {record['val_nll']:.3f}"
+              f"{' (best)' if is_best else ''}, {record['seconds']:.0f} s", file=sys.stderr, flush=True)
+
+    result = fit(model, sample, val, cfg, on_validate=report)
     seconds = time.perf_counter() - t0
     if result.best_state is not None:
         model.load_state_dict(result.best_state)
