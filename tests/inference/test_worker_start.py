@@ -138,3 +138,27 @@ print(os.environ.get("ONEDNN_PRIMITIVE_CACHE_CAPACITY"))
     # (this test run's own fills set it in its environment)
     env = {} if user is None else {"ONEDNN_PRIMITIVE_CACHE_CAPACITY": user}
     assert fresh_python(code, env, unset=("ONEDNN_PRIMITIVE_CACHE_CAPACITY",)).split()[-1] == want
+
+
+def test_a_fill_in_this_process_runs_its_model_on_one_cpu_thread_and_gives_the_callers_count_back(tmp_path, tiny_model):
+    """Blocks filled in the calling process run on one torch thread (a second one waits on a busy core
+    for every small parallel region); the caller's thread count is back once the fill returns."""
+    import geonp
+
+    arr = np.stack([smooth_field((64, 64), seed=2)]).astype("uint16")
+    arr[:, 20:40, 20:40] = 0
+    src = write_raster(tmp_path / "in.tif", arr, nodata=0)
+    seen: list[tuple[int, int, int]] = []
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        report = geonp.fill_raster(src, tmp_path / "out.tif", model=str(tiny_model), tile_size=24, overlap=6,
+                                   max_context=64, search_radius=48, workers=1, device="cpu",
+                                   progress=lambda done, total: seen.append((done, total, torch.get_num_threads())))
+        after = torch.get_num_threads()
+    finally:
+        torch.set_num_threads(before)
+    assert report.filled_pixels == 400
+    during = {threads for done, total, threads in seen if done < total}  # the last call comes after the blocks
+    assert during == {1}
+    assert after == 2
