@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 import geonp
+from geonp.evaluation.metrics import pool_binned
 from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import save_model
 from geonp.model_files.registry import load_model
@@ -47,19 +48,11 @@ def _pooled_row(rows: list[dict[str, Any]], weights: list[int]) -> dict[str, Any
     return out
 
 
-def _pooled_bins(draws: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
-    """Distance bins pooled over draws (the same bins in each), by pixel count; empty bins left out."""
-    out = []
-    for bins in zip(*draws, strict=True):
-        bins = [b for b in bins if b["n"]]
-        if not bins:
-            continue
-        w = np.array([b["n"] for b in bins], float)
-        out.append({"lo": bins[0]["lo"], "hi": bins[0]["hi"], "n": int(w.sum()),
-                    "coverage95": round(float(np.average([b["coverage95"] for b in bins], weights=w)), 4),
-                    "mean_std": round(float(np.average([b["mean_std"] for b in bins], weights=w)), 4),
-                    "rmse": round(float(np.sqrt(np.average([b["rmse"] ** 2 for b in bins], weights=w))), 4)})
-    return out
+def _card_bins(parts: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    """Distance bins pooled over draws (:func:`~geonp.evaluation.metrics.pool_binned`), as the card keeps them."""
+    keys = ("lo", "hi", "n", "coverage95", "mean_std", "rmse")
+    return [{k: round(b[k], 4) if isinstance(b[k], float) else b[k] for k in keys}
+            for b in pool_binned(parts) if b["n"]]
 
 
 def _scores(report: Any, masks: tuple[str, ...]) -> dict[str, Any]:
@@ -81,9 +74,9 @@ def _scores(report: Any, masks: tuple[str, ...]) -> dict[str, Any]:
             "hidden_pixels": int(sum(weights)),
             "draws": len(draws),
             "seconds": round(g["seconds"], 1),
-            "by_distance": _pooled_bins([report.binned[method][d] for d in draws]),
+            "by_distance": _card_bins([report.binned[method][d] for d in draws]),
         }
-    scores["all_masks_by_distance"] = _pooled_bins([report.binned[method]["all"]])
+    scores["all_masks_by_distance"] = _card_bins([report.binned[method]["all"]])
     return scores
 
 
