@@ -12,11 +12,10 @@ from rasterio.windows import Window
 
 from geonp.io.footprint import compute_footprint, footprint_everywhere, load_footprint
 from geonp.io.raster import open_raster, raster_info
+from tests.shared_data import needs, shared_raster
 
-SCENE = Path(__file__).resolve().parents[3] / "shared" / "data" / "landsat8_224078_20200518_b234.tif"
-if not SCENE.exists():
-    SCENE = Path("/work/shared/data/landsat8_224078_20200518_b234.tif")
-needs_scene = pytest.mark.skipif(not SCENE.exists(), reason="the shared Landsat scene is not here")
+SCENE = shared_raster("landsat8_224078_20200518_b234.tif")
+needs_scene = needs(SCENE)
 
 #: A 256x256 window at the scene's collar: the footprint's edge crosses its top-right corner.
 COLLAR_WINDOW = Window(1200, 300, 256, 256)

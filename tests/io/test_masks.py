@@ -13,9 +13,10 @@ from geonp.errors import ConfigError, InputRasterError
 from geonp.io.masks import read_mask_file, resolve_nodata, valid_mask
 from geonp.io.raster import open_raster, raster_info
 from geonp.io.windows import read_window
+from tests.shared_data import needs, shared_raster
 
 TRANSFORM = Affine(30.0, 0.0, 300000.0, 0.0, -30.0, 5000020.0)
-LANDSAT7 = Path("/work/shared/data/landsat7_slcoff_225078_20110306_b1.tif")
+LANDSAT7 = shared_raster("landsat7_slcoff_225078_20110306_b1.tif")
 
 
 def write_tif(path: Path, data: np.ndarray, *, crs: str | None = "EPSG:32621",
@@ -95,9 +96,8 @@ def test_valid_mask_ands_internal_mask() -> None:
     )
 
 
+@needs(LANDSAT7)
 def test_valid_mask_landsat7_nodata_tag_does_not_match() -> None:
-    if not LANDSAT7.exists():
-        pytest.skip("shared Landsat 7 file not available")
     with open_raster(LANDSAT7) as src:
         info = raster_info(src)
         data = read_window(src, Window(0, 0, info.width, info.height), [1])

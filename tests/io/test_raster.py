@@ -22,8 +22,9 @@ from geonp.io.raster import (
     select_bands,
 )
 from geonp.io.windows import read_band_masks, read_window
+from tests.shared_data import needs, shared_raster
 
-LANDSAT7 = Path("/work/shared/data/landsat7_slcoff_225078_20110306_b1.tif")
+LANDSAT7 = shared_raster("landsat7_slcoff_225078_20110306_b1.tif")
 TRANSFORM = Affine(30.0, 0.0, 300000.0, 0.0, -30.0, 5000020.0)
 
 
@@ -160,9 +161,8 @@ def test_raster_info_without_crs_or_nodata(tmp_path: Path) -> None:
     assert info.nodata is None
 
 
+@needs(LANDSAT7)
 def test_landsat7_file() -> None:
-    if not LANDSAT7.exists():
-        pytest.skip("shared Landsat 7 file not available")
     with open_raster(LANDSAT7) as src:
         info = raster_info(src)
         data = read_window(src, Window(0, 0, info.width, info.height), [1])
