@@ -6,21 +6,6 @@ square so the RBF kernel bias takes its table path; the bias parameters get grad
 
     python benchmarks/attention.py                 # CPU: n = 1k, 4k, 16k (64k for scan and dka)
     python benchmarks/attention.py --device cuda   # when a GPU is present
-
-``--fused`` prints, instead, inference time per call of the biased attention paths at a fill's
-shape (8 tiles x 4 heads x 2,304 queries x 352 keys x 16 dims), a decode batch of a real fill
-(140 x 4 x 58 x 352 x 16) and a training batch's shape (16 x 4 x 256 targets x 512 context x 16),
-one thread unless --threads, in one process, interleaved
-rounds, medians: the old path (bias gathered from the squared-distance table, then
-scaled_dot_product_attention; with and without the pass's squared distances already cached), the
-fused kernel (FlexAttention with the table read inside, geonp.models.attention.flex), and
-scaled_dot_product_attention without a bias; each as a ratio to the old path, plus the fused
-kernel's compile time (with the on-disk inductor cache as found; a fresh
-TORCHINDUCTOR_CACHE_DIR gives a cold compile), the number of graphs compiled, and whether its
-backward runs on this device.
-
-    python benchmarks/attention.py --fused
-    python benchmarks/attention.py --fused --threads 2
 """
 
 from __future__ import annotations
@@ -99,13 +84,7 @@ def main() -> None:
     parser.add_argument("--max-seconds", type=float, default=600.0,
                         help="skip a run whose time, extrapolated from the previous size, exceeds this")
     parser.add_argument("--one", help=argparse.SUPPRESS)
-    parser.add_argument("--fused", action="store_true", help="inference: old bias path vs fused kernel vs SDPA")
-    parser.add_argument("--threads", type=int, default=1, help="torch threads of --fused")
-    parser.add_argument("--rounds", type=int, default=5, help="interleaved timing rounds of --fused")
     args = parser.parse_args()
-    if args.fused:
-        fused_section(args.device, args.threads, args.rounds)
-        return
     if args.one:
         kernel, n = args.one.split(":")
         print(json.dumps(run_one(kernel, int(n), args.device, args.chunk)))
@@ -155,111 +134,6 @@ def main() -> None:
     if len(dka) >= 2:
         a, b = dka[0], dka[-1]
         print(f"dka time scaling {a['n']}->{b['n']}: x{b['seconds'] / a['seconds']:.1f} for x{b['n'] / a['n']:.0f} points")
-
-
-# (batch, queries, keys): the issue's probe; a real decode batch of a 512² fill (140 tiles of 58
-# queries each, 352 context points); a training batch (notes/cpu-cost.md)
-FUSED_SHAPES = {"fill": (8, 2304, 352), "fill batch": (140, 58, 352), "training": (16, 256, 512)}
-
-
-def fused_section(device: str, threads: int, rounds: int) -> None:
-    """Inference time per call: old bias path, fused kernel, SDPA without bias (see the docstring)."""
-    import statistics
-
-    import torch
-    import torch.nn.functional as F
-
-    from geonp.models.attention import RBFNetworkBias, scan_attention
-    from geonp.models.attention import flex
-    from geonp.models.attention.bias import DistanceCache
-
-    torch.set_num_threads(threads)
-    d = WIDTH // HEADS
-    bias = RBFNetworkBias(HEADS, length_scale=8.0).to(device)
-    tables = flex.LookupTables()
-    t0 = time.perf_counter()
-    kernel = flex.COMPILED.get(torch.device(device))
-    compile_s = time.perf_counter() - t0
-    if kernel is None:
-        print(f"fused kernel unavailable on {device} (no compiler or a failed build): nothing to compare")
-        return
-    print(f"fused kernel: compiled in {compile_s:.1f} s (first call in this process; "
-          f"torch {torch.__version__}, {threads} thread(s), device {device})")
-    g = torch.Generator().manual_seed(0)
-    rows = []
-    for name, (b, nq, nk) in FUSED_SHAPES.items():
-        q = torch.randn(b, HEADS, nq, d, generator=g).to(device)
-        k, v = (torch.randn(b, HEADS, nk, d, generator=g).to(device) for _ in range(2))
-        # a tile: queries in a 48-px square, context around it out to ~240 px, 5 % padded keys
-        q_pos = torch.randint(96, 144, (b, nq, 2), generator=g).float().to(device)
-        k_pos = torch.randint(0, 240, (b, nk, 2), generator=g).float().to(device)
-        key_valid = (torch.rand(b, nk, generator=g) > 0.05).to(device)
-        cache = DistanceCache()
-        warm_tiles = bias.tiles(q_pos, k_pos, key_valid, cache=cache)
-
-        def old() -> torch.Tensor:
-            return scan_attention(q, k, v, key_valid=key_valid, bias=bias.tiles(q_pos, k_pos, key_valid,
-                                                                                cache=DistanceCache()))
-
-        def old_cached() -> torch.Tensor:
-            return scan_attention(q, k, v, key_valid=key_valid, bias=warm_tiles)
-
-        def fused() -> torch.Tensor:
-            return flex.fused_grid_attention(q, k, v, bias=bias, q_pos=q_pos, k_pos=k_pos, key_valid=key_valid,
-                                             tables=tables, cache=DistanceCache())
-
-        def sdpa() -> torch.Tensor:
-            return F.scaled_dot_product_attention(q, k, v)
-
-        paths = {"old": old, "old, distances cached": old_cached, "fused": fused, "sdpa, no bias": sdpa}
-        with torch.inference_mode():
-            ref, out = old(), fused()
-            diff = float((ref - out).abs().max())
-            times: dict[str, list[float]] = {p: [] for p in paths}
-            for _ in range(rounds):
-                for p, fn in paths.items():
-                    if device == "cuda":
-                        torch.cuda.synchronize()
-                    t1 = time.perf_counter()
-                    fn()
-                    if device == "cuda":
-                        torch.cuda.synchronize()
-                    times[p].append(time.perf_counter() - t1)
-        med = {p: statistics.median(t) for p, t in times.items()}
-        for p in paths:
-            rows.append((name, f"{b}x{HEADS}x{nq}x{nk}x{d}", p, med[p], med[p] / med["old"],
-                         med[p] / med["fused"], diff if p == "fused" else None))
-    print(f"\ninference, median of {rounds} interleaved rounds; the machine's other load is not controlled")
-    print(f"{'shape':<12}{'B x H x Nq x Nk x D':<22}{'path':<24}{'s/call':>9}{'/old':>7}{'/fused':>8}"
-          "  max |fused - old|")
-    for name, dims, p, sec, r_old, r_fused, diff in rows:
-        tail = f"  {diff:.1e}" if diff is not None else ""
-        print(f"{name:<12}{dims:<22}{p:<24}{sec:>9.4f}{r_old:>7.2f}{r_fused:>8.2f}{tail}")
-    from torch._dynamo.utils import counters
-
-    print(f"graphs compiled in this process: {counters['stats']['unique_graphs']} "
-          f"(one kernel for every shape above: dynamic shapes, no recompile)")
-    print(f"\nfused backward on {device}: {_fused_backward(device)}")
-
-
-def _fused_backward(device: str) -> str:
-    """Whether a gradient flows through the compiled FlexAttention kernel on ``device``."""
-    import torch
-
-    from geonp.models.attention import flex
-
-    q, k, v = (torch.randn(3, 4, 37, 16, device=device, requires_grad=True) for _ in range(3))
-    qp = torch.randint(0, 32, (3, 37), dtype=torch.int32, device=device)
-    table = torch.randn(4, flex.TABLE_LEN, device=device)
-    try:
-        kernel = flex.COMPILED.get(torch.device(device))
-        if kernel is None:
-            return "no kernel"
-        out = kernel(*flex._fold(q, k, v, qp, qp, table))
-        out.sum().backward()
-    except Exception as err:  # report, do not fail: training keeps scan attention's backward
-        return f"not supported ({type(err).__name__}: {str(err).strip().splitlines()[0][:160]})"
-    return "runs"
 
 
 if __name__ == "__main__":

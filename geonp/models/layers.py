@@ -7,6 +7,8 @@ import itertools
 import torch
 from torch import nn
 
+from geonp.errors import ConfigError
+
 
 def resolve_device(device: str | torch.device) -> torch.device:
     """A torch device from ``auto`` (CUDA when available), ``cpu``, ``cuda`` or a device.
@@ -14,8 +16,6 @@ def resolve_device(device: str | torch.device) -> torch.device:
     Raises:
         ConfigError: ``cuda`` asked for where no CUDA device is available.
     """
-    from geonp.errors import ConfigError
-
     if str(device) == "cuda" and not torch.cuda.is_available():
         raise ConfigError("--device cuda was asked for but no CUDA device is available; use --device cpu or auto")
     if str(device) == "auto":

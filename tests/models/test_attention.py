@@ -43,7 +43,7 @@ def test_scan_matches_dense_values_and_gradients(grid, chunks, with_bias, mask_i
     torch.testing.assert_close(scan, dense, rtol=1e-5, atol=1e-5)
     for g_scan, g_dense in zip(_grads(scan, params), _grads(dense, params), strict=True):
         torch.testing.assert_close(g_scan, g_dense, rtol=1e-4, atol=1e-5)
-    with torch.no_grad():  # the inference paths (fused single block, or online softmax)
+    with torch.no_grad():  # the inference paths (single block through SDPA, or online softmax)
         again = scan_attention(q, k, v, key_valid=key_valid, bias=tiles, q_chunk=chunks[0], k_chunk=chunks[1])
     torch.testing.assert_close(again, dense.detach(), rtol=1e-5, atol=1e-5)
 
@@ -61,9 +61,9 @@ def test_query_with_no_valid_key_is_finite_zero_with_finite_gradients():
     torch.testing.assert_close(out, dense, rtol=1e-5, atol=1e-5)
     with torch.no_grad():
         for tiles in (bias.tiles(q_pos, k_pos), bias.tiles(q_pos, k_pos, key_valid)):
-            fused = scan_attention(q, k, v, key_valid=key_valid, bias=tiles, k_chunk=1000)
-            assert torch.isfinite(fused).all() and torch.equal(fused[1], torch.zeros_like(fused[1]))
-            torch.testing.assert_close(fused, dense.detach(), rtol=1e-5, atol=1e-5)
+            single = scan_attention(q, k, v, key_valid=key_valid, bias=tiles, k_chunk=1000)
+            assert torch.isfinite(single).all() and torch.equal(single[1], torch.zeros_like(single[1]))
+            torch.testing.assert_close(single, dense.detach(), rtol=1e-5, atol=1e-5)
 
 
 def test_scan_large_logits_stay_exact():

@@ -68,7 +68,7 @@ def test_a_model_without_the_prior_starts_one_with_it_and_predicts_the_same(tmp_
     torch.testing.assert_close(s1, s0, rtol=0, atol=0)
     # the prior's weights learn: one step moves the gain and the projection
     with_prior.train()
-    mean, std = with_prior(xc, yc, xt, valid)
+    mean, _std = with_prior(xc, yc, xt, valid)
     ((mean - 1.0) ** 2).mean().backward()
     assert float(with_prior.prior_gain.grad.abs().sum()) > 0
     assert float(with_prior.prior_proj.weight.grad.abs().sum()) > 0

@@ -16,7 +16,6 @@ import torch
 
 from geonp.models.attention.base import AttentionGeometry, key_mask, zero_keyless_rows
 from geonp.models.attention.bias import BiasTiles
-from geonp.models.attention.flex import LookupTables, fused_grid_attention, resolve_mode
 from geonp.models.attention.softmax import BiasedSoftmaxAttention
 
 # Largest Nq·Nk trained by the one-tile path, whose probabilities [B, H, Nq, Nk] are kept for the
@@ -54,15 +53,16 @@ def _single_block_forward(
     q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, tiles: BiasTiles | None,
     key_valid: torch.Tensor | None, q_chunk: int, groups: int = 1,
 ) -> torch.Tensor:
-    """Inference when all keys fit in one block: PyTorch's fused attention, one query chunk at a time.
+    """Inference when all keys fit in one block: ``scaled_dot_product_attention``, per query chunk.
 
     Same result as the online softmax (one block needs no rescaling); about 2.5x faster on CPU.
 
     ``groups > 1``: the batch is that many runs of one geometry and ``tiles`` the bias of the first
     run, ``[T, H, Qc, Kc]`` (``T = B / groups``). Every run attends through it: ``q, k, v
     [g·T, H, N, D]`` are laid out as ``[g, H·T, N, D]`` and the bias as ``[1, H·T, Qc, Kc]`` (a view
-    of the head-major table gather), which the fused attention broadcasts over the runs; the
-    gather, the squared distances and the key mask are done once for all runs (the bands of a tile).
+    of the head-major table gather), which ``scaled_dot_product_attention`` broadcasts over the
+    runs; the gather, the squared distances and the key mask are done once for all runs (the bands
+    of a tile).
     """
     b, h, nq, _ = q.shape
     t = b // groups
@@ -275,10 +275,6 @@ class ScanAttention(BiasedSoftmaxAttention):
         bias: kernel bias module or None.
         q_chunk: queries per tile.
         k_chunk: keys per tile.
-        fused: inference on pixel grids through the fused kernel of :mod:`.flex` (``"flex"``),
-            never (``"off"``), or as ``$GEONP_FUSED_ATTENTION`` says, else the faster measured
-            path for the device (``"auto"``). Where the fused kernel cannot run (gradients, a
-            bias with dates, off-grid points, no compiler) scan attention runs, silently.
     """
 
     def __init__(
@@ -289,25 +285,11 @@ class ScanAttention(BiasedSoftmaxAttention):
         bias: Any = None,
         q_chunk: int = 1024,
         k_chunk: int = 1024,
-        fused: str = "auto",
     ) -> None:
         """Build the module; the arguments are described in the class docstring."""
         super().__init__(dim, num_heads, bias=bias)
         self.q_chunk = q_chunk
         self.k_chunk = k_chunk
-        self.fused = fused
-        self._tables = LookupTables()
-
-    def attend_fused(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: AttentionGeometry
-    ) -> torch.Tensor | None:
-        """The fused kernel (:func:`.flex.fused_grid_attention`) at inference where it applies, else None."""
-        if self.bias is None or resolve_mode(self.fused, q.device) == "off":
-            return None
-        if torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *self.bias.parameters())):
-            return None  # training: scan attention's own backward
-        return fused_grid_attention(q, k, v, bias=self.bias, q_pos=where.q_pos, k_pos=where.k_pos,
-                                    key_valid=where.key_valid, tables=self._tables, cache=where.cache)
 
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: AttentionGeometry
@@ -322,9 +304,6 @@ class ScanAttention(BiasedSoftmaxAttention):
         if groups == 1 or self.bias is None or k.shape[2] > self.k_chunk or q.shape[0] % groups \
                 or (torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v, *self.bias.parameters()))):
             return super().attend(q, k, v, where)
-        out = self.attend_fused(q, k, v, where)
-        if out is not None:
-            return out
         t = q.shape[0] // groups
         valid = where.key_valid
         tiles = self.bias.tiles(where.q_pos[:t], where.k_pos[:t], None if valid is None else valid[:t],

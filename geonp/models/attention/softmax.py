@@ -35,20 +35,11 @@ class BiasedSoftmaxAttention(ProjectedAttention):
     def attend(
         self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: AttentionGeometry
     ) -> torch.Tensor:
-        """The fused kernel where the subclass has one that applies, else the bias as tiles."""
-        out = self.attend_fused(q, k, v, where)
-        if out is not None:
-            return out
+        """Evaluate the bias as tiles (None without a bias) and run the kernel on them."""
         tiles = None
         if self.bias is not None:
             tiles = self.bias.tiles(where.q_pos, where.k_pos, where.key_valid, cache=where.cache)
         return self.attend_tiles(q, k, v, tiles, where.key_valid)
-
-    def attend_fused(
-        self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, where: AttentionGeometry
-    ) -> torch.Tensor | None:
-        """A kernel that computes the bias from the positions itself, or None (the default)."""
-        return None
 
     @abstractmethod
     def attend_tiles(
