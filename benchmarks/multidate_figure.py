@@ -49,7 +49,7 @@ def main() -> None:
             out = Path(tmp) / f"{fit}.tif"
             t0 = time.perf_counter()
             geonp.fill_raster(LSTS / f"{TARGET}.tif", out, reference_fit=fit,
-                              references=[geonp.Reference(ref, qa=LSTS / f"{r}_fmask.tif") for ref, r in zip(refs, REFS)],
+                              references=[geonp.Reference(ref, qa=LSTS / f"{r}_fmask.tif") for ref, r in zip(refs, REFS, strict=True)],
                               gaps=geonp.Gaps(qa=LSTS / f"{TARGET}_fmask.tif", qa_kind="fmask"))
             print(f"--reference-fit {fit}: {time.perf_counter() - t0:.1f} s")
             panels.append((f"filled 2012-05-24\n--reference-fit {fit}", out))

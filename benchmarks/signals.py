@@ -126,7 +126,7 @@ def run(scenario: str, argv: list[str], out_dir: Path, sig: signal.Signals, *, d
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     t0 = time.monotonic()
     # stderr goes to a file: a pipe would also wait for every process that inherited it
-    log = tempfile.TemporaryFile("w+")
+    log = tempfile.TemporaryFile("w+")  # noqa: SIM115 - read after the run, closed by the caller
     proc = subprocess.Popen([sys.executable, "-m", "geonp_cli", *argv], stdout=subprocess.DEVNULL,
                             stderr=log, text=True, env=env, start_new_session=True)
     main = psutil.Process(proc.pid)

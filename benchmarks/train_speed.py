@@ -45,7 +45,14 @@ from geonp.training.allocator import keep_freed_memory
 from geonp.training.loop import fit
 from geonp.training.parallel import GradientAverager, run_data_parallel, shard_size
 from geonp.training.prefetch import PrefetchedBatches
-from geonp.training.windows import TaskRecipe, TaskShape, gp_tasks, make_batch, raster_tasks, window_groups
+from geonp.training.windows import (
+    TaskRecipe,
+    TaskShape,
+    gp_tasks,
+    make_batch,
+    raster_tasks,
+    window_groups,
+)
 
 DEFAULT_RASTERS = ["../shared/data/landsat8_224078_20200518_b234.tif", "sample_data/landsat8_cloudy.tif"]
 

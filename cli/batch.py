@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 import click
@@ -34,7 +35,8 @@ BATCH_DEFAULTS = {"pattern": "*.tif", "skip_existing": True, "threads_per_worker
                    "_SCL) are read.")
 @fill_config_options
 @click.option("--skip-existing/--no-skip-existing", default=None,
-              help="Skip files a previous run completed; --no-skip-existing fills them again.  [default: "
+              help="Skip files a previous run completed with the same options (a run with other options is "
+                   "refused); --no-skip-existing fills them again.  [default: "
                    f"{'skip-existing' if BATCH_DEFAULTS['skip_existing'] else 'no-skip-existing'}]")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Worker processes of the local cluster, one file each at a time [default: CPU count / "
@@ -44,7 +46,7 @@ BATCH_DEFAULTS = {"pattern": "*.tif", "skip_existing": True, "threads_per_worker
 @click.option("--scheduler", metavar="ADDRESS",
               help="Use an existing Dask cluster (tcp://host:8786) instead of a local one.")
 @click.option("--dashboard-address", default=None, metavar="[HOST]:PORT",
-              help="Dashboard of the local cluster (':0' for any free port).  "
+              help="Dashboard of the local cluster (':0' for any free port; -v shows its link).  "
                    f"[default: {BATCH_DEFAULTS['dashboard_address']}]")
 @click.pass_context
 def batch(ctx: click.Context, input_dir: str, output_dir: str, bands: tuple[int, ...], **opts: Any) -> None:
@@ -54,7 +56,8 @@ def batch(ctx: click.Context, input_dir: str, output_dir: str, bands: tuple[int,
     parallel on a local Dask cluster, or on an existing one with --scheduler. A file that
     fails does not stop the others: the run ends with a summary table, writes the manifest
     OUTPUT_DIR/geonp_batch.json, and exits with 1 if any file failed. Run the same command
-    again to resume: completed files are skipped.
+    again to resume: completed files are skipped. A run with other fill options into the same
+    OUTPUT_DIR is refused unless --no-skip-existing or --overwrite asks to refill it.
 
     \b
     Examples:
@@ -67,17 +70,15 @@ def batch(ctx: click.Context, input_dir: str, output_dir: str, bands: tuple[int,
     import geonp
 
     quiet, verbose = ctx.obj.get("quiet", False), ctx.obj.get("verbose", 0)
-    # Dask's own INFO lines (cluster start and stop) only with -v; workers inherit the setting.
+    # Dask's own INFO lines (cluster start and stop) only with -v; workers inherit the setting. The
+    # dashboard's link is geonp's INFO line (-v), and so is its port taken by another cluster.
     os.environ.setdefault("DASK_LOGGING__DISTRIBUTED", "info" if verbose else "warning")
+    if not verbose:
+        warnings.filterwarnings("ignore", message=r"Port \d+ is already in use")
     given = {k: v for k, v in opts.items() if v is not None}
-
-    def on_cluster(link: str | None) -> None:
-        if not quiet:
-            click.echo(f"Dask dashboard: {link or 'none (install bokeh to get one)'}", err=True)
-
     # each group's options not given are left to the library's defaults
     files = geonp.Files(**{k: given.pop(k) for k in FILE_OPTIONS if k in given})
-    cluster = geonp.Cluster(**{k: given.pop(k) for k in CLUSTER_OPTIONS if k in given}, on_ready=on_cluster)
+    cluster = geonp.Cluster(**{k: given.pop(k) for k in CLUSTER_OPTIONS if k in given})
     count, qa_kind, max_days = (given.pop(k, None) for k in ("neighbours", "qa_kind", "max_days"))
     if not count and (qa_kind is not None or max_days is not None):
         raise click.BadParameter("--qa-kind and --max-days go with --neighbours K", param_hint="--neighbours")

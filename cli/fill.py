@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import logging
+
 import click
-from geonp_cli.options import CountBar, fill_config_options, none_if_empty, workers_help
+from geonp_cli.options import (
+    CountBar,
+    check_dates,
+    fill_config_options,
+    none_if_empty,
+    workers_help,
+)
 
 from geonp.config import QA_KINDS
 
@@ -33,11 +41,12 @@ OUTPUT_OPTIONS = ("uncertainty", "quicklook", "format", "dry_run")
 @click.option("--reference", "references", multiple=True, type=click.Path(),
               help="Another date of the same place (any grid or CRS; repeatable): its pixels are context "
                    "for a multi-date model (--model multidate unless another is given).")
-@click.option("--reference-date", "reference_dates", multiple=True, metavar="YYYY-MM-DD", callback=none_if_empty,
+@click.option("--reference-date", "reference_dates", multiple=True, metavar="YYYY-MM-DD", callback=check_dates,
               help="Acquisition date of each --reference, in order, where its tags and name lack one.")
 @click.option("--reference-qa", "reference_qa", multiple=True, type=click.Path(), callback=none_if_empty,
               help="Quality band of each --reference, in order (read with --qa-kind).")
-@click.option("--date", metavar="YYYY-MM-DD", help="INPUT's acquisition date, where its tags and name lack one.")
+@click.option("--date", metavar="YYYY-MM-DD", callback=check_dates,
+              help="INPUT's acquisition date, where its tags and name lack one.")
 @fill_config_options
 @click.option("--workers", type=click.IntRange(min=1), default=None, help=workers_help)
 @click.option("--quicklook", type=click.Path(dir_okay=False), help="Write a PNG: input, prediction, std.")
@@ -70,15 +79,23 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
     outputs = geonp.Outputs(output, **{k: opts.pop(k) for k in OUTPUT_OPTIONS})  # type: ignore[arg-type]
     references = geonp.Reference.from_options(opts.pop("references"), opts.pop("reference_dates"),  # type: ignore[arg-type]
                                               opts.pop("reference_qa"))  # type: ignore[arg-type]
-    with CountBar(ctx.obj.get("quiet", False), "filling", "px") as progress:
-        report = geonp.fill_raster(input, outputs, gaps=gaps, references=references, bands=bands or None,
-                                   progress=progress, **opts)  # type: ignore[arg-type]
+    logged = _Logged()  # a hint geonp logged as a warning (a data band tagged alpha) is not repeated
+    logging.getLogger("geonp").addHandler(logged)
+    try:
+        with CountBar(ctx.obj.get("quiet", False), "filling", "px") as progress:
+            report = geonp.fill_raster(input, outputs, gaps=gaps, references=references, bands=bands or None,
+                                       progress=progress, **opts)  # type: ignore[arg-type]
+    finally:
+        logging.getLogger("geonp").removeHandler(logged)
+    hints = [hint for hint in report.hints if hint not in logged.messages]
     if report.dry_run:
         click.echo(f"Dry run of {input} with model {report.model} (nothing written):")
         for key, value in report.plan.items():
             click.echo(f"  {key}: {value}")
-        for hint in report.hints:
+        for hint in hints:
             click.echo(f"Hint: {hint}", err=True)
+        return
+    if ctx.obj.get("quiet", False):  # -q: only errors
         return
     if report.gap_pixels == 0 and not report.outside_pixels:
         click.echo(f"{input} has no missing pixel: copied it unchanged to {report.output}; "
@@ -90,18 +107,29 @@ def fill(ctx: click.Context, input: str, output: str, bands: tuple[int, ...], **
     if left:  # every missing pixel is filled or counted here, with the option that fills it
         click.echo(f"Warning: {report.missing_pixels - report.filled_pixels} missing pixels left as nodata: "
                    + "; ".join(left), err=True)
-    for hint in report.hints:
+    for hint in hints:
         click.echo(f"Hint: {hint}", err=True)
 
 
+class _Logged(logging.Handler):
+    """The messages logged at WARNING or above while it is attached (already on the terminal)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.messages: set[str] = set()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.messages.add(record.getMessage())
+
+
 def _check_quicklook(input: str, output: str, opts: dict[str, object]) -> None:
-    """Refuse a --quicklook path that would overwrite an input or an output, before any work."""
+    """Refuse a --quicklook path that would overwrite an input or an output, or is not a .png, before any work."""
     quicklook = opts.get("quicklook")
     if quicklook is None or opts.get("dry_run"):
         return
     from pathlib import Path
 
-    from geonp import check_output_path, default_uncertainty_path
+    from geonp import check_output_path, check_quicklook_path, default_uncertainty_path
     from geonp.errors import OutputError
 
     std = opts.get("uncertainty") or default_uncertainty_path(output, opts.get("format"))  # type: ignore[arg-type]
@@ -112,3 +140,4 @@ def _check_quicklook(input: str, output: str, opts: dict[str, object]) -> None:
         full = Path(str(path)).expanduser().absolute()
         if ql == full.parent.resolve() / full.name:
             raise OutputError(f"--quicklook {quicklook} is the same path as {name}; give another path.")
+    check_quicklook_path(str(quicklook))  # after those, which say more when it names the input or OUTPUT

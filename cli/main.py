@@ -114,7 +114,11 @@ def interrupted_message(name: str, interrupt: BaseException) -> str:
 
     geonp's writers record on the interrupt the partial files that remain once they have removed
     theirs (its ``partials_left`` attribute); an interrupt no writer saw says nothing about files.
+    A training run records where it stopped and what it kept (its ``detail`` attribute).
     """
+    detail = getattr(interrupt, "detail", None)
+    if detail:
+        return f"Interrupted ({name}); {detail}."
     left = getattr(interrupt, "partials_left", None)
     if left is None:
         return f"Interrupted ({name})."

@@ -91,6 +91,20 @@ def none_if_empty(ctx: click.Context, param: click.Parameter, value: tuple[str, 
     return value or None
 
 
+def check_dates(ctx: click.Context, param: click.Parameter, value: str | tuple[str, ...] | None) -> Any:
+    """Refuse a date option that is not a date (``--date yesterday``) before any work; unused = None.
+
+    Raises:
+        ConfigError: naming the option and the forms it takes (:func:`geonp.parse_date`).
+    """
+    if value:
+        from geonp import parse_date
+
+        for text in (value,) if isinstance(value, str) else value:
+            parse_date(text, option=param.opts[0])
+    return value or None
+
+
 def fill_config_options(f: F) -> F:
     """Add every fill option (the fields of :class:`geonp.config.FillConfig`) to a command."""
     for option in reversed(_fill_option_list()):
@@ -127,8 +141,9 @@ def progress_bar(quiet: bool, label: str) -> tuple[Callable[[int, int, float], N
 
     def update(done: int, total: int, value: float) -> None:
         if "bar" not in bar:
-            bar["bar"] = tqdm(total=total, desc=label, unit="step", dynamic_ncols=True, mininterval=5)
-            bar["bar"].update(done - 1)
+            # a resumed run starts at its step: initial= keeps those steps out of the rate and ETA
+            bar["bar"] = tqdm(total=total, initial=done - 1, desc=label, unit="step", dynamic_ncols=True,
+                              mininterval=5)
         bar["bar"].update(1)
         if not math.isnan(value):
             bar["bar"].set_postfix(nll=f"{value:.3f}")
@@ -161,6 +176,12 @@ class CountBar:
             self.bar = tqdm(total=total, desc=self.label, unit=self.unit, dynamic_ncols=True, leave=self.leave)
         self.bar.total = total
         self.bar.update(done - self.bar.n)
+
+    def stage(self, label: str, unit: str) -> None:
+        """Close this bar; the next update opens one for the next step of the command."""
+        if self.bar is not None:
+            self.bar.close()
+        self.bar, self.label, self.unit = None, label, unit
 
     def __enter__(self) -> Self:
         """The bar itself (it opens on the first update)."""

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import shlex
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from geonp_cli.options import (
     device_option,
     expand_rasters,
     nodata_option,
+    overwrite_option,
     progress_bar,
 )
 
@@ -80,6 +82,7 @@ from geonp.config import ARCHS, ATTENTION_NAMES, OPTIMIZERS, QA_KINDS
               help="Fit the std calibration on the validation columns once trained, as geonp evaluate "
                    "--calibrate does [recipe: on].")
 @click.option("--resume", is_flag=True, help="Continue from the training state in --output.")
+@overwrite_option
 @click.option("--metrics", type=click.Path(dir_okay=False), help="Write validation records to this .csv or .jsonl file.")
 @click.option("--name", help="Model name for its card.")
 @click.pass_context
@@ -99,9 +102,6 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: str 
 
     if recipe and config_file:
         raise click.BadParameter("give --recipe or --config (its alias), not both", param_hint="--config")
-    if (Path(output).exists() and any(Path(output).iterdir()) and not opts["resume"]
-            and not (Path(output) / "config.json").exists()):
-        raise click.BadParameter(f"{output} exists and is not a geonp model directory", param_hint="--output")
     series = opts.pop("series")
     base = "multidate" if series else "default"
     sections = load_recipe(recipe or config_file or base, base=base)
@@ -109,7 +109,7 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: str 
     model_keys = {"arch", "attention", "dim", "depth", "num_heads", "ff_dim"}
     train_keys = {"steps", "lr", "optimizer", "val_every", "seed", "device"}
     for key, value in opts.items():
-        if value is None or value == () or key in ("resume",):
+        if value is None or value == () or key in ("resume", "overwrite"):
             continue
         target = "model" if key in model_keys else "training" if key in train_keys else "data"
         overrides[target][key] = value
@@ -117,7 +117,7 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: str 
         if overrides["model"]:
             raise ConfigError("--series fine-tunes --init-from's architecture; drop "
                               + ", ".join(f"--{k.replace('_', '-')}" for k in overrides["model"]))
-        _train_series(ctx, inputs, output, merge_recipe(sections, overrides))
+        _train_series(ctx, inputs, output, merge_recipe(sections, overrides), overwrite=opts["overwrite"])
         return
     update, close = progress_bar(ctx.obj.get("quiet", False), "training")
     command = "geonp " + " ".join(shlex.quote(a) for a in sys.argv[1:])
@@ -126,16 +126,30 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: str 
     try:
         report = geonp.train(expand_rasters(inputs), output, recipe=merge_recipe(sections, overrides),
                              bands=None if bands is None else tuple(bands), resume=opts["resume"],
-                             processes=processes, command=command, progress=update)
+                             overwrite=opts["overwrite"], processes=processes, command=command,
+                             progress=update, status=_status(ctx, close))
     finally:
         close()
+    resumed = f" (resumed at step {report.first_step} of {report.steps})" if report.first_step else ""
     click.echo(
-        f"Trained {report.steps} steps in {report.seconds:.0f} s; best validation NLL "
-        f"{report.best_val_nll:.4f} at step {report.best_step}; model in {report.output}"
+        f"Trained {report.steps - report.first_step} steps{resumed} in {report.seconds:.0f} s; best validation "
+        f"NLL {report.best_val_nll:.4f} at step {report.best_step}; model in {report.output}"
     )
 
 
-def _train_series(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: dict[str, dict[str, Any]]) -> None:
+def _status(ctx: click.Context, close_bar: Callable[[], None]) -> Callable[[str], None]:
+    """Print what a run does after its last step (calibrating) on stderr, below the closed bar."""
+
+    def status(line: str) -> None:
+        if not ctx.obj.get("quiet", False):
+            close_bar()
+            click.echo(line, err=True)
+
+    return status
+
+
+def _train_series(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: dict[str, dict[str, Any]],
+                  *, overwrite: bool) -> None:
     """``geonp train --series``: a multi-date model from a folder of dated rasters (``geonp.train_series``)."""
     from geonp import parse_date, scan_series, train_series
     from geonp.errors import ConfigError
@@ -148,6 +162,8 @@ def _train_series(ctx: click.Context, inputs: tuple[str, ...], output: str, reci
     kwargs = {} if qa_kind is None else {"qa_kind": qa_kind}
     if metrics is not None:
         kwargs["metrics"] = metrics
+    if overwrite:
+        kwargs["overwrite"] = True
     update, close = progress_bar(ctx.obj.get("quiet", False), "training")
     command = "geonp " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:

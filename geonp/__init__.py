@@ -13,8 +13,8 @@ Public API (``help(geonp.NAME)`` for each):
 - ``evaluate(raster, ...)``, ``evaluate_series(...)``: score a model on hidden pixels.
 - ``Gaps``, ``Outputs``, ``Reference``: a file fill's gap sources, its outputs, another date.
 - ``FillConfig``, ``TaskShape``, ``SeriesRecipe``, ``ContextSpec``: option objects.
-- ``default_uncertainty_path``, ``check_output_path``, ``parse_date``, ``scan_series``,
-  ``series_summary``, ``series_report``: helpers the command line uses.
+- ``default_uncertainty_path``, ``check_output_path``, ``check_quicklook_path``, ``parse_date``,
+  ``scan_series``, ``series_summary``, ``series_report``: helpers the command line uses.
 
 The public API is re-exported lazily (PEP 562) so that ``import geonp`` and ``geonp --help``
 do not import torch or rasterio; ``dir(geonp)`` lists it without importing anything. The CLI
@@ -55,6 +55,7 @@ _LAZY = {
     "scan_series": "geonp.io.timeseries",
     "default_uncertainty_path": "geonp.io.paths",
     "check_output_path": "geonp.io.paths",
+    "check_quicklook_path": "geonp.io.paths",
     "evaluate_series": "geonp.evaluation.series",
     "series_summary": "geonp.evaluation.series:summary",
     "series_report": "geonp.evaluation.series:report_lines",

@@ -19,16 +19,16 @@ import rasterio
 from click.testing import CliRunner
 from geonp_cli.main import cli
 
-from geonp.filling.plan import normalizer_for
 from geonp.filling.arrays import fill_array
+from geonp.filling.plan import normalizer_for
 from geonp.filling.survey import sample_for_stats
 from geonp.io.raster import open_raster, raster_info
 from geonp.model_files.registry import load_model
 from geonp.tasks.normalize import (
-    DEFAULT_PRIOR_SPREAD,
+    DEFAULT_PRIOR_STD,
     PRIOR_PIXELS,
     Normalizer,
-    relative_spread,
+    prior_std,
     same_units,
 )
 from tests.conftest import write_raster
@@ -51,35 +51,61 @@ def _pixels(shape, points):
     return values, observed
 
 
-def test_fit_takes_the_prior_spread_for_one_pixel_and_its_own_std_for_many():
-    one = Normalizer.fit(np.full((1, 1), VALUE), prior_spread=0.06)
-    assert one.std[0] == pytest.approx(0.06 * VALUE * math.sqrt(PRIOR_PIXELS / (1 + PRIOR_PIXELS)), rel=1e-12)
+def test_fit_takes_the_prior_std_for_equal_pixels_and_its_own_std_otherwise():
+    one = Normalizer.fit(np.full((1, 1), VALUE), prior_std=450.0)
+    assert one.std[0] == pytest.approx(450.0 * math.sqrt(PRIOR_PIXELS / (1 + PRIOR_PIXELS)), rel=1e-12)
     assert Normalizer.fit(np.full((1, 1), VALUE)).std[0] == pytest.approx(1e-6 * VALUE + 1e-12)  # no prior: ~0
     # two equal pixels: the floor falls as 1 / sqrt(n + k)
-    two = Normalizer.fit(np.full((1, 2), VALUE), prior_spread=0.06)
-    assert two.std[0] == pytest.approx(0.06 * VALUE * math.sqrt(16 / 18), rel=1e-12)
+    two = Normalizer.fit(np.full((1, 2), VALUE), prior_std=450.0)
+    assert two.std[0] == pytest.approx(450.0 * math.sqrt(16 / 18), rel=1e-12)
     # many pixels with a real spread: the prior changes nothing, bit for bit
     rng = np.random.default_rng(0)
     many = rng.normal(VALUE, 300.0, (1, 65536))
-    assert Normalizer.fit(many, prior_spread=0.06) == Normalizer.fit(many)
-    # a band whose pixels are all 0 has no scale to go by: the old floor stays
-    assert Normalizer.fit(np.zeros((1, 3)), prior_spread=0.06).std[0] == 1e-12
+    assert Normalizer.fit(many, prior_std=450.0) == Normalizer.fit(many)
+    # pixels that differ, in units far from the prior's (reflectance): their own spread, not 450
+    assert Normalizer.fit(np.array([[0.05, 0.07]]), prior_std=450.0).std[0] == pytest.approx(0.01)
 
 
-def test_relative_spread_is_the_median_std_over_mean_of_the_training_bands(default_model):
+def test_the_prior_std_does_not_depend_on_where_zero_is():
+    # it was 0.06 x |mean|: 1e-12 for a pixel at 0, 58 for the same pixel at 1,000
+    stds = [Normalizer.fit(np.full((1, 3), v), prior_std=450.0).std[0] for v in (0.0, 1000.0, -5.0, VALUE)]
+    assert stds == pytest.approx([450.0 * math.sqrt(16 / 19)] * 4, rel=1e-9)
+
+
+def test_prior_std_is_the_median_training_std(default_model):
     stats = default_model.normalizer
-    ratios = sorted(s / m for m, s in zip(stats["mean"], stats["std"], strict=True))
-    assert relative_spread(stats) == pytest.approx(ratios[1], rel=1e-12)
-    assert 0.05 < relative_spread(stats) < 0.07  # 450.7 DN / 7405.5 DN, the green band's
-    assert relative_spread(None) == DEFAULT_PRIOR_SPREAD
-    assert relative_spread({"mean": [0.0], "std": [3.0]}) == DEFAULT_PRIOR_SPREAD
+    assert prior_std(stats) == pytest.approx(sorted(stats["std"])[1], rel=1e-12)
+    assert 450 < prior_std(stats) < 451  # the green band's 450.7 DN
+    assert prior_std(None) == DEFAULT_PRIOR_STD == 1.0
+    assert prior_std({"mean": [0.0], "std": [3.0]}) == 3.0
 
 
-def test_prior_spread_is_checked():
-    with pytest.raises(ValueError, match="prior spread must be a finite number >= 0"):
-        Normalizer.fit(np.ones((1, 4)), prior_spread=float("nan"))
+def test_prior_std_is_checked():
+    with pytest.raises(ValueError, match="prior std must be a finite number > 0"):
+        Normalizer.fit(np.ones((1, 4)), prior_std=float("nan"))
+    with pytest.raises(ValueError, match="prior std must be a finite number > 0"):
+        Normalizer.fit(np.ones((1, 4)), prior_std=0.0)
     with pytest.raises(ValueError, match="its weight > 0"):
-        Normalizer.fit(np.ones((1, 4)), prior_spread=0.06, prior_pixels=0)
+        Normalizer.fit(np.ones((1, 4)), prior_std=450.0, prior_pixels=0)
+
+
+def test_one_pixel_at_zero_fills_with_the_std_of_the_same_pixel_shifted(default_model):
+    # a float32 raster with one observed pixel at 0.0 was filled with std ~1e-12 (the prior was a
+    # fraction of the mean), and at 1,000 with std ~77: the std depended on where the units put 0
+    values = np.full((1, 64, 64), np.nan, np.float32)
+    values[0, 30, 30] = 0.0
+    observed = np.isfinite(values[0])
+    gap = ~observed
+    means, stds = [], []
+    for shift in (0.0, 1000.0, -273.15):
+        mean, std = fill_array(values + np.float32(shift), observed, model=default_model, fill_outside=True,
+                               device="cpu")
+        means.append(mean[0][gap] - shift)
+        stds.append(std[0][gap])
+    for i in (1, 2):  # the same fill, shifted
+        np.testing.assert_allclose(stds[i], stds[0], rtol=1e-5)
+        np.testing.assert_allclose(means[i], means[0], atol=1e-3)
+    assert stds[0].min() > 250.0, stds[0].min()  # of the order of the model's 450-DN training spread
 
 
 @pytest.mark.parametrize(

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -141,8 +143,17 @@ def test_incomplete_or_stale_outputs_are_filled_again(scenes, tmp_path, tiny_mod
     assert {r.name: r.status for r in second.records} == {
         "a.tif": "done", "b.tif": "done", "corrupt.tif": "done", "notes.tif": "failed"}
     np.testing.assert_array_equal(read(out / "a.tif"), a_before)
-    # other fill options: the results would differ, so nothing is skipped
-    third = run(scenes, out, tiny_model, cluster, max_context=64)
+    # other fill options: the folder would mix two runs' outputs, so the run is refused before any work
+    before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
+    with pytest.raises(ConfigError) as refused:
+        run(scenes, out, tiny_model, cluster, max_context=64)
+    assert str(refused.value) == (
+        f"OUTPUT_DIR {out} holds 3 file(s) filled with other options (max_context was None, now 64); give "
+        "another OUTPUT_DIR, or refill them with --no-skip-existing or --overwrite (Files(skip_existing=False) "
+        "or overwrite=True)")
+    assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # the manifest too
+    # asked to refill: every file is filled again with the new options
+    third = run(scenes, out, tiny_model, cluster, max_context=64, skip_existing=False)
     assert third.counts == {"done": 3, "skipped": 0, "failed": 1}
     # the same effective options, a default spelled out, another device: still complete
     overlap = FillConfig().overlap
@@ -262,3 +273,21 @@ def test_unreadable_manifest_is_ignored(tmp_path, tiny_model, cluster):
     assert report.counts["done"] == 1
     assert json.loads((out / MANIFEST_NAME).read_text())["files"][0]["status"] == "done"
     assert os.path.getsize(out / "a.tif") > 0
+
+
+def test_fill_many_works_at_a_script_top_level(tmp_path, tiny_model):
+    """The README's snippet as a plain script: the local cluster's spawned workers do not run it again."""
+    write_scene(tmp_path / "in" / "a.tif", 1)
+    script = tmp_path / "fill_folder.py"
+    script.write_text(
+        "import geonp\n"
+        f"report = geonp.fill_many('in', 'out', model={str(tiny_model)!r}, device='cpu',\n"
+        "                          cluster=geonp.Cluster(workers=1, dashboard_address=None))\n"
+        "print(report.counts, __spec__)\n")
+    res = subprocess.run([sys.executable, script.name], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "DASK_LOGGING__DISTRIBUTED": "warning"}, check=False)
+    assert res.returncode == 0, res.stderr[-3000:]
+    assert res.stdout == "{'done': 1, 'skipped': 0, 'failed': 0} None\n"  # __main__ as it was
+    assert "bootstrapping phase" not in res.stderr
+    filled = read(tmp_path / "out" / "a.tif")
+    assert filled.shape == (1, 48, 48) and np.isfinite(filled).all()

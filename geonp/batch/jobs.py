@@ -7,8 +7,11 @@ process (:func:`geonp.model_files.registry.cached_model`) and reuse it for every
 A JSON manifest, ``geonp_batch.json`` in the output directory, records every file's status, the
 input's size and modification time and a key of the fill options. A rerun skips a file only when
 the manifest says it is done for the same input and options *and* both outputs open; anything
-else is filled again. The manifest also records which outputs the batch wrote itself: those may
-be replaced on a rerun, while files it did not write are never replaced without ``overwrite``.
+else is filled again. A rerun with other fill options is refused while the folder holds files
+filled with the earlier ones, unless it is asked to refill them (``Files(skip_existing=False)``
+or ``overwrite``): a folder never mixes two runs' options. The manifest also records which
+outputs the batch wrote itself: those may be replaced on a rerun, while files it did not write
+are never replaced without ``overwrite``.
 
 Inputs and outputs must be on a file system that every worker sees under the same paths.
 
@@ -178,6 +181,21 @@ def _options_key(effective: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(keyed, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def _refuse_other_options(manifest: Manifest, key: str, effective: Mapping[str, Any], out_dir: Path) -> None:
+    """Refuse a run whose options differ from those of files an earlier run filled in ``out_dir``."""
+    other = [e for e in manifest.entries.values()
+             if e.get("status") in ("done", "skipped") and e.get("options_key") != key
+             and any(Path(e[k]).exists() for k in ("output", "uncertainty") if e.get(k))]
+    if not other:
+        return
+    now, then = json.loads(json.dumps(dict(effective), default=str)), manifest.earlier_options  # as stored
+    changed = [f"{k} was {then.get(k)!r}, now {now.get(k)!r}" for k in sorted(set(now) | set(then))
+               if now.get(k) != then.get(k)]
+    raise ConfigError(f"OUTPUT_DIR {out_dir} holds {len(other)} file(s) filled with other options "
+                      f"({'; '.join(changed) or 'those of an earlier run'}); give another OUTPUT_DIR, or refill them "
+                      "with --no-skip-existing or --overwrite (Files(skip_existing=False) or overwrite=True)")
+
+
 def _plan(report: JobReport, inputs: list[Path], manifest: Manifest, *, key: str, skip_existing: bool,
           overwrite: bool, model_path: str, passed: dict[str, Any],
           per_file: Mapping[Path, dict[str, Any]] | None = None) -> dict[str, FileTask]:
@@ -288,8 +306,9 @@ def fill_many(
         A :class:`JobReport`; ``report.ok`` is False when any file failed.
 
     Raises:
-        ConfigError: the input directory is missing, no file matches, an option is invalid, or
-            the scheduler cannot be reached.
+        ConfigError: the input directory is missing, no file matches, an option is invalid, the
+            scheduler cannot be reached, or ``output_dir`` holds files filled with other options
+            (refill them with ``Files(skip_existing=False)`` or ``overwrite=True``).
         OutputError: the output directory cannot be created, or the manifest cannot be written.
         CheckpointError: the model is missing or corrupt.
         KeyboardInterrupt: Ctrl-C (or a signal turned into it): the running files are stopped and
@@ -320,9 +339,11 @@ def fill_many(
         "format": MANIFEST_FORMAT, "version": MANIFEST_VERSION, "geonp_version": __version__,
         "started": now(), "pattern": files.pattern, "recursive": files.recursive,
         "options": {k: v for k, v in effective.items() if k != "overwrite"}})
-    tasks = _plan(report, inputs, manifest, key=_options_key(effective), skip_existing=files.skip_existing,
-                  overwrite=bool(fill_options.get("overwrite", False)), model_path=model_path, passed=passed,
-                  per_file=per_file)
+    key, overwrite = _options_key(effective), bool(fill_options.get("overwrite", False))
+    if files.skip_existing and not overwrite:
+        _refuse_other_options(manifest, key, effective, out_dir)
+    tasks = _plan(report, inputs, manifest, key=key, skip_existing=files.skip_existing, overwrite=overwrite,
+                  model_path=model_path, passed=passed, per_file=per_file)
     for path, reason in broken:
         name = path.relative_to(in_dir).as_posix()
         rec = FileRecord(name, path, *output_paths(out_dir, name), "failed", reason=reason)

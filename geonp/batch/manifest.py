@@ -165,18 +165,18 @@ def outputs_complete(output: Path, uncertainty: Path) -> bool:
     return same_grid and unpaired_output(output, uncertainty) is None
 
 
-def load_manifest(path: Path) -> dict[str, dict[str, Any]]:
-    """The file entries of an earlier run's manifest, by name (empty if none or unreadable)."""
+def load_manifest(path: Path) -> tuple[dict[str, dict[str, Any]], dict[str, Any]]:
+    """The file entries of an earlier run's manifest, by name, and its fill options (empty if none or unreadable)."""
     if not path.exists():
-        return {}
+        return {}, {}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if data.get("format") != MANIFEST_FORMAT:
             raise ValueError(f"format is {data.get('format')!r}")
-        return {e["name"]: e for e in data["files"]}
+        return {e["name"]: e for e in data["files"]}, dict(data.get("options") or {})
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as err:
         logger.warning("ignoring unreadable manifest %s (%s); every file is filled again", path, err)
-        return {}
+        return {}, {}
 
 
 def now() -> str:
@@ -191,7 +191,8 @@ class Manifest:
         """A manifest at ``path`` with the run's ``meta`` and no file entries yet."""
         self.path = path
         self.meta = meta
-        self.entries = load_manifest(path)  # files of earlier runs not matched now are kept
+        # files of earlier runs not matched now are kept; their options tell what changed
+        self.entries, self.earlier_options = load_manifest(path)
 
     def put(self, rec: FileRecord, **extra: Any) -> None:
         """Record a file's outcome (a skipped file keeps its earlier entry)."""

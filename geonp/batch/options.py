@@ -24,8 +24,9 @@ class Files:
         pattern: glob pattern of the input files, relative to the input directory.
         recursive: match ``pattern`` in subdirectories too.
         skip_existing: skip files that the manifest lists as done for the same input and options
-            and whose outputs both open. False fills them again (replacing the batch's own
-            outputs).
+            and whose outputs both open; a run with other options is refused while the output
+            directory holds files filled with the earlier ones. False fills them again (replacing
+            the batch's own outputs).
     """
 
     pattern: str = "*.tif"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, fields, replace
 from typing import Any, Literal
 
-from geonp.config.checks import check_int, check_number, from_dict
+from geonp.config.checks import check_int, check_number, check_overlap, from_dict
 from geonp.config.names import (
     ARCHS,
     ATTENTION_NAMES,
@@ -274,6 +274,8 @@ class FillConfig:
                 check_int(name, value, low)
         if self.overlap is not None:
             check_int("overlap", self.overlap, 0)
+            if self.tile_size is not None:
+                check_overlap(self.overlap, self.tile_size)
         if self.search_radius is not None:
             check_int("search_radius", self.search_radius, 1)
         if self.batch_rows is not None:
@@ -301,9 +303,11 @@ class FillConfig:
         if unknown:
             raise ConfigError(f"unknown fill option(s) {', '.join(unknown)}; valid: {', '.join(sorted(valid))}")
         given = {k: v for k, v in options.items() if v is not None}
-        if config is None:
-            return cls(**given)
-        return cls(**{**{f.name: getattr(config, f.name) for f in fields(cls)}, **given})
+        if not isinstance(config, cls | None):
+            raise ConfigError(f"config must be a geonp.FillConfig, got {type(config).__name__}; give options as "
+                              "keywords (nodata=0), or config=geonp.FillConfig(nodata=0)")
+        base = {} if config is None else {f.name: getattr(config, f.name) for f in fields(cls)}
+        return cls(**{**base, **given})
 
     def key_values(self) -> dict[str, Any]:
         """Options that change the outputs (for resume keys): all but where and how fast it runs."""

@@ -43,3 +43,16 @@ def check_int(name: str, value: Any, low: int) -> None:
     """Raise ConfigError unless ``value`` is an integer >= ``low``."""
     if not isinstance(value, int) or isinstance(value, bool) or value < low:
         raise ConfigError(f"{name}={value!r} must be an integer >= {low}")
+
+
+def check_overlap(overlap: int, tile_size: int, source: str = "--tile-size") -> None:
+    """Raise ConfigError unless the tile blend margin ``overlap`` is at most half of ``tile_size``.
+
+    Up to half a tile, every pixel is predicted by at most two tiles along each axis, its own and
+    the nearest neighbour; beyond, the query windows reach past the neighbours and each tile costs
+    ``((tile_size + 2 * overlap) / tile_size)²`` times its core for no better blend. ``source``
+    says where the tile size came from, for the message.
+    """
+    if overlap > tile_size // 2:
+        raise ConfigError(f"--overlap {overlap} is more than half of the {tile_size}-px tiles ({source}); give "
+                          f"--overlap {tile_size // 2} or less, or a larger --tile-size")

@@ -92,5 +92,5 @@ def run_method(
     from geonp.filling.arrays import fill_array
 
     # fill uses the model's own context geometry (its far set) and whole calibration
-    mean, std32 = fill_array(inputs, context, model=models[method], device=device)
+    mean, std32 = fill_array(inputs, context, model=models[method], device=device, fill_outside=True)
     return mean, std32.astype(np.float64)

@@ -64,7 +64,7 @@ def near_pixels(
         for kind, gap in simulate_masks((h, w), masks, coverage=coverage, seed=seed):
             hidden, context = gap[None] & valid, valid & ~gap[None]
             inputs = np.where(context, values, np.nan)
-            mean, std = fill_array(inputs, context, model=plain, device=device)
+            mean, std = fill_array(inputs, context, model=plain, device=device, fill_outside=True)
             parts = {"y": values, "mean": mean, "std": std, "distance": distance_to_observed(context),
                      "neighbours": observed_neighbours(context)}
             if peer:

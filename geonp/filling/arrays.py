@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+from rasterio.windows import Window
 
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
@@ -20,8 +21,9 @@ from geonp.filling.block import BlockInput, fill_block
 from geonp.filling.inputs import Reference, as_references
 from geonp.filling.plan import FillPlan, fill_model, load_for_fill
 from geonp.filling.references import fit_regression
-from geonp.io.masks import valid_mask
-from geonp.io.validity import OutputValidity, finish_block
+from geonp.io.footprint import footprint_of_array
+from geonp.io.masks import _nodata_in_dtype, valid_mask
+from geonp.io.validity import OutputValidity, finish_block, refuse_complex
 
 __all__ = ["fill_array"]
 
@@ -42,14 +44,17 @@ def fill_array(
     Args:
         values: band values (anything where not valid), ``[bands, h, w]`` or one band ``[h, w]``.
         valid: bool, True where observed (same shape as ``values`` or ``[h, w]``); NaN/Inf and
-            ``nodata`` (when given) are missing too, as in :func:`fill_raster`.
+            ``nodata`` (when given) are missing too, as in :func:`fill_raster` (None: only they).
         config: fill options; keywords override its fields (``model`` may be a loaded model).
             ``categorical="nearest"`` fills each gap with the class of the nearest observed pixel
             and runs no model (:mod:`geonp.filling.classes`); an array has no colour table, so
             ``auto`` fills it as measurements.
         origin: the array's offset in a larger raster (keeps tiles aligned across chunks).
         region: ``(r0, r1, c0, c1)`` to fill (default all); the rest is context only.
-        fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
+        fillable: bool ``[h, w]``: where gaps may be filled (the data footprint). None: the
+            footprint of the NaN/Inf and ``nodata`` pixels, as :func:`fill_raster` finds it
+            (:mod:`geonp.io.footprint`; ``valid``'s gaps, like clouds, lie inside it): a collar
+            around a tilted swath stays unfilled; ``fill_outside=True`` fills every gap.
         references: other dates of the same pixels, for a multi-date model (the built-in
             ``multidate`` when no model is given): each a :class:`~geonp.filling.inputs.Reference`
             (or its ``(values, valid, days)`` triple) with ``values`` of the array's shape,
@@ -69,22 +74,27 @@ def fill_array(
         give float64.
 
     Raises:
-        InputRasterError: a reference of another shape.
-        ConfigError: references given to a model that takes none, or a date offset that is not
-            a finite number of days.
+        InputRasterError: ``values`` not 2-D or 3-D, or ``valid``, ``fillable`` or a reference
+            of another shape.
+        ConfigError: a ``nodata`` the array's type cannot hold, a ``region`` or ``origin`` that
+            does not fit, references given to a model that takes none, or a date offset that is
+            not a finite number of days.
     """
     cfg = FillConfig.of(config, **options)
     values = np.asarray(values)
+    refuse_complex(values.dtype, "values")
     one_band = values.ndim == 2
-    if one_band:
-        values = values[None]
-    # the rule every fill uses for a missing pixel: NaN/Inf, the nodata value, the caller's mask
-    valid = valid_mask(values, nodata=cfg.nodata, internal_valid=np.broadcast_to(valid, values.shape))
+    values, valid = _checked(values[None] if one_band else values, valid, cfg.nodata)
     refs = _array_references(references, values.shape, cfg.nodata)
     if not valid.any() and not any(ok.any() for _, ok, _ in refs):  # a date under cloud: its references
         raise NoValidPixelsError("the array has no valid pixel to fill from")
     h, w = values.shape[1:]
-    region = region or (0, h, 0, w)
+    region = _check_place(region or (0, h, 0, w), origin, h, w)
+    if fillable is not None and np.shape(fillable) != (h, w):
+        raise InputRasterError(f"fillable has shape {np.shape(fillable)}; give a bool [h, w] mask of shape {(h, w)}")
+    if fillable is None and not cfg.fill_outside:  # fill_raster's footprint: from the data, clouds inside
+        footprint = footprint_of_array(valid_mask(values, nodata=cfg.nodata).any(axis=0))
+        fillable = footprint.fillable(Window(0, 0, w, h), [ok for _, ok, _ in refs])
     plan, predictor = _plan(values, valid, cfg, refs)
     out = fill_block(BlockInput(values.astype(np.float64), valid, region, origin=origin, fillable=fillable,
                                 references=tuple(refs)), plan, predictor)
@@ -92,6 +102,41 @@ def fill_array(
     filled = _in_type(values[core], valid[core], out.mean, cfg.nodata)
     std_out = out.uncertainty
     return (filled[0], std_out[0]) if one_band else (filled, std_out)
+
+
+def check_nodata(nodata: float | None, dtype: np.dtype) -> None:
+    """Refuse a ``nodata`` that values of ``dtype`` cannot hold (it would match no pixel)."""
+    dtype = np.dtype(dtype)
+    if nodata is None or not np.issubdtype(dtype, np.number) or _nodata_in_dtype(float(nodata), dtype) is not None:
+        return
+    info = np.iinfo(dtype) if np.issubdtype(dtype, np.integer) else np.finfo(dtype)
+    raise ConfigError(f"nodata={nodata!r} cannot be stored in the array's {dtype} values ({info.min}..{info.max}"
+                      f"{', whole numbers' if np.issubdtype(dtype, np.integer) else ''}); give a nodata in that "
+                      "range, or none")
+
+
+def _checked(values: np.ndarray, valid: Any, nodata: float | None) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` (``[bands, h, w]``) checked, and its observed mask: NaN/Inf, ``nodata`` and ``valid``."""
+    if values.ndim != 3:
+        raise InputRasterError(f"values has shape {values.shape}; fill_array takes [bands, h, w] or [h, w]: fill "
+                               "the images of a stack one by one, or a cube with a time dimension with geonp.fill")
+    check_nodata(nodata, values.dtype)
+    if valid is not None and np.shape(valid) not in (values.shape, values.shape[1:]):
+        raise InputRasterError(f"valid has shape {np.shape(valid)}, values {values.shape}; give valid the shape of "
+                               f"values or [h, w] {values.shape[1:]}")
+    # the rule every fill uses for a missing pixel: NaN/Inf, the nodata value, the caller's mask
+    return values, valid_mask(values, nodata=nodata, internal_valid=valid)
+
+
+def _check_place(region: Any, origin: Any, h: int, w: int) -> tuple[int, int, int, int]:
+    """``region`` as four ints inside the ``h`` x ``w`` array; refuse it, or an ``origin`` not two ints."""
+    if np.shape(origin) != (2,):
+        raise ConfigError(f"origin={origin!r} must be the array's (row, col) offset in a larger raster")
+    r0, r1, c0, c1 = np.ravel(region).tolist() if np.shape(region) == (4,) else (0, 0, 0, 0)
+    if not (0 <= r0 < r1 <= h and 0 <= c0 < c1 <= w):
+        raise ConfigError(f"region={region!r} must be (r0, r1, c0, c1) with 0 <= r0 < r1 <= {h} and "
+                          f"0 <= c0 < c1 <= {w}, the rows and columns to fill")
+    return int(r0), int(r1), int(c0), int(c1)
 
 
 def _plan(values: np.ndarray, valid: np.ndarray, cfg: FillConfig,
@@ -144,11 +189,11 @@ def _array_references(references: Sequence[Any], shape: tuple[int, ...],
         ref, ok, days = item.source, item.valid, item.days
         ref = np.asarray(ref, dtype=np.float64)
         ref = ref[None] if ref.ndim == 2 else ref
-        if ref.shape != shape:
-            raise InputRasterError(f"reference {i} has shape {ref.shape}, the array {shape}; give each "
-                                   "reference on the array's grid with the same bands")
-        internal = None if ok is None else np.broadcast_to(ok, shape)
-        out.append((ref, valid_mask(ref, nodata=nodata, internal_valid=internal), float(days)))
+        if ref.shape != shape or (ok is not None and np.shape(ok) not in (shape, shape[1:])):
+            got = ref.shape if ref.shape != shape else f"{ref.shape} and valid {np.shape(ok)}"
+            raise InputRasterError(f"reference {i} has shape {got}, the array {shape}; give each reference (and "
+                                   "its valid mask) on the array's grid with the same bands")
+        out.append((ref, valid_mask(ref, nodata=nodata, internal_valid=ok), float(days)))
     return out
 
 

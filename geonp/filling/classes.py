@@ -46,8 +46,11 @@ STD_CONTENT = ("class fill: no predictive std exists; 0 = observed or filled wit
 
 
 def reach(max_distance: float | None, search_radius: int | None) -> float:
-    """How far (pixels) a nearest-class fill carries a class: ``max_distance``, else ``search_radius``
-    (else a model fill's default, :class:`~geonp.tasks.context.ContextSpec`'s)."""
+    """How far (pixels) a nearest-class fill carries a class.
+
+    ``max_distance``, else ``search_radius``, else a model fill's default
+    (:class:`~geonp.tasks.context.ContextSpec`'s).
+    """
     if max_distance is not None:
         return float(max_distance)
     return float(ContextSpec.search_radius if search_radius is None else search_radius)
@@ -55,7 +58,7 @@ def reach(max_distance: float | None, search_radius: int | None) -> float:
 
 def halo(reach: float) -> int:
     """The halo (pixels) a block needs so that its nearest-class fill (of this reach) equals the whole raster's."""
-    return int(math.ceil(reach)) + 1
+    return math.ceil(reach) + 1
 
 
 def is_class_fill(src: DatasetReader, bands: Sequence[int], categorical: str, *,

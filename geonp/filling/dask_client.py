@@ -6,8 +6,10 @@ local cluster when none is given, as ``geonp batch`` does.
 
 from __future__ import annotations
 
+import importlib.machinery
 import importlib.util
 import logging
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -42,6 +44,9 @@ def dask_session(scheduler: str | None, workers: int | None, threads_per_worker:
                  dashboard_address: str | None) -> Iterator[tuple[Any, str | None, str]]:
     """A Dask client on the given scheduler, or on a local cluster started (and closed) here.
 
+    The local cluster's workers do not run the caller's script again (:func:`_workers_skip_main`),
+    so that ``fill_many`` works at a script's top level too.
+
     Args:
         scheduler: address of a running scheduler, or None for a local cluster.
         workers: local cluster worker processes (default: CPU count // ``threads_per_worker``).
@@ -67,16 +72,35 @@ def dask_session(scheduler: str | None, workers: int | None, threads_per_worker:
     if threads_per_worker < 1 or (workers is not None and workers < 1):
         raise ConfigError(f"workers={workers} and threads_per_worker={threads_per_worker} must be >= 1")
     n = workers or max(1, CPU_COUNT // threads_per_worker)  # CPU_COUNT honours affinity and cgroups
-    cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=True,
-                           dashboard_address=dashboard_address)
-    try:
-        client = Client(cluster)
+    with _workers_skip_main():  # while the cluster lives: it may spawn a worker again
+        cluster = LocalCluster(n_workers=n, threads_per_worker=threads_per_worker, processes=True,
+                               dashboard_address=dashboard_address)
         try:
-            served = dashboard_address is not None and importlib.util.find_spec("bokeh") is not None
-            if dashboard_address is not None and not served:
-                logger.info("no Dask dashboard: install bokeh to get one")
-            yield client, client.dashboard_link if served else None, cluster.scheduler_address
+            client = Client(cluster)
+            try:
+                served = dashboard_address is not None and importlib.util.find_spec("bokeh") is not None
+                if dashboard_address is not None and not served:
+                    logger.info("no Dask dashboard: install bokeh to get one")
+                yield client, client.dashboard_link if served else None, cluster.scheduler_address
+            finally:
+                client.close()
         finally:
-            client.close()
+            cluster.close()
+
+
+@contextmanager
+def _workers_skip_main() -> Iterator[None]:
+    """Worker processes spawned meanwhile do not import the caller's ``__main__`` again.
+
+    multiprocessing's spawn runs a script's top level again in every new process, where a
+    ``fill_many`` not under ``if __name__ == "__main__":`` would start a cluster of its own and
+    fail. The workers run only geonp's code, so they skip it, as they do for ``python -c`` or a
+    notebook (a ``__main__`` spec named ``__main__`` tells spawn so).
+    """
+    main = sys.modules["__main__"]
+    spec = getattr(main, "__spec__", None)
+    main.__spec__ = importlib.machinery.ModuleSpec("__main__", None)
+    try:
+        yield
     finally:
-        cluster.close()
+        main.__spec__ = spec

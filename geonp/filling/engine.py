@@ -8,7 +8,8 @@ blocks run, and casts its outputs. Blocks run in this process, in a pool of CPU 
 thread each: on a small CPU two 1-thread processes give about twice the throughput of one
 2-thread process), or on a Dask cluster. Each process loads the model once and opens the raster
 once (:class:`BlockRunner`); pool workers forked from this process take its imports and model
-(:func:`worker_start_method`). Observed pixels are copied bit for bit; only gaps are written.
+(:func:`worker_start_method`). Observed pixels are copied bit for bit; only gaps are written. A
+block the survey saw no gap to fill in is copied (:meth:`BlockRunner.copy`: no halo, no model).
 The gap count and the dry-run plan that come before are :mod:`geonp.filling.survey`.
 """
 
@@ -30,7 +31,7 @@ import numpy as np
 from rasterio.windows import Window
 
 from geonp.errors import ConfigError
-from geonp.filling.block import BlockInput, fill_block
+from geonp.filling.block import BlockInput, BlockOutput, fill_block
 from geonp.filling.plan import FillPlan, plan_model
 from geonp.filling.pool import Block, worker_start_method
 from geonp.filling.references import LineStats, ReferenceLines
@@ -154,9 +155,8 @@ class BlockRunner:
 
     def __call__(self, block: Block, progress: Callable[[int], None] | None = None) -> BlockResult:
         """Fill one block; returns it with its output and std arrays, filled and done pixel counts."""
-        source = self.job.source
         before = dict(self.predictor.timings)
-        t_read, done = 0.0, 0
+        t_read = 0.0
         # The halo is sized by need: most tiles find their context close by, so the block is first
         # read with a narrow halo, and again with the full one only if a tile searches farther
         # (the context of every tile is the same either way).
@@ -169,8 +169,24 @@ class BlockRunner:
                 break
             except HaloTooSmall:
                 continue
+        return self._finish(block, inputs, filled, before, t_read)
+
+    def copy(self, block: Block) -> BlockResult:
+        """A block with no gap to fill (the survey's word): read without a halo, cast and marked, no model."""
         t0 = time.perf_counter()
-        done += filled.done
+        r0, r1, c0, c1 = block
+        raw, ok = read_target(self.src, self.info, self.job.source, Window(c0, r0, c1 - c0, r1 - r0))
+        nan = np.full(ok.shape, np.nan)
+        filled = BlockOutput(mean=nan, std=nan, observed=ok, filled=np.zeros_like(ok), done=0, beyond=0)
+        return self._finish(block, BlockInput(raw, ok, (0, r1 - r0, 0, c1 - c0)), filled,
+                            dict(self.predictor.timings), time.perf_counter() - t0)
+
+    def _finish(self, block: Block, inputs: BlockInput, filled: BlockOutput, before: dict[str, float],
+                t_read: float) -> BlockResult:
+        """A filled block cast to the output's type, its unfilled pixels marked, with its timings."""
+        source = self.job.source
+        t0 = time.perf_counter()
+        done = filled.done
         # the block's own pixels come from its halo read: read_window gives float64, exact for
         # every GDAL integer type up to 32 bits, and the same pixels read alone are the same values
         out = cast(inputs.values[inputs.core], source.dtype)
@@ -202,14 +218,20 @@ def read_target(src: Any, info: RasterInfo, source: BlockSource, win: Window) ->
     return raw, ok
 
 
-def fit_reference_lines(source: BlockSource, blocks: list[Block]) -> ReferenceLines | None:
-    """The reference regression of a multi-date fill, over every pixel of the raster (block by block)."""
+def fit_reference_lines(source: BlockSource, blocks: list[Block],
+                        progress: Callable[[int, int], None] | None = None) -> ReferenceLines | None:
+    """The reference regression of a multi-date fill, over every pixel of the raster (block by block).
+
+    ``progress`` hears ``(blocks done, blocks)``.
+    """
     stats = LineStats.empty(len(source.references), len(source.bands))
     with open_raster(source.input) as src:
         info = raster_info(src)
-        for r0, r1, c0, c1 in blocks:
+        for i, (r0, r1, c0, c1) in enumerate(blocks):
             win = Window(c0, r0, c1 - c0, r1 - r0)
             stats.add(*read_target(src, info, source, win), [ref.read(info, win) for ref in source.references])
+            if progress is not None:
+                progress(i + 1, len(blocks))
     return stats.lines()
 
 

@@ -166,6 +166,15 @@ class Reference:
                               "date as a number of days (negative = before it)")
 
 
+def check_file_fill(input: Any, gaps: Any) -> None:
+    """Refuse a ``fill_raster`` input that is not a path, and gaps that are not a :class:`Gaps`."""
+    if not isinstance(input, str | os.PathLike):
+        raise ConfigError(f"fill_raster reads a raster file: give its path (got {type(input).__name__}); "
+                          "geonp.fill_array fills numpy arrays, geonp.fill xarray DataArrays")
+    if gaps is not None and not isinstance(gaps, Gaps):
+        raise ConfigError(f"gaps= must be a geonp.Gaps, got {type(gaps).__name__}; e.g. gaps=geonp.Gaps(mask=...)")
+
+
 def as_references(items: Sequence[Any]) -> tuple[Reference, ...]:
     """Every reference as a checked :class:`Reference`."""
     if isinstance(items, str | os.PathLike | Reference):

@@ -22,7 +22,10 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait as mp_wait
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
@@ -219,7 +222,7 @@ class DaskTaskGuard:
                         self._fired = True
                 return
 
-    def __enter__(self) -> DaskTaskGuard:
+    def __enter__(self) -> Self:
         """Start watching the worker."""
         if self._worker is not None:
             threading.Thread(target=self._watch, name="geonp-task-watch", daemon=True).start()

@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from geonp.config import FillConfig
+from geonp.config.checks import check_overlap
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.filling import classes
 from geonp.filling.predict import NearModel, Predictor
@@ -31,7 +32,7 @@ from geonp.filling.tile_tasks import TileOptions
 from geonp.model_files.calibration import Calibration
 from geonp.models.layers import resolve_device
 from geonp.tasks.context import ContextSpec
-from geonp.tasks.normalize import Normalizer, relative_spread, same_units
+from geonp.tasks.normalize import Normalizer, prior_std, same_units
 
 if TYPE_CHECKING:
     from geonp.model_files.checkpoint import LoadedModel
@@ -189,10 +190,13 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
     # the tiles near data take the near context of the model that runs them
     near_model = getattr(loaded, "near", None)
     near_shape = shape if near_model is None else (near_model.card.task_shape or {})
+    size = int(tile_size or shape.get("core_size", 48))
+    if overlap is not None:  # the user's, against the user's tile size or the model's
+        check_overlap(overlap, size, "--tile-size" if tile_size else f"model {loaded.name}'s core size")
     overlap = int(shape.get("overlap", DEFAULT_OVERLAP)) if overlap is None else overlap
     spec = dataclasses.replace(spec, n_near=int(max_context or spec.n_near),
                                search_radius=spec.search_radius if search_radius is None else search_radius)
-    opts = TileOptions(tile_size=int(tile_size or shape.get("core_size", 48)), overlap=overlap, context=spec,
+    opts = TileOptions(tile_size=size, overlap=overlap, context=spec,
                        temporal=loaded.config.temporal,
                        near_context=(int(near_shape.get("near_context", 0)) or None) if max_context is None else None)
     if queries != "lattice":
@@ -227,10 +231,10 @@ def lattice_options(opts: TileOptions) -> TileOptions:
 def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndarray, np.ndarray]]) -> Normalizer:
     """The model's per-band statistics when they fit the input's bands and units, else the input's own.
 
-    The input's own are fitted with the model's :func:`~geonp.tasks.normalize.relative_spread` as the
-    prior of a band seen on few pixels (:meth:`~geonp.tasks.normalize.Normalizer.fit`): one observed
-    pixel, or a few equal ones, say nothing of the band's spread, and a std fitted on them alone
-    (~0) would make every std of the fill ~0 (it was 0.006-0.01 DN on a uint16 band).
+    The input's own are fitted with the model's :func:`~geonp.tasks.normalize.prior_std` as the
+    prior of a band whose pixels are all equal (:meth:`~geonp.tasks.normalize.Normalizer.fit`): one
+    observed pixel, or a few equal ones, say nothing of the band's spread, and a std fitted on them
+    alone (~0) would make every std of the fill ~0 (it was 0.006-0.01 DN on a uint16 band).
 
     A model that takes any band count standardises every tile by its own context, so it is not
     tied to its training units, but its statistics are the scale of every tile's prior and std
@@ -253,7 +257,7 @@ def normalizer_for(loaded: Any, n_bands: int, sample: Callable[[], tuple[np.ndar
         )
     values, valid = sample()
     try:
-        own = Normalizer.fit(values, valid, prior_spread=relative_spread(stored))
+        own = Normalizer.fit(values, valid, prior_std=prior_std(stored))
     except NoValidPixelsError:
         if fits:  # the sample missed the observed pixels of a band: nothing says the units differ
             return Normalizer.from_dict(stored)

@@ -9,7 +9,6 @@ calls, blending) is :mod:`geonp.filling.predict`.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import os
 import time
@@ -17,9 +16,6 @@ import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
-
-import numpy as np
-from rasterio.windows import Window
 
 from geonp._version import __version__
 from geonp.config import FillConfig
@@ -31,6 +27,7 @@ from geonp.filling.inputs import (
     Outputs,
     Reference,
     as_references,
+    check_file_fill,
     refuse_moved,
 )
 from geonp.filling.plan import FillPlan, fill_model, load_for_fill, model_key, tile_options
@@ -42,6 +39,7 @@ from geonp.filling.similar_pixels import (
     SIMILAR_REACH,
     SIMILAR_WINDOW,
 )
+from geonp.filling.write_blocks import stage, write_blocks
 from geonp.io.atomic import AtomicGroup
 from geonp.io.formats import check_creation_options, output_driver
 from geonp.io.gap_sources import GapSources, build_gap_sources
@@ -94,7 +92,9 @@ def fill_raster(
             ``multidate`` when ``model`` is left at ``default``).
         date: the input's acquisition date, where its tags and name lack it (needed with
             references).
-        progress: ``(gap_pixels_done, gap_pixels_total)`` callback.
+        progress: ``(gap_pixels_done, gap_pixels_total)`` callback; one with a ``stage(label, unit)``
+            method hears every long step, each opened by a ``stage`` call, in its own units
+            (:mod:`geonp.filling.write_blocks`).
         **options: any :class:`~geonp.config.FillConfig` field (``model``, ``nodata``, ``bands``,
             ``device``, ``tile_size``, ``overlap``, ``max_context``, ``search_radius``,
             ``max_distance``, ``block_size``, ``workers``, ``scheduler``, ``batch_rows``,
@@ -105,8 +105,7 @@ def fill_raster(
         A :class:`~geonp.filling.report.FillReport`.
     """
     refuse_moved(options, MOVED_KEYWORDS, "fill_raster")
-    if gaps is not None and not isinstance(gaps, Gaps):
-        raise ConfigError(f"gaps= must be a geonp.Gaps, got {type(gaps).__name__}; e.g. gaps=geonp.Gaps(mask=...)")
+    check_file_fill(input, gaps)
     refs = as_references(references)
     for i, ref in enumerate(refs, 1):
         if not ref.is_file:
@@ -152,12 +151,13 @@ class _FileFill:
 
     def run(self, progress: Callable[[int, int], None] | None) -> FillReport:
         """The whole fill; the report of what it did."""
+        self.progress = progress
         with open_raster(self.input) as src:
             self._read_input(src)
             self._check_outputs(src)
             report = self._survey(src)
             if self.outs.dry_run:
-                return self._dry_run(report)
+                return self._dry_run(src, report)
             self._write(src, report, progress)
         if self.outs.quicklook is not None:
             from geonp.io.quicklook import write_quicklook
@@ -220,10 +220,13 @@ class _FileFill:
         self.blocks = pool.plan_blocks(info.height, info.width, cfg.block_size)
         outside = [0]
         self.sampled = survey.sample_rows(info) if self.outs.dry_run else None  # a huge raster: an estimate
+        self.counts = survey.BlockCounts(info.height, info.width, cfg.block_size)
+        step = stage(self.progress, "surveying", "block")
         count = (survey.count_gaps(src, info, self.band_list, self.nodata, self.sources.extra_gaps, self.blocks,
-                                   self.opts.tile_size, self.sources.fillable, outside) if self.sampled is None else
+                                   self.opts.tile_size, self.sources.fillable, outside, self.counts, step)
+                 if self.sampled is None else
                  survey.estimate_gaps(src, info, self.band_list, self.nodata, self.sources.extra_gaps, self.sampled,
-                                      self.opts.tile_size, self.sources.fillable, outside))
+                                      self.opts.tile_size, self.sources.fillable, outside, self.counts, step))
         gap_pixels, obs_pixels, gap_tiles = count
         if obs_pixels == 0 and not self.refs:  # a date under cloud is filled from its references
             raise NoValidPixelsError(
@@ -242,14 +245,25 @@ class _FileFill:
         # a small raster's blocks are cut smaller to be shared by the worker processes
         self.blocks, report.workers = pool.plan_pool(info.height, info.width, cfg.block_size, cfg.workers,
                                                        resolve_device(cfg.device), gap_pixels)
+        v = self.validity  # blocks with neither gaps nor data are never read (geonp.filling.write_blocks)
+        self.fill_blocks, self.copy_blocks = self.counts.route(
+            self.blocks, skip_empty=v.nodata is not None and not v.write_mask and v.alpha_band is None)
+        report.workers = min(report.workers, max(1, len(self.fill_blocks)))
         return report
 
-    def _dry_run(self, report: FillReport) -> FillReport:
+    def _dry_run(self, src: Any, report: FillReport) -> FillReport:
         """The plan of a dry run: blocks, tiles, context sizes, memory and time estimates."""
         report.dry_run = True
+        spent = time.process_time()  # this process so far: what the fill does before its blocks
+        model = 0.0 if self.class_raster else survey.price_model(
+            src, self.info, self.band_list, self.nodata, self.sources.extra_gaps, self.sources.fillable, self.counts,
+            self.opts, report.gap_pixels)
+        times = survey.time_estimate(self.info, len(self.band_list), self.fill_blocks, self.copy_blocks,
+                                     self.opts.halo, spent=spent, model=model, workers=report.workers,
+                                     surveyed=self.sampled is None)
         report.plan = survey.plan(self.info, self.band_list, self.blocks, self.opts, report.gap_pixels, report.tiles,
                                   self.cfg.block_size, report.workers,
-                                  sampled_rows=None if self.sampled is None else len(self.sampled))
+                                  sampled_rows=None if self.sampled is None else len(self.sampled), times=times)
         report.plan["outside_footprint_pixels"] = report.outside_pixels
         report.plan["footprint"] = self.sources.footprint.describe()
         report.seconds = time.perf_counter() - self.t0
@@ -269,13 +283,15 @@ class _FileFill:
             input=_absolute(self.input), bands=tuple(self.band_list), nodata=self.nodata, dtype=dtype,
             out_nodata=profile.get("nodata"), sources=_absolute_sources(self.sources), validity=self.validity,
             references=self.opened, reference_days=self.ref_days)
-        lines = (engine.fit_reference_lines(source, self.blocks)
-                 if self.opened and cfg.reference_fit == "regression" else None)
+        lines = None
+        if self.opened and cfg.reference_fit == "regression":
+            step = stage(self.progress, "fitting references", "block")
+            lines = engine.fit_reference_lines(source, self.blocks, step)
         gaps_from = self.sources.extra_gaps
         plan = FillPlan.build(
             cfg, self.loaded, n_bands=len(self.band_list), model=model_key(cfg.model, self.loaded),
             reference_lines=lines, class_fill=self.class_raster,
-            sample=lambda: survey.sample_for_stats(src, info, self.band_list, self.nodata, gaps_from))
+            sample=lambda: survey.sample_for_stats(src, info, self.band_list, self.nodata, gaps_from, self.counts))
         return engine.BlockJob(source, plan), profile, std_profile
 
     def _tags(self, plan: FillPlan) -> dict[str, str]:
@@ -309,46 +325,18 @@ class _FileFill:
             for i, b in enumerate(band_list, start=1):
                 desc = src.descriptions[b - 1]
                 dstd.set_band_description(i, f"std of {desc}" if desc else f"std of band {b}")
-            timings = self._write_blocks(job, dst, dstd, report, progress)
+            timings = write_blocks(job, dst, dstd, report, self.fill_blocks, self.copy_blocks, progress,
+                                   scheduler=cfg.scheduler, loaded=self.loaded, write_mask=self.validity.write_mask)
             dst.update_tags(**report.count_tags())
+            closing = stage(progress, "closing and verifying", "step")
+            if closing is not None:
+                closing(0, 1)
             t_write = time.perf_counter()
         timings["write"] += time.perf_counter() - t_write  # the atomic writers' close and read-back
+        if closing is not None:
+            closing(1, 1)
         report.timings = timings
         report.seconds = time.perf_counter() - self.t0
-
-    def _write_blocks(self, job: engine.BlockJob, dst: Any, dstd: Any, report: FillReport,
-                      progress: Callable[[int, int], None] | None) -> dict[str, float]:
-        """Every block filled (here, in worker processes or on Dask) and written as it comes."""
-        done, total = [0], max(report.gap_pixels, 1)
-
-        def moved(n: int) -> None:
-            done[0] += n
-            if progress is not None:
-                progress(min(done[0], total), total)
-
-        filled = beyond = 0
-        timings: dict[str, float] = {"write": 0.0}
-        # closed at once on an interrupt or error, so the worker processes stop with the fill
-        with contextlib.closing(engine.run_blocks(job, self.blocks, scheduler=self.cfg.scheduler,
-                                                  workers=report.workers, progress=moved,
-                                                  loaded=self.loaded)) as results:
-            for result in results:
-                t_write = time.perf_counter()
-                r0, r1, c0, c1 = result.block
-                wwin = Window(c0, r0, c1 - c0, r1 - r0)
-                dst.write(result.out, window=wwin)
-                if self.validity.write_mask and result.valid is not None:
-                    dst.write_mask(np.where(result.valid, 255, 0).astype(np.uint8), window=wwin)
-                dstd.write(result.std, window=wwin)
-                filled += result.filled
-                beyond += result.beyond
-                for key, value in result.timings.items():
-                    timings[key] = timings.get(key, 0.0) + value
-                timings["write"] += time.perf_counter() - t_write
-        if progress is not None:
-            progress(total, total)
-        report.filled_pixels, report.beyond_pixels = filled, beyond
-        return timings
 
 
 def _open_references(input: str | os.PathLike[str], info: Any, cfg: FillConfig, refs: tuple[Reference, ...],

@@ -1,9 +1,10 @@
 """Look at a raster before filling it: gap counts, a sample for normalisation, the dry-run plan.
 
-``fill_raster`` counts the gaps block by block before any work (the progress total, and the
-``--dry-run`` report), samples windows for the normalisation statistics of a model that takes any
-band count, and, for ``--dry-run``, estimates blocks, tiles, memory and time (:func:`plan`).
-Nothing here runs the model.
+``fill_raster`` counts the gaps block by block before any work (the progress total, the
+``--dry-run`` report, and which blocks the fill reads: :class:`BlockCounts`), samples windows for
+the normalisation statistics of a model that takes any band count, and, for ``--dry-run``,
+estimates blocks, tiles, memory and time (:func:`plan`; the model's time by pricing the tiles of
+some blocks with gaps, :func:`price_model`). Nothing here runs the model.
 """
 
 from __future__ import annotations
@@ -19,33 +20,86 @@ from geonp.filling.tile_tasks import TileOptions
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo
 
-__all__ = ["count_gaps", "estimate_gaps", "plan", "sample_for_stats", "sample_rows", "sample_windows"]
+__all__ = ["BlockCounts", "count_gaps", "estimate_gaps", "plan", "price_model", "sample_for_stats", "sample_rows",
+           "sample_windows", "time_estimate"]
+
+
+class BlockCounts:
+    """Gap pixels to fill and observed pixels (all bands) in each ``cell``-px block of a raster's grid.
+
+    :func:`count_gaps` adds each block's counts (:func:`estimate_gaps`, those of its sampled rows).
+    The fill routes its blocks by them (:meth:`route`, :mod:`geonp.filling.write_blocks`); the dry
+    run prices the blocks with gaps (:func:`price_model`).
+    """
+
+    def __init__(self, height: int, width: int, cell: int) -> None:
+        """Zero counts for the cells of a ``height`` x ``width`` grid."""
+        self.cell = cell
+        shape = (-(-height // cell), -(-width // cell))
+        self.to_fill = np.zeros(shape, np.int64)
+        self.observed = np.zeros(shape, np.int64)
+
+    def add(self, block: Block, to_fill: np.ndarray, ok: np.ndarray) -> None:
+        """Add a block's ``[bands, h, w]`` flags; it lies in one row of cells (a cell, or rows of pixels)."""
+        r0, _, c0, c1 = block
+        cells = np.arange(c0 // self.cell, (c1 - 1) // self.cell + 1)
+        at = np.maximum(cells * self.cell, c0) - c0
+        for counts, flags in ((self.to_fill, to_fill), (self.observed, ok)):
+            counts[r0 // self.cell, cells] += np.add.reduceat(flags.sum(axis=(0, 1)), at)
+
+    def of(self, block: Block) -> tuple[int, int]:
+        """Gap pixels to fill and observed pixels of the cells a block overlaps."""
+        r0, r1, c0, c1 = block
+        s = self.cell
+        cells = np.s_[r0 // s:(r1 - 1) // s + 1, c0 // s:(c1 - 1) // s + 1]
+        return int(self.to_fill[cells].sum()), int(self.observed[cells].sum())
+
+    def route(self, blocks: list[Block], *, skip_empty: bool) -> tuple[list[Block], list[Block]]:
+        """The blocks with gaps to fill, and those to copy: with observed pixels (any, unless ``skip_empty``)."""
+        counts = [self.of(block) for block in blocks]
+        return ([b for b, (gaps, _) in zip(blocks, counts, strict=True) if gaps],
+                [b for b, (gaps, seen) in zip(blocks, counts, strict=True) if not gaps and (seen or not skip_empty)])
+
+
+def read_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
+              gaps_from: Callable[[Window], np.ndarray | None], win: Window,
+              fillable_from: Callable[[Window], np.ndarray] | None = None
+              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """A window's observed flags and gaps ``[bands, h, w]`` (extra gaps applied), and where it may be filled."""
+    _, ok = read_observed(src, win, bands, info=info, nodata=nodata)
+    gap = gaps_from(win)
+    if gap is not None:
+        ok &= ~gap[None]
+    return ok, ~ok, None if fillable_from is None else fillable_from(win)[None]
 
 
 def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
                gaps_from: Callable[[Window], np.ndarray | None], blocks: list[Block],
                tile_size: int, fillable_from: Callable[[Window], np.ndarray] | None = None,
-               outside: list[int] | None = None) -> tuple[int, int, int]:
+               outside: list[int] | None = None, counts: BlockCounts | None = None,
+               progress: Callable[[int, int], None] | None = None) -> tuple[int, int, int]:
     """Gap pixels, observed pixels and tiles with gaps (over all bands), block by block.
 
     With ``fillable_from`` (the data footprint) only gaps inside it count; those outside are
-    added to ``outside[0]``.
+    added to ``outside[0]``. ``counts`` gets each block's counts; ``progress`` hears
+    ``(blocks done, blocks)``.
     """
     gap_pixels, obs_pixels, gap_tiles = 0, 0, 0
-    for r0, r1, c0, c1 in blocks:
-        win = Window(c0, r0, c1 - c0, r1 - r0)
-        _, ok = read_observed(src, win, bands, info=info, nodata=nodata)
-        gap = gaps_from(win)
-        if gap is not None:
-            ok &= ~gap[None]
-        to_fill = ~ok
-        if fillable_from is not None:
-            inside = fillable_from(win)[None]
+    for i, (r0, r1, c0, c1) in enumerate(blocks):
+        ok, to_fill, inside = read_gaps(src, info, bands, nodata, gaps_from, Window(c0, r0, c1 - c0, r1 - r0),
+                                        fillable_from)
+        if inside is not None:
             if outside is not None:
                 outside[0] += int((to_fill & ~inside).sum())
-            to_fill = to_fill & inside
+            to_fill &= inside
+        if counts is not None:
+            counts.add((r0, r1, c0, c1), to_fill, ok)
+        if progress is not None:
+            progress(i + 1, len(blocks))
         gap_pixels += int(to_fill.sum())
         obs_pixels += int(ok.sum())
+        if not to_fill.any():
+            continue
         t = tile_size
         b, h, w = to_fill.shape  # rows of tiles first: a one-row block is not padded to a whole tile
         tile_rows = np.pad(to_fill, ((0, 0), (0, (-h) % t), (0, 0))).reshape(b, -1, t, w).any(axis=2)
@@ -55,12 +109,23 @@ def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | Non
 
 
 def sample_for_stats(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
-                     gaps_from: Callable[[Window], np.ndarray | None]) -> tuple[np.ndarray, np.ndarray]:
-    """:func:`sample_windows` of a raster file: its values and observed flags, extra gaps applied."""
+                     gaps_from: Callable[[Window], np.ndarray | None],
+                     counts: BlockCounts | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`sample_windows` of a raster file: its values and observed flags, extra gaps applied.
+
+    A window after the first where the survey's ``counts`` saw no observed pixel is not read: it
+    adds nothing to the sample (the strips of a sparse raster's nodata).
+    """
+    first = [True]
 
     def read(windows: list[Window]) -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
         for win in windows:
+            r0, c0, h, w = (int(v) for v in (win.row_off, win.col_off, win.height, win.width))
+            if not first[0] and counts is not None and not counts.of((r0, r0 + h, c0, c0 + w))[1]:
+                out.append((np.zeros((len(bands), 0)), np.zeros((len(bands), 0), bool)))
+                continue
+            first[0] = False
             arr, ok = read_observed(src, win, bands, info=info, nodata=nodata)
             gap = gaps_from(win)
             if gap is not None:
@@ -113,26 +178,118 @@ def sample_windows(height: int, width: int, n_bands: int,
     return np.concatenate(vals, 1), np.concatenate(oks, 1)
 
 
-# CPU seconds per gap pixel at 256 context pixels, one thread of the 2-core development CPU
-# (512² 3-band Landsat crops, 30 % cloud or stripes: 9.4-10.8 s for 0.24 Mpx of band-gaps with the
-# lattice and the 3-block near model; dropped pixels cost less); cost grows about linearly with
-# the context.
-_CPU_SECONDS_PER_GAP_PIXEL = 45e-6
+# CPU seconds (one thread of the 2-core development CPU) of a fill's steps; benchmarks/dry_run.py
+# compares the estimate with whole fills. A tile's task costs a fixed part, a part per pair of its
+# context pixels and one per (query, context pixel) pair: fitted on 512² 3-band Landsat crops
+# (clouds of 10-60 %, stripes of 15-30 %, 30-97 % dropped pixels), each within 16 % of its time.
+_TASK_SECONDS = 2.2e-3
+_CONTEXT_PAIR_SECONDS = 6.2e-8
+_QUERY_PAIR_SECONDS = 1.0e-7
+#: ... per pixel and band of a block with gaps read with its halo (normalising, distances, blending)
+_BLOCK_SECONDS = 7e-8
+#: ... per pixel and band of the exact survey (a huge raster's dry run only estimates its counts)
+_SURVEY_SECONDS = 1.1e-8
+#: ... per pixel and band of a block written (read, cast, compressed, read back: 1.1e-7 for the
+#: copied blocks of a 4096² Landsat mosaic)
+_WRITE_SECONDS = 1e-7
+#: ... per pixel and band of the raster when the outputs are closed (GDAL writes the blocks never
+#: written) and read back: 0.9e-8 for a sparse 30000² raster
+_CLOSE_SECONDS = 1e-8
+
+
+def task_seconds(observed: np.ndarray, to_fill: np.ndarray, origin: tuple[int, int], opts: TileOptions) -> float:
+    """The model's CPU seconds on the gaps of a block ``[bands, h, w]`` (read without halo).
+
+    Its tiles are split as the fill splits them, their queries lie on the lattice and their
+    context sizes are the fill's (:func:`~geonp.filling.tile_tasks.block_tasks`' geometry, without
+    choosing the context pixels); bands with one gap pattern share it.
+    """
+    from geonp.filling.tile_tasks import _pattern_groups, _tile_geometry
+    from geonp.tasks.lattice import spacing_map
+
+    h, w = observed.shape[1:]
+    seconds = 0.0
+    for group in _pattern_groups(observed, to_fill):
+        seen = observed[group[0]]
+        if not seen.any():
+            continue
+        spacing = spacing_map(seen, opts.lattice)
+        for _, targets, spec, _ in _tile_geometry(seen, to_fill[group[0]], (0, h, 0, w), origin, opts, spacing):
+            c = min(spec.n_near + spec.n_far, int(seen.sum()))
+            seconds += len(group) * (_TASK_SECONDS + c * c * _CONTEXT_PAIR_SECONDS
+                                     + targets.rows.size * c * _QUERY_PAIR_SECONDS)
+    return seconds
+
+
+def price_model(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
+                gaps_from: Callable[[Window], np.ndarray | None], fillable_from: Callable[[Window], np.ndarray] | None,
+                counts: BlockCounts, opts: TileOptions, gap_pixels: int, *, blocks: int = 8) -> float:
+    """The model's CPU seconds on every gap: :func:`task_seconds` of up to ``blocks`` blocks with gaps.
+
+    The blocks are spread over those the survey saw gaps in; their seconds per gap pixel price
+    the ``gap_pixels`` of all.
+    """
+    cells = np.argwhere(counts.to_fill > 0)
+    s, seconds, pixels = counts.cell, 0.0, 0
+    for i, j in cells[np.unique(np.linspace(0, len(cells) - 1, min(blocks, len(cells))).astype(int))]:
+        r0, c0 = int(i) * s, int(j) * s
+        win = Window(c0, r0, min(s, info.width - c0), min(s, info.height - r0))
+        ok, to_fill, inside = read_gaps(src, info, bands, nodata, gaps_from, win, fillable_from)
+        if inside is not None:
+            to_fill &= inside
+        seconds += task_seconds(ok, to_fill, (r0, c0), opts)
+        pixels += int(to_fill.sum())
+    return seconds * gap_pixels / max(pixels, 1)
+
+
+def time_estimate(info: RasterInfo, n_bands: int, fill_blocks: list[Block], copy_blocks: list[Block], halo: int,
+                  *, spent: float, model: float, workers: int, surveyed: bool) -> dict[str, Any]:
+    """A dry run's time estimate: CPU seconds of each step of the fill, and its wall seconds.
+
+    Args:
+        info: the raster.
+        n_bands: bands filled.
+        fill_blocks: blocks with gaps to fill (read with ``halo``, filled by ``workers`` processes).
+        copy_blocks: blocks with observed pixels and no gap to fill (read, copied); blocks with
+            neither are never read.
+        halo: pixels read around a block with gaps.
+        spent: CPU seconds this process has spent (starting, loading the model, the footprint,
+            the survey), which the fill spends too.
+        model: the model's CPU seconds (:func:`price_model`).
+        workers: processes filling blocks.
+        surveyed: the gaps were counted exactly (the fill's survey is in ``spent``).
+    """
+    px = info.width * info.height * n_bands
+    h, w = _reads(info, fill_blocks, halo)
+    written = sum((r1 - r0) * (c1 - c0) for r0, r1, c0, c1 in fill_blocks + copy_blocks) * n_bands
+    steps = {"start": spent, "survey": 0.0 if surveyed else px * _SURVEY_SECONDS,
+             "blocks": model + float((h * w).sum()) * n_bands * _BLOCK_SECONDS,
+             "write": written * _WRITE_SECONDS + px * _CLOSE_SECONDS}
+    parallel = max(1, min(workers, len(fill_blocks)))
+    cpu = sum(steps.values())
+    return {
+        "estimated_cpu_seconds": round(cpu, 1),
+        "estimated_seconds": round(cpu - steps["blocks"] * (1 - 1 / parallel), 1),
+        "estimated_cpu_seconds_by_step": ", ".join(f"{k} {v:.1f}" for k, v in steps.items())
+        + f" ({len(fill_blocks)} blocks with gaps over {parallel} process(es), {len(copy_blocks)} copied)",
+    }
 
 
 def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOptions, gap_pixels: int,
-         gap_tiles: int, block_size: int, workers: int, *, sampled_rows: int | None = None) -> dict[str, Any]:
+         gap_tiles: int, block_size: int, workers: int, *, sampled_rows: int | None = None,
+         times: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a dry run prints: blocks, tiles, context sizes, memory and time estimates.
 
     The block size with its halo is that of the largest block, the halo clipped to the raster
     as the engine reads it. ``sampled_rows``: the gap counts are :func:`estimate_gaps`'s
-    estimate from that many rows, and the plan says so.
+    estimate from that many rows, and the plan says so. ``times``: :func:`time_estimate`.
     """
-    block_h, block_w = _largest_read(info, blocks, opts.halo)
+    h, w = _reads(info, blocks, opts.halo)
+    i = int(np.argmax(h * w))  # the largest block read
+    block_h, block_w = int(h[i]), int(w[i])
     block_bytes = block_h * block_w * len(bands) * (8 + 1 + 8 + 8)  # values, mask, normalised, distance
     q = (opts.tile_size + 2 * opts.overlap) ** 2
     attn_bytes = 8192 * 4 * opts.max_context * (8 + 4 + 4)  # bias index, bias, logits per chunk
-    cpu_seconds = gap_pixels * _CPU_SECONDS_PER_GAP_PIXEL * opts.max_context / 256
     counts: dict[str, str] = {}
     if sampled_rows is not None:
         counts["counts"] = (f"estimated from {sampled_rows} evenly spaced rows of {info.height} (the raster "
@@ -149,20 +306,16 @@ def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOpti
         "queries_per_tile_max": q,
         "processes": workers,
         "estimated_peak_memory_mb": round(workers * ((block_bytes + attn_bytes) / 2**20 + 400)),
-        "estimated_cpu_seconds": round(cpu_seconds, 1),
-        "estimated_seconds": round(cpu_seconds / workers, 1),
+        **(times or {}),
     }
 
 
-def _largest_read(info: RasterInfo, blocks: list[Block], halo: int) -> tuple[int, int]:
-    """Rows and columns of the largest block read with its halo, clipped to the raster."""
-    if not blocks:
-        return 0, 0
-    spans = np.array(blocks, dtype=np.int64)  # [n, 4]: r0, r1, c0, c1
+def _reads(info: RasterInfo, blocks: list[Block], halo: int) -> tuple[np.ndarray, np.ndarray]:
+    """Rows and columns of each block read with its halo, clipped to the raster."""
+    spans = np.array(blocks, dtype=np.int64).reshape(-1, 4)  # [n, 4]: r0, r1, c0, c1
     h = np.minimum(info.height, spans[:, 1] + halo) - np.maximum(0, spans[:, 0] - halo)
     w = np.minimum(info.width, spans[:, 3] + halo) - np.maximum(0, spans[:, 2] - halo)
-    i = int(np.argmax(h * w))
-    return int(h[i]), int(w[i])
+    return h, w
 
 
 #: A dry run counts the gaps of rasters up to this many pixels exactly; it estimates them for
@@ -188,23 +341,28 @@ def sample_rows(info: RasterInfo, *, exact_pixels: int = EXACT_COUNT_PIXELS,
 def estimate_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
                   gaps_from: Callable[[Window], np.ndarray | None], rows: np.ndarray, tile_size: int,
                   fillable_from: Callable[[Window], np.ndarray] | None = None,
-                  outside: list[int] | None = None) -> tuple[int, int, int]:
+                  outside: list[int] | None = None, counts: BlockCounts | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> tuple[int, int, int]:
     """:func:`count_gaps`'s counts estimated from whole rows of the raster (:func:`sample_rows`).
 
     Each sampled row stands for ``height / len(rows)`` rows. A tile row with a gap in the sampled
     row is taken to hold that many tiles with gaps; so scattered single-pixel gaps make the tile
     count low, which a dry run states. When no sampled pixel is observed (data in a small part of
-    a huge grid, between the rows), the counts are made exactly instead.
+    a huge grid, between the rows), the counts are made exactly instead. ``counts`` gets the
+    sampled rows' counts (unscaled), or the exact ones.
     """
     one_row_blocks = [(int(r), int(r) + 1, 0, info.width) for r in rows]
     sampled_outside = [0]
     gap, obs, tiles = count_gaps(src, info, bands, nodata, gaps_from, one_row_blocks, tile_size,
-                                 fillable_from, sampled_outside)
+                                 fillable_from, sampled_outside, counts, progress)
     if obs == 0:
         from geonp.filling.pool import plan_blocks
 
-        exact = plan_blocks(info.height, info.width, max(512, tile_size))
-        return count_gaps(src, info, bands, nodata, gaps_from, exact, tile_size, fillable_from, outside)
+        if counts is not None:
+            counts.to_fill[:] = 0
+        exact = plan_blocks(info.height, info.width, max(512, tile_size) if counts is None else counts.cell)
+        return count_gaps(src, info, bands, nodata, gaps_from, exact, tile_size, fillable_from, outside, counts,
+                          progress)
     scale = info.height / len(one_row_blocks)
     if outside is not None:
         outside[0] += round(sampled_outside[0] * scale)

@@ -218,7 +218,7 @@ def band_tasks(
     rh, rw = r1 - r0, c1 - c0
     out: list[TileTask] = []
     for window, tt, spec, near in _tile_geometry(observed, to_fill, region, origin, opts, spacing):
-        qr0, qr1, qc0, qc1 = window
+        qr0, _, qc0, _ = window
         # the rule training uses (geonp.data.tasks.context_points)
         crow, ccol, days, y, n_target = context_points(values, observed, to_fill, window, spec, origin=origin,
                                                        limit=limit, references=references)
@@ -322,8 +322,10 @@ def block_tasks(
 
 def _pattern_groups(observed: np.ndarray, to_fill: np.ndarray, references: Sequence[np.ndarray] = ()
                     ) -> list[list[int]]:
-    """Band indices grouped by gap pattern: equal ``observed`` and ``to_fill``, and equal observed
-    masks ``[bands, h, w]`` in each reference (their tiles, context pixels and targets are the same).
+    """Band indices grouped by gap pattern.
+
+    A group's bands have equal ``observed`` and ``to_fill``, and equal observed masks ``[bands, h,
+    w]`` in each reference (their tiles, context pixels and targets are the same).
     """
     masks = [observed, to_fill, *references]
     groups: list[list[int]] = []

@@ -21,7 +21,13 @@ from rasterio.windows import Window
 from geonp.config import FillConfig
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.filling import survey
-from geonp.filling.arrays import _in_type, _refuse_files, _refuse_references_for_classes, fill_array
+from geonp.filling.arrays import (
+    _in_type,
+    _refuse_files,
+    _refuse_references_for_classes,
+    check_nodata,
+    fill_array,
+)
 from geonp.filling.block import BlockInput, fill_block
 from geonp.filling.inputs import Reference, as_references
 from geonp.filling.plan import FillPlan, fill_model, load_for_fill, plan_model
@@ -30,7 +36,7 @@ from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.masks import valid_mask
 from geonp.io.raster import cap_gdal_cache
 
-__all__ = ["dask_plan", "fill", "nodata_of"]
+__all__ = ["check_dataarray", "dask_plan", "fill", "nodata_of"]
 
 
 def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[Reference | tuple[Any, float]] = (),
@@ -65,7 +71,8 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[Refe
         (:func:`geonp.filling.xarray_result.build_result`; also ``da.geonp.fill()``).
     """
     if da.ndim not in (2, 3):
-        raise InputRasterError(f"expected a DataArray with dims (band, y, x) or (y, x), got {da.dims}")
+        raise InputRasterError(f"expected a DataArray with dims (band, y, x) or (y, x), got {da.dims}; select or "
+                               "stack the other dimensions first (da.isel(...), da.stack(band=[...]))")
     squeeze = da.ndim == 2
     arr3 = da.expand_dims("band") if squeeze else da
     cfg = FillConfig.of(config, **options)
@@ -96,13 +103,34 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[Refe
     return ds
 
 
+def check_dataarray(obj: Any, what: str) -> None:
+    """Refuse ``obj`` unless it is an ``xarray.DataArray``, saying what to give instead."""
+    import xarray as xr
+
+    if isinstance(obj, xr.DataArray):
+        return
+    if isinstance(obj, xr.Dataset):
+        name = next(iter(obj.data_vars), "B04")
+        kind, hint = "Dataset", f"pick one variable: ds[{name!r}], or its variables as bands: ds.to_array('band')"
+    elif isinstance(obj, np.ndarray):
+        kind, hint = "numpy array", "geonp.fill_array fills numpy arrays"
+    else:
+        kind, hint = type(obj).__name__, "wrap it: xr.DataArray(values, dims=('band', 'y', 'x'))"
+    raise InputRasterError(f"{what} must be an xarray DataArray, not a {kind}; {hint}")
+
+
 def nodata_of(da: Any, cfg: FillConfig) -> float | None:
-    """The nodata value in force for ``da``: the option's, else ``rio.nodata``, ``_FillValue`` or ``nodata``."""
+    """The nodata value in force for ``da``: the option's, else ``rio.nodata``, ``_FillValue`` or ``nodata``.
+
+    Raises:
+        ConfigError: a nodata value ``da``'s type cannot hold.
+    """
     nodata = cfg.nodata
     if nodata is None:
         nodata = da.attrs.get("_FillValue", da.attrs.get("nodata"))
         with contextlib.suppress(Exception):  # rioxarray not imported or no CRS: keep the attrs' value
             nodata = da.rio.nodata if da.rio.nodata is not None else nodata
+    check_nodata(nodata, da.dtype)
     return nodata
 
 
@@ -130,6 +158,7 @@ def _xarray_references(references: Sequence[Any], like: Any) -> list[tuple[Any, 
     out = []
     for i, item in enumerate(as_references(references), 1):
         _refuse_files(i, item, "geonp.fill")
+        check_dataarray(item.source, f"geonp.fill's reference {i}")
         if item.valid is not None:
             raise ConfigError(f"reference {i}: a DataArray's gaps are its NaN/Inf and nodata; valid is for "
                               "fill_array")

@@ -17,6 +17,7 @@ writer's files removed and records on itself which partial files remain
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 from collections.abc import Mapping
@@ -24,12 +25,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
-import numpy as np
 import rasterio
 import rasterio.errors
 import rasterio.shutil
 from rasterio.io import DatasetWriter
-from rasterio.windows import Window
 
 from geonp.errors import OutputError
 from geonp.io.atomic_file import fsync_dir, fsync_path
@@ -39,14 +38,17 @@ from geonp.io.partials import (
     partial_path,
     remove_stale_partials,
     unlink_quietly,
+    with_sidecars,
 )
 from geonp.io.profiles import convert_raster, finalize_cog
+from geonp.io.readback import verify_raster_file
 from geonp.io.write_errors import (
     NEARLY_FULL,
     disk_full_message,
     free_bytes,
     is_disk_full,
     is_gdal_error,
+    quiet_libtiff,
     verify_failed,
     write_failed,
 )
@@ -56,42 +58,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["AtomicGroup", "AtomicRasterWriter", "verify_raster_file"]
-
-
-#: Bytes read at a time when a finished file is read back.
-_VERIFY_CHUNK_BYTES = 32 * 2**20
-
-
-def verify_raster_file(path: str | os.PathLike[str], profile: Mapping[str, Any]) -> None:
-    """Read a just-written raster back, all of it, strip by strip.
-
-    GDAL does not always report a failed write: on a full disk libtiff prints a message and
-    ``close()`` returns normally, leaving a truncated file. Reading every block back (memory
-    bounded by ``_VERIFY_CHUNK_BYTES``) catches that before the file gets its final name.
-
-    Args:
-        path: The finished file.
-        profile: The profile it was written with (size, band count and type are checked).
-
-    Raises:
-        OutputError: If the file cannot be opened or read, or does not have the written shape.
-    """
-    name = os.fspath(path)
-    try:
-        with rasterio.open(name) as src:
-            want = (int(profile["width"]), int(profile["height"]), int(profile["count"]))
-            got = (src.width, src.height, src.count)
-            if got != want:
-                raise ValueError(f"it has {got[0]}x{got[1]} px and {got[2]} band(s), not "
-                                 f"{want[0]}x{want[1]} and {want[2]}")
-            block_h = max(1, src.block_shapes[0][0])
-            row_bytes = src.width * src.count * np.dtype(src.dtypes[0]).itemsize
-            rows = max(block_h, (_VERIFY_CHUNK_BYTES // max(row_bytes, 1)) // block_h * block_h)
-            for r0 in range(0, src.height, rows):
-                src.read(window=Window(0, r0, src.width, min(rows, src.height - r0)))
-    except (rasterio.errors.RasterioError, OSError, ValueError) as err:
-        raise verify_failed(path, err) from err
+__all__ = ["AtomicGroup", "AtomicRasterWriter"]
 
 
 def _commit(tmp: Path, final: Path, *, overwrite: bool) -> None:
@@ -201,8 +168,11 @@ class AtomicRasterWriter:
     a file on a full disk), flushed to disk and moved onto the final path. On any exception,
     KeyboardInterrupt included, the temporary file is deleted and the exception propagates; a
     full disk becomes :class:`~geonp.errors.OutputError`. Either way no partial output
-    remains. A ``.aux.xml`` sidecar GDAL writes for metadata the TIFF cannot hold is moved
-    along with the raster.
+    remains. Every file GDAL wrote beside the raster (a ``.aux.xml`` for metadata the format
+    cannot hold, the ``.hdr`` and ``.prj`` of EHdr or ENVI) is moved along with it, and the
+    output must open under its final name, or it is removed again and the write fails. While
+    the writer is open, libtiff prints nothing to stderr (:func:`quiet_libtiff`): a failure is
+    geonp's one-line error.
 
     A writer of an :class:`AtomicGroup` waits for the group: its file is moved into place with
     the group's other files when the group's block ends, so files that belong together (a
@@ -251,6 +221,8 @@ class AtomicRasterWriter:
         self._dst: DatasetWriter | None = None
         self._extra_temps: list[Path] = []
         self._ready: Path | None = None
+        self._moved: list[Path] = []
+        self._quiet = contextlib.ExitStack()
         self.group = group
 
     def __enter__(self) -> DatasetWriter:
@@ -263,9 +235,11 @@ class AtomicRasterWriter:
             )
         remove_stale_partials(self.path)
         self.temp_path = partial_path(self.path, ".tif")
+        self._quiet.enter_context(quiet_libtiff())
         try:
             self._dst = rasterio.open(self.temp_path, "w", **self.profile)
         except Exception as err:
+            self._quiet.close()
             self._cleanup()
             if is_disk_full(err):
                 raise OutputError(disk_full_message(self.path)) from err
@@ -279,6 +253,10 @@ class AtomicRasterWriter:
         tb: TracebackType | None,
     ) -> bool:
         """Commit the file (or hand it to its group) on success; delete it on failure."""
+        with self._quiet:
+            return self._finish(exc)
+
+    def _finish(self, exc: BaseException | None) -> bool:
         dst, self._dst = self._dst, None
         if exc is not None:
             # Measured before the partial file is removed: afterwards the disk has room again.
@@ -327,32 +305,53 @@ class AtomicRasterWriter:
                              resampling=self.overview_resampling)
             else:
                 convert_raster(self.temp_path, converted, self.driver, self.creation_options)
-            unlink_quietly(self.temp_path)
-            unlink_quietly(_aux_path(self.temp_path))
+            for path in with_sidecars(self.temp_path):
+                unlink_quietly(path)
             ready = converted
         try:
             verify_raster_file(ready, self.profile)
         except OutputError as err:  # name the output the user asked for, not the partial file
             raise verify_failed(self.path, err.__cause__ or err) from err
-        fsync_path(ready)
+        for path in with_sidecars(ready):
+            fsync_path(path)
         self._ready = ready
 
     def _move_into_place(self) -> None:
-        assert self._ready is not None, "AtomicRasterWriter committed before it was prepared"
-        _commit(self._ready, self.path, overwrite=self.overwrite)
-        aux = _aux_path(self._ready)
+        """Move the raster and its sidecars onto their final names; check that it opens there."""
+        ready = self._ready
+        assert ready is not None, "AtomicRasterWriter committed before it was prepared"
+        sidecars = [(f, self.path.with_name(_final_name(f.name, ready, self.path)))
+                    for f in with_sidecars(ready) if f != ready]
+        for _, final in sidecars:
+            # o.hdr may belong to another raster (o.img beside o.bil); o.bil.aux.xml is ours
+            if not self.overwrite and final.exists() and not final.name.startswith(self.path.name):
+                raise OutputError(f"{final} already exists and writing {self.path.name} as {self.driver} "
+                                  "would replace it; pass --overwrite, or choose another OUTPUT name.")
+        _commit(ready, self.path, overwrite=self.overwrite)
+        self._moved = [self.path]
+        for tmp, final in sidecars:
+            os.replace(tmp, final)
+            self._moved.append(final)
         final_aux = _aux_path(self.path)
-        if aux.exists():
-            os.replace(aux, final_aux)
-        elif final_aux.exists():
+        if final_aux not in self._moved and final_aux.exists():
             # Left by the file just replaced: it would now describe the wrong raster.
             unlink_quietly(final_aux)
+        try:
+            with rasterio.open(self.path) as src:
+                got = (src.width, src.height, src.count)
+        except (rasterio.errors.RasterioError, OSError) as err:
+            got = " ".join(str(err).split())
+        if got != (int(self.profile["width"]), int(self.profile["height"]), int(self.profile["count"])):
+            for path in self._moved:
+                unlink_quietly(path)
+            raise OutputError(f"{self.path} does not open as the raster written ({got}) once moved into place "
+                              f"as {self.driver}; write a GeoTIFF (.tif, or -f GTiff) instead. No file was written.")
 
     def _cleanup(self) -> None:
         for path in [self.temp_path, *self._extra_temps]:
             if path is not None:
-                unlink_quietly(path)
-                unlink_quietly(_aux_path(path))
+                for file in with_sidecars(path):
+                    unlink_quietly(file)
 
 
 def _commit_together(writers: list[AtomicRasterWriter]) -> None:
@@ -370,7 +369,8 @@ def _commit_together(writers: list[AtomicRasterWriter]) -> None:
     except BaseException:
         for w in done:  # best effort: take back the new files that did not replace any
             if not w.overwrite:
-                unlink_quietly(w.path)
+                for path in w._moved:
+                    unlink_quietly(path)
         raise
     for parent in {w.path.parent for w in writers}:
         fsync_dir(parent)
@@ -384,3 +384,14 @@ def _note_interrupt(exc: BaseException | None) -> None:
 
 def _aux_path(path: Path) -> Path:
     return path.with_name(path.name + ".aux.xml")
+
+
+def _final_name(name: str, ready: Path, final: Path) -> str:
+    """The final name of a file GDAL wrote beside the partial raster ``ready``.
+
+    ``.o.bil.geonp-partial-X.bil.aux.xml`` becomes ``o.bil.aux.xml``, ``.o.bil.geonp-partial-X.hdr``
+    becomes ``o.hdr`` (the name GDAL looks for beside ``o.bil``).
+    """
+    if name.startswith(ready.name):
+        return final.name + name[len(ready.name):]
+    return final.stem + name[len(ready.stem):]

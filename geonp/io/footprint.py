@@ -129,11 +129,21 @@ class Footprint:
         if self.kind == "file":
             assert self.source is not None and self.like is not None, "file footprint incomplete"
             return inside & _read_footprint_file(self.source, self.like, window)
+        if not inside.size:
+            return inside
         y = rows[:, None] + 0.5
         x = cols[None, :] + 0.5
         on_grid = inside.copy()
+        # A half-plane that holds (or fails) the window's four corner pixels holds (or fails) all of
+        # them: most windows of a large raster are wholly inside or outside, decided at no cost.
+        corners = np.array([[cols[0], cols[-1], cols[0], cols[-1]], [rows[0], rows[0], rows[-1], rows[-1]]]) + 0.5
         for a, b, c in self.half_planes:
-            inside &= a * x + b * y + c <= 1e-6 * (abs(a) + abs(b) + abs(c) + 1.0)
+            holds = a * corners[0] + b * corners[1] + c <= 1e-6 * (abs(a) + abs(b) + abs(c) + 1.0)
+            if not holds.any():
+                inside[:] = False
+                break
+            if not holds.all():
+                inside &= a * x + b * y + c <= 1e-6 * (abs(a) + abs(b) + abs(c) + 1.0)
         for ok in observed_by:
             inside |= on_grid & ok.any(axis=0)
         return inside

@@ -88,8 +88,17 @@ def output_driver(path: str | os.PathLike[str], fmt: str | None = None) -> str:
         The driver's short name (``"GTiff"`` for ``.tif``, ``.tiff`` and names without one).
 
     Raises:
-        ConfigError: If ``fmt`` is no GDAL driver, or the extension names no format GDAL knows.
+        ConfigError: If ``fmt`` is no GDAL driver, the extension names no format GDAL knows, or
+            the format is VRT (a list of other files, which holds no pixels of its own).
     """
+    driver = _driver(path, fmt)
+    if driver == "VRT":
+        raise ConfigError(f"{os.fspath(path)}: a VRT only refers to other raster files and holds no pixels, so "
+                          "geonp cannot write one; name the output .tif (or give -f GTiff).")
+    return driver
+
+
+def _driver(path: str | os.PathLike[str], fmt: str | None) -> str:
     if fmt:
         drivers = _gdal_drivers()
         match = {name.lower(): name for name in drivers}.get(str(fmt).lower())

@@ -11,6 +11,7 @@ an interrupt's :data:`PARTIALS_LEFT` attribute before it says that no partial ou
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import logging
 import os
@@ -33,6 +34,7 @@ __all__ = [
     "partials_in",
     "remove_stale_partials",
     "unlink_quietly",
+    "with_sidecars",
 ]
 
 
@@ -66,10 +68,20 @@ PARTIALS_LEFT = "partials_left"
 
 
 def own_partials() -> list[Path]:
-    """The partial files this process named that exist now (with GDAL's ``.aux.xml`` sidecars), sorted."""
+    """The partial files this process named that exist now (with their sidecars), sorted."""
     with _OWN_LOCK:
         named = list(_OWN)
-    return sorted(f for p in named for f in (p, p.with_name(p.name + ".aux.xml")) if f.exists())
+    return sorted(f for p in named for f in with_sidecars(p))
+
+
+def with_sidecars(partial: Path) -> list[Path]:
+    """A partial file and the files GDAL wrote beside it under its name, sorted.
+
+    ``.o.bil.geonp-partial-...bil`` comes with ``...hdr``, ``...prj`` and ``...bil.aux.xml``:
+    every existing file named like ``partial`` up to its extension (the random part of a partial
+    name makes them this writer's). An empty list when none exists.
+    """
+    return sorted(p for p in partial.parent.glob(glob.escape(partial.stem) + ".*") if p.is_file())
 
 
 def note_partials_left(interrupt: BaseException, others: Iterable[Path] = ()) -> list[Path]:

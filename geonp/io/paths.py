@@ -12,11 +12,12 @@ import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
-from geonp.errors import OutputError
+from geonp.errors import ConfigError, OutputError
 
 __all__ = [
     "RUN_ID_TAG",
     "check_output_path",
+    "check_quicklook_path",
     "check_std_path",
     "default_uncertainty_path",
     "unpaired_output",
@@ -193,3 +194,13 @@ def _run_id(path: Path) -> str | None:
             return src.tags().get(RUN_ID_TAG)
     except (rasterio.errors.RasterioError, OSError):
         return None
+
+
+def check_quicklook_path(png: str | os.PathLike[str]) -> None:
+    """Refuse a quicklook path that does not end in ``.png`` (the file is a PNG whatever its name).
+
+    Raises:
+        ConfigError: If the extension is not ``.png``.
+    """
+    if Path(os.fspath(png)).suffix.lower() != ".png":
+        raise ConfigError(f"--quicklook writes a PNG; give a path ending in .png, not {os.fspath(png)}.")

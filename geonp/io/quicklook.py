@@ -7,6 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from geonp.io.paths import check_quicklook_path
+
 #: Colour of gaps and unfilled pixels: magenta, which no natural scene shows.
 GAP_RGB = (1.0, 0.0, 1.0)
 _COLOURS = ("red", "green", "blue")
@@ -101,7 +103,12 @@ def write_quicklook(
     mask: str | os.PathLike[str] | None = None,
     max_side: int = 600,
 ) -> None:
-    """Write a 3-panel PNG (input with gaps, prediction, std) of at most ``max_side`` px per panel."""
+    """Write a 3-panel PNG (input with gaps, prediction, std) of at most ``max_side`` px per panel.
+
+    Raises:
+        ConfigError: If ``png`` does not end in ``.png``.
+    """
+    check_quicklook_path(png)
     import matplotlib
 
     matplotlib.use("agg")

@@ -26,13 +26,12 @@ from rasterio.windows import Window
 from geonp.errors import ConfigError, InputRasterError, one_line
 from geonp.io.alpha import tagged_alpha
 from geonp.io.remote import is_virtual, remote_failure
+from geonp.io.validity import refuse_complex
 
 logger = logging.getLogger(__name__)
 
-__all__ = [
-    "RasterInfo", "alpha_band_is_mask", "cap_gdal_cache", "check_nodata_in_range", "gdal_cache_bytes",
-    "gdal_cache_env", "has_internal_mask", "open_raster", "raster_info", "select_bands", "set_gdal_cache",
-]
+__all__ = ["RasterInfo", "alpha_band_is_mask", "cap_gdal_cache", "check_nodata_in_range", "gdal_cache_bytes",
+           "gdal_cache_env", "has_internal_mask", "open_raster", "raster_info", "select_bands", "set_gdal_cache"]
 
 
 #: GDAL's block cache (MiB) where geonp reads and writes rasters. GDAL's default, 5 % of the
@@ -128,8 +127,8 @@ def open_raster(path: str | os.PathLike[str], *, role: str = "Input raster") -> 
 
     Raises:
         InputRasterError: If the path does not exist, is a directory, an empty or unreadable
-            file, is not a raster GDAL can read, is named ``.tif`` but holds another format, or
-            its pixels cannot be read (truncated or corrupt file).
+            file, is not a raster GDAL can read, is named ``.tif`` but holds another format, holds
+            complex pixels, or its pixels cannot be read (truncated or corrupt file).
     """
     name = os.fspath(path)
     if not is_virtual(name):
@@ -141,6 +140,7 @@ def open_raster(path: str | os.PathLike[str], *, role: str = "Input raster") -> 
                 f"{role} {name} has no pixels ({src.count} bands, {src.width}x"
                 f"{src.height}); it may be a vector or container file. Give a raster file."
             )
+        refuse_complex(src.dtypes[0], f"{role} {name}")
         suffix = Path(name).suffix.lower()
         if suffix in _TIFF_SUFFIXES and src.driver not in _TIFF_DRIVERS:
             raise InputRasterError(

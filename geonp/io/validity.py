@@ -22,15 +22,17 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from rasterio.io import DatasetReader
 
+from geonp.errors import InputRasterError
 from geonp.io.alpha import tagged_alpha
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["OutputValidity", "finish_block", "plan_output_validity"]
+__all__ = ["OutputValidity", "finish_block", "plan_output_validity", "refuse_complex"]
 
 
 @dataclass(frozen=True)
@@ -172,3 +174,20 @@ def alpha_values(valid: np.ndarray, observed_alpha: np.ndarray, dtype: str) -> n
     opaque = np.iinfo(kind).max if np.issubdtype(kind, np.integer) else 1.0
     keep = np.where(np.isfinite(observed_alpha) & (observed_alpha > 0), observed_alpha, opaque)
     return np.where(valid, keep, 0).astype(kind)
+
+
+def refuse_complex(dtype: Any, what: str) -> None:
+    """Refuse complex pixels (``complex64``, GDAL's ``complex_int16``...): a fill would drop their imaginary part.
+
+    Args:
+        dtype: The pixels' type (a numpy dtype or rasterio's name).
+        what: What holds them, for the message (``"Input raster scene.tif"``, ``"values"``).
+
+    Raises:
+        InputRasterError: If the type is complex.
+    """
+    if "complex" in str(dtype):
+        raise InputRasterError(
+            f"{what} holds complex pixels ({dtype}), and geonp fills real values only; split the real and "
+            "imaginary parts into two bands (gdal_translate / numpy) and fill those."
+        )

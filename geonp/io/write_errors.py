@@ -3,12 +3,18 @@
 GDAL often reports a full disk only indirectly (a truncated file that closes "successfully", "IO
 error writing tag data"), so the rules that tell a full disk from another failure live here, used
 by the COG conversion (:mod:`geonp.io.profiles`) and the atomic writers (:mod:`geonp.io.atomic`).
+:func:`quiet_libtiff` keeps libtiff's own lines about the same failures off the terminal.
 """
 
 from __future__ import annotations
 
+import contextlib
+import ctypes
 import errno
+import functools
 import os
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 from geonp.errors import OutputError
@@ -18,6 +24,7 @@ __all__ = [
     "free_bytes",
     "is_disk_full",
     "is_gdal_error",
+    "quiet_libtiff",
     "verify_failed",
     "write_failed",
 ]
@@ -85,3 +92,53 @@ def write_failed(path: str | os.PathLike[str], err: BaseException, *, what: str 
 def verify_failed(path: str | os.PathLike[str], err: BaseException) -> OutputError:
     """The error for a written file that does not read back (most often a full disk)."""
     return write_failed(path, err, what="the file could not be read back")
+
+
+_QUIET_LOCK = threading.Lock()
+_quiet_depth = 0
+_saved_handlers: list[int | None] = []
+
+
+@functools.cache
+def _libtiffs() -> tuple[ctypes.CDLL, ...]:
+    """The libtiff libraries loaded in this process (found in ``/proc/self/maps``: Linux)."""
+    try:
+        with open("/proc/self/maps") as maps:
+            names = {line.split()[-1] for line in maps if line.rsplit("/", 1)[-1].startswith("libtiff")}
+    except OSError:
+        return ()
+    libs = []
+    for name in sorted(names):
+        try:
+            lib = ctypes.CDLL(name)
+            lib.TIFFSetErrorHandler.restype = ctypes.c_void_p
+            lib.TIFFSetErrorHandler.argtypes = [ctypes.c_void_p]
+        except (OSError, AttributeError):
+            continue
+        libs.append(lib)
+    return tuple(libs)
+
+
+@contextlib.contextmanager
+def quiet_libtiff() -> Iterator[None]:
+    """Keep libtiff from printing its own error lines to stderr while the block runs.
+
+    On a full disk GDAL's GeoTIFF I/O reports through libtiff's global error handler, which
+    prints ``_tiffWriteProc: No space left on device.`` straight to stderr (no GDAL or Python
+    setting reaches it), before geonp's one-line message says the same. The handler is unset
+    while any such block runs (blocks may nest or run in threads) and restored after the last.
+    """
+    global _quiet_depth
+    libs = _libtiffs()
+    with _QUIET_LOCK:
+        if _quiet_depth == 0:
+            _saved_handlers[:] = [lib.TIFFSetErrorHandler(None) for lib in libs]
+        _quiet_depth += 1
+    try:
+        yield
+    finally:
+        with _QUIET_LOCK:
+            _quiet_depth -= 1
+            if _quiet_depth == 0:
+                for lib, handler in zip(libs, _saved_handlers, strict=True):
+                    lib.TIFFSetErrorHandler(handler)

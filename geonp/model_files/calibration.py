@@ -108,11 +108,11 @@ class DistanceBins:
 
         def row(values: Any) -> bool:
             return (isinstance(values, list | tuple) and len(values) == n
-                    and all(_is_number(v) and v >= 0 for v in values))
+                    and all(_is_number(v) and v > 0 for v in values))
 
         per_band = isinstance(factors, list | tuple) and bool(factors) and isinstance(factors[0], list | tuple)
         if not (all(row(f) for f in factors) if per_band else row(factors)):
-            raise ConfigError(f"{where}.factors={factors!r}; it must be {n} finite factors >= 0 (one per "
+            raise ConfigError(f"{where}.factors={factors!r}; it must be {n} finite factors > 0 (one per "
                               "bin), or such a list per band")
         if pixels is not None and not (isinstance(pixels, list | tuple) and len(pixels) == n and all(
                 isinstance(p, int) and not isinstance(p, bool) and p >= 0 for p in pixels)):

@@ -51,7 +51,7 @@ def check_model_meta(meta: dict[str, Any], where: Path) -> None:
     Every architecture key must be present (a missing one would silently take a default and the
     weights would then look like another model's), every size within :data:`SIZE_CAPS` (and the
     card's ``task_shape`` sizes within :data:`TASK_SHAPE_RANGES`), and
-    the normalisation and calibration numbers finite (std and std scale positive). The ``card``
+    the normalisation and calibration numbers finite (std and every std factor positive). The ``card``
     section may be absent (a blank card); its fields are checked by
     :meth:`~geonp.model_files.card.ModelCard.from_dict`.
 
@@ -89,7 +89,8 @@ def check_model_meta(meta: dict[str, Any], where: Path) -> None:
         try:
             Calibration.from_dict(meta["calibration"])
         except ConfigError as err:
-            raise _bad(where, f"has {err}") from err
+            raise CheckpointError(f"{where} has {err}; re-run geonp evaluate --calibrate with this model "
+                                  "(or re-download it)") from err
 
 
 def _check_task_shape(card: Any, where: Path) -> None:

@@ -1,6 +1,7 @@
 """Training state for ``geonp train --resume``: last weights, optimiser state and progress.
 
 The optimiser state is flattened into safetensors (tensors) and JSON (the rest): no pickle.
+:func:`check_training_output` is the check of a run's model directory before it starts.
 """
 
 from __future__ import annotations
@@ -15,10 +16,47 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from torch import nn
 
-from geonp.errors import CheckpointError
+from geonp.errors import CheckpointError, OutputError
 from geonp.io.atomic_file import atomic_write_file
+from geonp.model_files.checkpoint import CONFIG
 
 TRAIN_STATE = "train_state"
+#: The installed geonp package: its built-in models live there, and no training run writes in it.
+_PACKAGE = Path(__file__).resolve().parents[1]
+
+
+def check_training_output(directory: str | os.PathLike[str], *, overwrite: bool, resume: bool) -> None:
+    """Check, before any work, that a training run may write its model to ``directory``.
+
+    Raises:
+        OutputError: ``directory`` lies inside the installed geonp package (its built-in models),
+            is a file, or is a non-empty directory: one holding a model, without ``overwrite``
+            or ``resume``, or one holding no model at all.
+        CheckpointError: ``resume`` and ``directory`` holds no training state.
+    """
+    out = Path(directory).expanduser()
+    if out.resolve() == _PACKAGE or _PACKAGE in out.resolve().parents:
+        raise OutputError(f"{out} is inside the installed geonp package ({_PACKAGE}), whose built-in models "
+                          "a training run must not replace; write the model to a directory of your own")
+    if out.exists() and not out.is_dir():
+        raise OutputError(f"{out} is a file; give a directory for the model")
+    if resume:
+        if training_state_step(out) is None:
+            raise CheckpointError(f"{out} has no training state to resume from; train without --resume")
+    elif out.is_dir() and any(out.iterdir()):
+        if not (out / CONFIG).is_file() and not (out / TRAIN_STATE).is_dir():
+            raise OutputError(f"{out} exists and is not a geonp model directory; choose a new or empty directory")
+        if not overwrite:
+            raise OutputError(f"{out} already holds a model; pass --overwrite to replace it, --resume to "
+                              "continue its training, or choose another output directory")
+
+
+def training_state_step(directory: str | os.PathLike[str]) -> int | None:
+    """The step of the training state in ``directory``; None where it holds none, or an unreadable one."""
+    try:
+        return int(json.loads((Path(directory) / TRAIN_STATE / "state.json").read_text())["progress"]["step"])
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def save_training_state(

@@ -111,7 +111,8 @@ def tile_targets(rows: np.ndarray, cols: np.ndarray, tile: Tile, *, spacing: np.
     """The targets of a tile whose query window holds the gap pixels ``rows, cols`` (block coordinates).
 
     Args:
-        rows, cols: candidate pixels (the gaps of the query window within the block's region).
+        rows: candidate pixels' rows (the gaps of the query window within the block's region).
+        cols: their columns.
         tile: the tile (its ``overlap`` is the blend margin deep in gaps).
         spacing: :func:`spacing_map` of the block, or None (every pixel predicted itself).
         near_overlap: blend margin of pixels with spacing 1 (None: the tile's overlap).
@@ -150,8 +151,11 @@ def tile_targets(rows: np.ndarray, cols: np.ndarray, tile: Tile, *, spacing: np.
 
 def _cells(rows: np.ndarray, cols: np.ndarray, step: np.ndarray, origin: tuple[int, int]
            ) -> tuple[np.ndarray, ...]:
-    """Each pixel's lattice cell: its lower and upper node rows/cols (block coordinates) and its
-    fractional position in the cell. A pixel on a node line has both nodes of that axis equal."""
+    """Each pixel's lattice cell.
+
+    Its lower and upper node rows/cols (block coordinates) and its fractional position in the
+    cell. A pixel on a node line has both nodes of that axis equal.
+    """
     out: list[np.ndarray] = []
     fracs: list[np.ndarray] = []
     for pix, off in ((rows, origin[0]), (cols, origin[1])):

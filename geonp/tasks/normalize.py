@@ -5,11 +5,13 @@ The model works on standardised values; a checkpoint stores the normaliser it wa
 and ``std`` (:func:`geonp.filling.block.predict_region`). Pure numpy.
 
 A normaliser fitted on a raster's own pixels sets the scale of every fill's std (each tile's
-scale shrinks towards the band's std: :func:`geonp.data.tasks.task_scale`). A handful of pixels,
-or pixels that are all equal, say nothing of a band's spread, so :meth:`Normalizer.fit` takes a
-prior spread for them (``prior_spread``): with a single observed pixel the std of a fill is then
-of the order of a band's natural variability, not the 1e-6 floor. A model's stored statistics are
-only of use to a raster in their units (:func:`same_units`).
+scale shrinks towards the band's std: :func:`geonp.data.tasks.task_scale`). Pixels that are all
+equal (one pixel, or a few equal ones) say nothing of a band's spread, so :meth:`Normalizer.fit`
+takes a prior std for them (``prior_std``, a model's training spread: :func:`prior_std`): the std
+of a fill from a single observed pixel is then of the order of a band's natural variability, not
+the 1e-12 floor. The prior is a spread, not a fraction of the mean, so it does not depend on
+where the band's units put zero: a raster and the same raster plus a constant get the same std. A
+model's stored statistics are only of use to a raster in their units (:func:`same_units`).
 """
 
 from __future__ import annotations
@@ -23,20 +25,16 @@ import numpy as np
 
 from geonp.errors import ConfigError, NoValidPixelsError
 
-#: Weight, in pixels, of the prior spread in :meth:`Normalizer.fit`: a band fitted on ``n`` valid
-#: pixels gets a std of at least ``prior * sqrt(k / (n + k))`` (k = this), the std that ``n``
-#: pixels of one value shrunk towards the prior with weight k would have. One pixel gives 0.97 of
-#: the prior, 16 pixels 0.71, 1,000 pixels 0.13, a 256² crop 0.016 and the 1M-pixel sample of a
-#: large raster 0.004. With the default model's prior (6 % of the mean, ~480 DN for Landsat) that
-#: is 7.6 DN for a 256² crop, below the spread of the calmest water of the shared Landsat scene
-#: (8-12 DN in 101-px windows; land: 100s of DN): a raster with many observed pixels keeps its
-#: own std, bit for bit (the fill of each band of the sample raster is unchanged).
+#: Weight, in pixels, of the prior std in :meth:`Normalizer.fit`: a band of ``n`` valid pixels, all
+#: equal, gets a std of ``prior * sqrt(k / (n + k))`` (k = this), the std that ``n`` pixels of one
+#: value shrunk towards the prior with weight k would have: one pixel gives 0.97 of the prior, 16
+#: pixels 0.71, 1,000 pixels 0.13. A band whose pixels differ keeps its own std, bit for bit (the
+#: fill of each band of the sample raster is unchanged).
 PRIOR_PIXELS = 16.0
 
-#: Prior std of a band as a fraction of its mean's magnitude, for models that store no training
-#: statistics to take it from (:func:`relative_spread`): about that of the default model's
-#: Landsat 8 bands (std / mean 0.043, 0.061 and 0.116).
-DEFAULT_PRIOR_SPREAD = 0.06
+#: Prior std of a band, in its units, for models that store no training statistics to take it from
+#: (:func:`prior_std`): one unit of the band.
+DEFAULT_PRIOR_STD = 1.0
 
 
 #: Largest ratio of magnitudes (either way) at which a raster's band is taken to be in the units of
@@ -67,22 +65,19 @@ def same_units(stats: Normalizer, own: Normalizer, *, factor: float = UNITS_FACT
     return True
 
 
-def relative_spread(stats: Mapping[str, Any] | None) -> float:
-    """A band's typical std as a fraction of its mean: the median ``std / |mean|`` of ``stats``.
+def prior_std(stats: Mapping[str, Any] | None) -> float:
+    """A band's typical spread, in a model's units: the median std of ``stats`` over its bands.
 
     Args:
         stats: a normaliser's :meth:`Normalizer.to_dict` (a model's training statistics) or None.
 
     Returns:
-        The median ratio over bands with a non-zero mean; :data:`DEFAULT_PRIOR_SPREAD` when
-        ``stats`` is None or has no such band.
+        The median of the finite stds > 0; :data:`DEFAULT_PRIOR_STD` when ``stats`` is None or
+        has none.
     """
-    if not stats:
-        return DEFAULT_PRIOR_SPREAD
-    pairs = zip(stats.get("mean", ()), stats.get("std", ()), strict=False)
-    ratios = [abs(s) / abs(m) for m, s in ((float(m), float(s)) for m, s in pairs)
-              if math.isfinite(m) and math.isfinite(s) and m != 0.0]
-    return float(np.median(ratios)) if ratios else DEFAULT_PRIOR_SPREAD
+    stds = [float(s) for s in (stats or {}).get("std", ())]
+    stds = [s for s in stds if math.isfinite(s) and s > 0]
+    return float(np.median(stds)) if stds else DEFAULT_PRIOR_STD
 
 
 def _float_tuple(values: Sequence[float], name: str) -> tuple[float, ...]:
@@ -143,7 +138,7 @@ class Normalizer:
         *,
         max_samples: int = 1_000_000,
         seed: int = 0,
-        prior_spread: float | None = None,
+        prior_std: float | None = None,
         prior_pixels: float = PRIOR_PIXELS,
     ) -> Normalizer:
         """Estimate per-band mean and std from the valid pixels.
@@ -152,12 +147,11 @@ class Normalizer:
         estimated from a seeded random subset of them, which keeps fitting fast on big rasters.
         The std is floored at ``1e-6 * |mean| + 1e-12`` so a constant band does not divide by 0.
 
-        With ``prior_spread``, a band's std is also at least ``prior_spread * |mean| *
-        sqrt(prior_pixels / (n + prior_pixels))`` for its ``n`` valid pixels: one observed pixel
-        (or a few equal ones) gives about ``prior_spread * |mean|``, the band's natural spread as
-        far as anything knows, instead of ~0, while thousands of pixels keep their own std (the
-        floor falls with ``1 / sqrt(n)``). A band whose pixels are all 0 has no scale to go by and
-        keeps the 1e-12 floor.
+        With ``prior_std``, a band whose ``n`` valid values are all equal (one observed pixel, or
+        a few equal ones) has no spread of its own and takes ``prior_std * sqrt(prior_pixels /
+        (n + prior_pixels))``: about ``prior_std`` for one pixel, the band's natural spread as
+        far as anything knows, instead of ~0, whatever the value (0 included). A band whose values
+        differ keeps its own std: its spread is in its units, which the prior's may not be.
 
         Args:
             values: ``[bands, ...]`` array (e.g. ``[bands, h, w]``).
@@ -165,8 +159,8 @@ class Normalizer:
                 mask for every band) or anything broadcastable to ``values.shape``. None = all.
             max_samples: most values used per band.
             seed: seed of the subsampling.
-            prior_spread: prior std of a band as a fraction of its mean's magnitude (e.g. a
-                model's :func:`relative_spread`); None = no prior (the std of the pixels alone).
+            prior_std: prior std of a band with no spread of its own, in its units (e.g. a
+                model's :func:`prior_std`); None = no prior (the std of the pixels alone).
             prior_pixels: the prior's weight in pixels (:data:`PRIOR_PIXELS`).
 
         Returns:
@@ -188,12 +182,11 @@ class Normalizer:
                 f"max_samples={max_samples} is < 1; fit needs at least one value "
                 "per band. Pass e.g. max_samples=1_000_000."
             )
-        if prior_spread is not None and not (math.isfinite(prior_spread) and prior_spread >= 0
-                                             and math.isfinite(prior_pixels) and prior_pixels > 0):
+        if prior_std is not None and not (math.isfinite(prior_std) and prior_std > 0
+                                          and math.isfinite(prior_pixels) and prior_pixels > 0):
             raise ConfigError(
-                f"prior_spread={prior_spread} and prior_pixels={prior_pixels}: the prior spread "
-                "must be a finite number >= 0 and its weight > 0. Pass e.g. prior_spread=0.06, "
-                "prior_pixels=16."
+                f"prior_std={prior_std} and prior_pixels={prior_pixels}: the prior std must be a "
+                "finite number > 0 and its weight > 0. Pass e.g. prior_std=450, prior_pixels=16."
             )
         rng = np.random.default_rng(seed)
         means: list[float] = []
@@ -211,9 +204,8 @@ class Normalizer:
             sample = np.asarray(arr[b]).ravel()[idx].astype(np.float64)
             mean = float(sample.mean())
             std = max(float(sample.std()), 1e-6 * abs(mean) + 1e-12)
-            if prior_spread is not None:  # a handful of pixels: at least the prior's share
-                prior = prior_spread * abs(mean)
-                std = max(std, prior * math.sqrt(prior_pixels / (n_valid + prior_pixels)))
+            if prior_std is not None and sample.min() == sample.max():  # no spread of its own
+                std = max(std, prior_std * math.sqrt(prior_pixels / (n_valid + prior_pixels)))
             means.append(mean)
             stds.append(std)
         return cls(mean=tuple(means), std=tuple(stds))

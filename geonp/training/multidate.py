@@ -40,12 +40,13 @@ from geonp.data.synthetic import gp_grid_field
 from geonp.data.tasks import ReferenceBand, Task, window_task
 from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.io.series_stack import Dated, SeriesStack, load_series
-from geonp.model_files.card import ModelCard
-from geonp.model_files.checkpoint import load_checkpoint, save_model
+from geonp.model_files.checkpoint import load_checkpoint
+from geonp.model_files.train_state import check_training_output
 from geonp.models import build_model
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.normalize import Normalizer
 from geonp.training.cards import best_of, series_card
+from geonp.training.checkpoints import SeriesSaver, series_stopped_message
 from geonp.training.loop import FitResult, MetricsWriter, fit
 from geonp.training.windows import make_batch
 
@@ -253,6 +254,7 @@ def train_series(
     command: str | None = None,
     progress: Callable[[int, int, float], None] | None = None,
     metrics: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
 ) -> SeriesTrainReport:
     """Train a multi-date model on a time series and write it to ``output``.
 
@@ -284,9 +286,13 @@ def train_series(
         progress: ``(step, total, loss)`` callback.
         metrics: write every validation record (step, train and validation NLL, learning rate,
             seconds) to this ``.csv`` or ``.jsonl`` file: the run's learning curve.
+        overwrite: replace the model already in ``output`` (otherwise a non-empty ``output`` is
+            refused before any data is read). ``output`` is never inside the installed geonp package.
     """
     from geonp.model_files.registry import load_model
 
+    check_training_output(output, overwrite=overwrite, resume=False)
+    created = not Path(output).exists()
     t0 = time.perf_counter()
     explicit = {"init_from": init_from, "batch_size": batch_size, "spacetime_fraction": spacetime_fraction,
                 "pretrain_steps": pretrain_steps, "bands": bands, "nodata": nodata, "name": name}
@@ -299,33 +305,33 @@ def train_series(
     flat = np.moveaxis(stack.values, 1, 0).reshape(stack.values.shape[1], -1)
     norm = Normalizer.fit(flat, np.isfinite(flat), seed=tcfg.seed)
     start = load_model(init_from)
-    if start.config.temporal:
-        module, mcfg = start.module, start.config
-    else:
-        module, mcfg = temporal_from(start.module, start.config)
+    module, mcfg = (start.module, start.config) if start.config.temporal else temporal_from(start.module, start.config)
     train_targets, val_targets = _split_targets(stack, recipe.min_observed, val_from)
     draw = partial(_task_draw, stack, norm, recipe)
     val_rng = np.random.default_rng(tcfg.seed + 10_000)
     val_batches = [make_batch(draw(val_targets, 0.0), min(8, val_tasks), val_rng)
                    for _ in range(max(1, val_tasks // 8))]
-    out = Path(output)
-    out.mkdir(parents=True, exist_ok=True)
+    (out := Path(output)).mkdir(parents=True, exist_ok=True)
     card = series_card(start, recipe.card_shape(), tcfg, stack, chosen, val_targets, out, name=name,
                        command=command, init_from=init_from, pretrain_steps=pretrain_steps,
                        batch_size=batch_size, spacetime_fraction=spacetime_fraction)
-    saver = _SeriesSaver(out, module, mcfg, norm, card, started=t0,
+    saver = SeriesSaver(out, module, mcfg, norm, card, started=t0,
                          metrics=MetricsWriter(None if metrics is None else Path(metrics), resume=False))
     total = pretrain_steps + tcfg.steps
     phases = ((0, pretrain_steps, draw(train_targets, 1.0)),
               (pretrain_steps, total, draw(train_targets, spacetime_fraction)))
-    _fit_phases(module, phases, val_batches, tcfg, saver, batch_size=batch_size, progress=progress)
+    try:
+        _fit_phases(module, phases, val_batches, tcfg, saver, batch_size=batch_size, progress=progress)
+    except KeyboardInterrupt as err:
+        err.detail = series_stopped_message(out, saver.best_step, created=created)  # type: ignore[attr-defined]
+        raise
     if saver.best_step < 0:
         raise NoValidPixelsError("training produced no model; the validation NLL was never finite")
     return SeriesTrainReport(out, total, *best_of(load_checkpoint(out).card), time.perf_counter() - t0)
 
 
 def _fit_phases(module: torch.nn.Module, phases: Sequence[tuple[int, int, _Draw]], val_batches: list[Batch],
-                tcfg: TrainConfig, saver: _SeriesSaver, *, batch_size: int,
+                tcfg: TrainConfig, saver: SeriesSaver, *, batch_size: int,
                 progress: Callable[[int, int, float], None] | None) -> None:
     """Train ``module`` through each ``(begin, end, draw)`` phase, carrying the optimiser state."""
     total = phases[-1][1]
@@ -371,27 +377,3 @@ def _task_draw(stack: SeriesStack, norm: Normalizer, recipe: SeriesRecipe, targe
 def _sample(draw: _Draw, batch_size: int, seed: int, step: int) -> Batch:
     """Step ``step``'s batch, seeded by the run's seed and the step."""
     return make_batch(draw, batch_size, np.random.default_rng([seed, step]))
-
-
-@dataclass
-class _SeriesSaver:
-    """``fit``'s validation callback: logs and records each validation, saves the best model."""
-
-    out: Path
-    module: torch.nn.Module
-    mcfg: ModelConfig
-    norm: Normalizer
-    card: ModelCard
-    started: float
-    metrics: MetricsWriter
-    best_step: int = -1
-
-    def __call__(self, record: dict[str, float], is_best: bool, result: FitResult) -> None:
-        """Write ``record`` to the metrics; save the model if it is the best so far."""
-        logger.info("step %d val_nll %.4f", record["step"], record["val_nll"])
-        self.metrics.write(record)
-        if is_best:
-            self.best_step = int(record["step"])
-            self.card = replace(self.card, best_val_nll=record["val_nll"], best_step=int(record["step"]),
-                                training_seconds=round(time.perf_counter() - self.started, 1))
-            save_model(self.out, self.module, self.mcfg, normalizer=self.norm.to_dict(), card=self.card)

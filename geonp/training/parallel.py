@@ -24,6 +24,8 @@ from typing import Any, TypeVar
 import torch
 from torch import nn
 
+from geonp.training.prefetch import guard_child
+
 logger = logging.getLogger(__name__)
 
 __all__ = ["GradientAverager", "run_data_parallel", "shard_size"]
@@ -89,7 +91,7 @@ def run_data_parallel(world: int, run: Callable[[int], T], averager: GradientAve
     errors = ctx.Queue()
     procs = []
     for rank in range(1, world):
-        proc = ctx.Process(target=_child, args=(run, rank, averager, errors), daemon=True)
+        proc = ctx.Process(target=_child, args=(run, rank, averager, errors, os.getpid()), daemon=True)
         proc.start()
         procs.append(proc)
     try:
@@ -101,7 +103,7 @@ def run_data_parallel(world: int, run: Callable[[int], T], averager: GradientAve
             if not errors.empty():
                 rank, text = errors.get()
                 raise RuntimeError(f"training process {rank} failed:\n{text}") from err
-            raise RuntimeError("a training process stopped without a report (killed for memory?), "
+            raise RuntimeError("a training process stopped without a report (killed for memory?), "  # noqa: TRY004
                                f"or waited over {_STEP_TIMEOUT:.0f} s for the others") from err
         raise
     _join(procs)
@@ -116,7 +118,8 @@ def _join(procs: list[Any]) -> None:
             proc.join()
 
 
-def _child(run: Callable[[int], Any], rank: int, averager: GradientAverager, errors: Any) -> None:
+def _child(run: Callable[[int], Any], rank: int, averager: GradientAverager, errors: Any, parent_pid: int) -> None:
+    guard_child(parent_pid)  # an interrupt is rank 0's to handle: it aborts the barrier the others wait at
     torch.set_num_threads(1)
     logging.disable(logging.CRITICAL)  # rank 0 reports
     code = 0

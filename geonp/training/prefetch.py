@@ -8,7 +8,9 @@ seeds its generator with ``(seed, step)``), so the batches, and the training, ar
 any number of workers, or none.
 
 Workers are forked (they inherit the training windows without pickling them); where ``fork`` is
-unavailable, batches are made in the trainer's process.
+unavailable, batches are made in the trainer's process. A worker leaves Ctrl-C to the trainer,
+ends at once on SIGTERM and ends with the trainer (:func:`guard_child`): an interrupted run
+stops within seconds and leaves no process behind.
 """
 
 from __future__ import annotations
@@ -17,15 +19,20 @@ import logging
 import multiprocessing as mp
 import os
 import queue
+import signal
 from collections.abc import Callable
 from dataclasses import fields
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from geonp.data.batch import Batch
+from geonp.filling.interrupts import guard_worker
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["PrefetchedBatches", "default_workers"]
+__all__ = ["PrefetchedBatches", "default_workers", "guard_child"]
 
 # Batches a worker makes ahead of the trainer (each a few hundred KB at the default shape).
 _AHEAD = 3
@@ -52,9 +59,26 @@ def _from_numpy(arrays: dict[str, Any]) -> Batch:
     return Batch(**{k: None if v is None else torch.from_numpy(v) for k, v in arrays.items()})
 
 
-def _work(sample: Callable[[int], Batch], steps: range, out: Any) -> None:
+def guard_child(parent_pid: int) -> None:
+    """In a process forked by a training run: SIGTERM and SIGHUP end it, Ctrl-C is the parent's.
+
+    A fork inherits the CLI's handlers, which turn those signals into KeyboardInterrupt: a worker
+    stopped by its trainer then printed a traceback and hung on its queue, and the trainer with
+    it. The process also ends with the parent (:func:`geonp.filling.interrupts.guard_worker`).
+
+    Args:
+        parent_pid: the pid of the training process that forked it.
+    """
+    for name in ("SIGTERM", "SIGHUP"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    guard_worker(parent_pid)
+
+
+def _work(sample: Callable[[int], Batch], steps: range, out: Any, parent_pid: int) -> None:
     import torch
 
+    guard_child(parent_pid)
     torch.set_num_threads(1)  # numpy work; keep torch from spinning up threads beside the trainer
     step = steps.start
     try:
@@ -79,13 +103,14 @@ class PrefetchedBatches:
         self._procs: list[Any] = []
         self._queues: list[Any] = []
 
-    def __enter__(self) -> PrefetchedBatches:
+    def __enter__(self) -> Self:
         """Start the workers."""
         if self.workers:
             ctx = mp.get_context("fork")
             for w in range(self.workers):
                 batches = ctx.Queue(maxsize=_AHEAD)
-                proc = ctx.Process(target=_work, args=(self.sample, self.steps[w::self.workers], batches), daemon=True)
+                proc = ctx.Process(target=_work, args=(self.sample, self.steps[w::self.workers], batches, os.getpid()),
+                                   daemon=True)
                 proc.start()
                 self._procs.append(proc)
                 self._queues.append(batches)

@@ -21,7 +21,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -33,15 +33,17 @@ from geonp.config import ModelConfig, TrainConfig
 from geonp.data.batch import Batch
 from geonp.data.tasks import Task
 from geonp.errors import ConfigError, InputRasterError
-from geonp.model_files.card import ModelCard
-from geonp.model_files.checkpoint import load_checkpoint, save_model
+from geonp.model_files.checkpoint import load_checkpoint
 from geonp.model_files.registry import resolve_model_path
-from geonp.model_files.train_state import load_training_state, save_training_state
+from geonp.model_files.train_state import (
+    check_training_output,
+    load_training_state,
+)
 from geonp.models import build_model, load_start_weights
-from geonp.tasks.normalize import Normalizer
 from geonp.training.allocator import keep_freed_memory
 from geonp.training.calibrate import calibrate_on_validation
 from geonp.training.cards import best_of, raster_card
+from geonp.training.checkpoints import BestSaver, Reached, stopped_message
 from geonp.training.loop import FitResult, MetricsWriter, fit
 from geonp.training.parallel import GradientAverager, run_data_parallel, shard_size
 from geonp.training.prefetch import PrefetchedBatches, default_workers
@@ -65,7 +67,11 @@ __all__ = ["TrainReport", "train"]
 
 @dataclass
 class TrainReport:
-    """What :func:`train` produced."""
+    """What :func:`train` produced: ``steps`` is the run's total, ``first_step`` where this call began it.
+
+    ``first_step`` is 0 for a new run and the step of the training state for a resumed one, so
+    this call trained ``steps - first_step`` steps in ``seconds``.
+    """
 
     output: Path
     steps: int
@@ -73,6 +79,7 @@ class TrainReport:
     best_step: int
     seconds: float
     history: list[dict[str, float]]
+    first_step: int = 0
 
 
 def train(
@@ -92,10 +99,12 @@ def train(
     pretrain_steps: int | None = None,
     gap_source: str | os.PathLike[str] | None = None,
     resume: bool = False,
+    overwrite: bool = False,
     metrics: str | os.PathLike[str] | None = None,
     name: str | None = None,
     command: str | None = None,
     progress: Callable[[int, int, float], None] | None = None,
+    status: Callable[[str], None] | None = None,
     n_far: int | None = None,
     search_radius: int | None = None,
     rings: int | None = None,
@@ -132,10 +141,13 @@ def train(
         gap_source: a mask raster (non-zero = gap) or a raster whose missing pixels give real gap
             shapes to borrow.
         resume: continue from the training state in ``output``.
+        overwrite: replace the model already in ``output`` (otherwise a non-empty ``output`` is
+            refused unless ``resume``). ``output`` is never inside the installed geonp package.
         metrics: write one record per validation to this ``.csv`` or ``.jsonl`` file.
         name: model name for its card.
         command: the command line, for the card.
         progress: ``(step, total, loss)`` callback.
+        status: called with a line saying what the run does after its last step (calibrating).
         n_far: far context points per task (overrides ``task_shape.n_far``).
         search_radius: farthest context pixel (overrides ``task_shape.search_radius``).
         rings: distance rings of the far set (overrides the task shape's).
@@ -166,7 +178,15 @@ def train(
 
     Returns:
         A :class:`TrainReport`.
+
+    Raises:
+        OutputError: ``output`` holds a model (without ``overwrite`` or ``resume``) or is inside
+            the geonp package; raised before any data is read.
+        KeyboardInterrupt: the run was interrupted; the last checkpoint is kept, and a directory
+            this call created is removed if nothing was saved in it. Its ``detail`` attribute
+            says where the run stopped and what it kept.
     """
+    check_training_output(output, overwrite=overwrite, resume=resume)
     explicit = {"nodata": nodata, "bands": bands, "batch_size": batch_size, "val_fraction": val_fraction,
                 "test_fraction": test_fraction, "val_tasks": val_tasks, "pool_size": pool_size,
                 "pretrain_steps": pretrain_steps, "gap_source": gap_source, "gap_mix": gap_mix,
@@ -177,13 +197,19 @@ def train(
                        "tasks_per_window": tasks_per_window}
     run = settle(*from_recipe(recipe, model, training, task_shape, explicit), shape_overrides=shape_overrides,
                  processes=processes, inputs=inputs)
-    return _train(run, inputs, Path(output), resume=resume, command=command, progress=progress,
-                  data_workers=data_workers)
+    out, reached = Path(output), Reached(saved=resume)
+    created = not out.exists()
+    try:
+        return _train(run, inputs, out, resume=resume, command=command, progress=progress, status=status,
+                      data_workers=data_workers, reached=reached)
+    except KeyboardInterrupt as err:
+        err.detail = stopped_message(out, run.total_steps, reached, created=created)  # type: ignore[attr-defined]
+        raise
 
 
 def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path, *, resume: bool,
            command: str | None, progress: Callable[[int, int, float], None] | None,
-           data_workers: int | None) -> TrainReport:
+           status: Callable[[str], None] | None, data_workers: int | None, reached: Reached) -> TrainReport:
     """Run :func:`train` with its settled settings (the arguments are :func:`train`'s)."""
     opts, tcfg, shape = run.opts, run.tcfg, run.task_shape
     if tcfg.distill_from is not None:
@@ -205,11 +231,19 @@ def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path
     if opts.init_from is not None and not resume:
         _load_start_weights(module, opts.init_from)
     begun = _resume(module, out, run.world) if resume else _Begun()
-    saver = _BestSaver(out, module, run.mcfg, train_groups[0].norm, history=begun.history, started=t0,
+    reached.step = begun.step if resume else None
+    saver = BestSaver(out, module, run.mcfg, train_groups[0].norm, history=begun.history, started=t0,
                        world=run.world, metrics=MetricsWriter(Path(opts.metrics) if opts.metrics else None, resume),
-                       card=raster_card(run, inputs, out, command, band_count=train_groups[0].pool.values.shape[1]))
+                       card=raster_card(run, inputs, out, command, band_count=train_groups[0].pool.values.shape[1]),
+                       reached=reached)
+
+    def report(step: int, total: int, loss: float) -> None:
+        reached.step = step
+        if progress is not None:
+            progress(step, total, loss)
+
     trainer = _Trainer(module, run, _phases(run, task_recipe, train_groups), val_batches, begun, saver,
-                       progress, data_workers)
+                       report, data_workers)
     if trainer.averager is None:
         trainer.run(0)
     else:
@@ -217,11 +251,13 @@ def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path
     if not (out / "model.safetensors").exists():
         raise InputRasterError("training produced no model; the validation NLL was never finite")
     if opts.calibrate:
+        if status is not None:
+            status(f"Calibrating the std on the validation columns of {Path(inputs[0]).name}...")
         calibrate_on_validation(out, inputs[0], val_fraction=opts.val_fraction, test_fraction=opts.test_fraction,
                                 min_val_columns=shape.patch_size, nodata=opts.nodata, bands=opts.bands,
                                 seed=tcfg.seed, device=tcfg.device, near_blend=True)
     return TrainReport(out, run.total_steps, *best_of(load_checkpoint(out).card), time.perf_counter() - t0,
-                       begun.history)
+                       begun.history, begun.step)
 
 
 def _validation_batches(val_groups: Sequence[WindowGroup], recipe: TaskRecipe, val_tasks: int,
@@ -268,40 +304,6 @@ def _resume(module: torch.nn.Module, out: Path, world: int) -> _Begun:
     return begun
 
 
-@dataclass
-class _BestSaver:
-    """``fit``'s validation callback: records each validation, saves the best model and the state."""
-
-    out: Path
-    module: torch.nn.Module
-    mcfg: ModelConfig
-    norm: Normalizer
-    history: list[dict[str, float]]
-    started: float
-    world: int
-    metrics: MetricsWriter
-    card: ModelCard
-    before: float = field(init=False, default=0.0)  # seconds the run had when resumed
-
-    def __post_init__(self) -> None:
-        """The run's clock goes on from a resumed history's last record."""
-        self.before = float(self.history[-1]["seconds"]) if self.history else 0.0
-
-    def __call__(self, record: dict[str, float], is_best: bool, result: FitResult) -> None:
-        """Append ``record`` to the history and metrics; save the model if best, and the state."""
-        seconds = self.before + time.perf_counter() - self.started  # the whole run's, resumes included
-        record = {**record, "seconds": seconds}
-        self.history.append(record)
-        self.metrics.write(record)
-        if is_best:
-            self.card = replace(self.card, best_val_nll=record["val_nll"], best_step=int(record["step"]),
-                                training_seconds=round(seconds, 1))
-            save_model(self.out, self.module, self.mcfg, normalizer=self.norm.to_dict(), card=self.card)
-        save_training_state(self.out, self.module, result.optimizer_state or {"state": {}, "param_groups": []},
-                            {"step": result.step, "best_val_nll": result.best_val_nll, "history": self.history,
-                             "processes": self.world})
-
-
 _Phase = tuple[int, int, Callable[..., list[Task]]]
 
 
@@ -325,7 +327,7 @@ class _Trainer:
     """Runs the phases of a :func:`train` run in one process (rank), all of them when alone."""
 
     def __init__(self, module: torch.nn.Module, run: RunSettings, phases: list[_Phase], val_batches: list[Batch],
-                 begun: _Begun, saver: _BestSaver, progress: Callable[[int, int, float], None] | None,
+                 begun: _Begun, saver: BestSaver, progress: Callable[[int, int, float], None] | None,
                  data_workers: int | None) -> None:
         """Hold the run's parts; the averager (processes > 1) is made here, before any fork."""
         self.module, self.run_settings, self.phases, self.val_batches = module, run, phases, val_batches

@@ -373,7 +373,7 @@ def test_fuzz_train_config_yaml(text, train_raster, tmp_path_factory, monkeypatc
     signature = inspect.signature(training.train)
 
     class Report:
-        steps, seconds, best_val_nll, best_step, output = 1, 0.0, 0.0, 1, "stub"
+        steps, seconds, best_val_nll, best_step, output, first_step = 1, 0.0, 0.0, 1, "stub", 0
 
     def fake_train(*args, **kwargs):  # the real signature, without the training
         from geonp.config import load_recipe

@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
+import time
 
 import numpy as np
+import psutil
 import pytest
 from geonp_cli.main import interrupted_message
 
@@ -200,3 +203,115 @@ def test_an_own_dask_worker_does_not_report_the_scheduler_closing_first(caplog) 
     finally:
         log.removeFilter(interrupts._SCHEDULER_GONE_FIRST)
         signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+# --------------------------------------------------------------------------------------------
+# geonp train: a signal stops it within seconds, with one line; its data worker ends with it;
+# its last checkpoint stays (and a folder it made but saved nothing in goes).
+
+TRAIN_ARGS = ["--dim", "8", "--depth", "1", "--heads", "2", "--ff-dim", "8", "--device", "cpu",
+              "--patch-size", "24", "--core-size", "12", "--max-context", "32", "--n-far", "8",
+              "--search-radius", "32", "--batch-size", "4", "--nodata", "0", "--no-calibrate",
+              "--steps", "100000"]
+#: The last line of an interrupted run: signal, step reached, checkpoint step and folder (if one was saved).
+STOPPED = re.compile(r"Interrupted \((Ctrl-C|SIGTERM)\); training stopped (?:at step (\d+) of 100000|before its "
+                     r"first step)(?:; its last checkpoint \(step (\d+)\) is in (.+): rerun with --resume to "
+                     r"continue|(?:, before its first checkpoint)?: nothing was saved)\.")
+
+
+#: ``geonp ARGS`` with Ctrl-C on: a test run started in the background (``pytest &``) ignores SIGINT,
+#: and a child inherits that, so its Ctrl-C would never arrive.
+TRAIN_RUN = """
+import signal, sys
+signal.signal(signal.SIGINT, signal.default_int_handler)
+from geonp_cli.main import cli
+cli(sys.argv[1:])
+"""
+
+
+def _start_train(tmp_path, *args):
+    """``geonp -q train`` in its own session, once its data worker runs; returns it and its children."""
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("geonp train starts a data worker only with two or more cores")
+    arr = np.stack([smooth_field((64, 128), seed=s) for s in (3, 4)]).astype("uint16")
+    src = write_raster(tmp_path / "scene.tif", arr)
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    proc = subprocess.Popen([sys.executable, "-c", TRAIN_RUN, "-q", "train", str(src), *map(str, args), *TRAIN_ARGS],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            start_new_session=True)  # Ctrl-C reaches the group, as from a terminal
+    return proc, psutil.Process(proc.pid)
+
+
+def _wait_for(proc, ready) -> None:
+    deadline = time.monotonic() + 180  # importing torch on a busy machine is slow
+    while not ready():
+        if proc.poll() is not None:
+            pytest.fail(f"the run ended (exit {proc.returncode}) too soon: {proc.communicate()[1][-2000:]}")
+        if time.monotonic() > deadline:
+            os.killpg(proc.pid, signal.SIGKILL)
+            pytest.fail("the run did not get there in time")
+        time.sleep(0.05)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+def test_a_signal_stops_a_train_and_keeps_its_last_checkpoint(tmp_path, sig) -> None:
+    from geonp.model_files.train_state import training_state_step
+
+    out = tmp_path / "m"
+    proc, main = _start_train(tmp_path, "-o", out, "--val-every", "2")
+    try:
+        _wait_for(proc, lambda: training_state_step(out) is not None and main.children())
+        workers = main.children(recursive=True)
+        err = stop(proc, sig, group=sig == signal.SIGINT)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 128 + sig, (proc.returncode, err)
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    found = STOPPED.fullmatch(err.strip())
+    assert found, err
+    assert found[1] == ("Ctrl-C" if sig == signal.SIGINT else "SIGTERM") and found[4] == str(out)
+    assert int(found[3]) == training_state_step(out) <= int(found[2])
+    assert_ended(workers)
+    resumed = subprocess.run([sys.executable, "-m", "geonp_cli", "-q", "train", str(tmp_path / "scene.tif"), "-o",
+                              str(out), "--resume", *TRAIN_ARGS[:-1], str(int(found[3]) + 2), "--val-every", "2"],
+                             capture_output=True, text=True, env={**os.environ, "OMP_NUM_THREADS": "1"}, timeout=300,
+                             check=False)
+    assert resumed.returncode == 0, resumed.stderr
+    assert resumed.stdout.startswith(f"Trained 2 steps (resumed at step {found[3]} of {int(found[3]) + 2})")
+
+
+def test_ctrl_c_before_the_first_checkpoint_leaves_no_folder(tmp_path) -> None:
+    out = tmp_path / "m"
+    proc, main = _start_train(tmp_path, "-o", out, "--val-every", "100000")
+    try:
+        _wait_for(proc, main.children)  # the data worker: the folder is made, training has begun
+        workers = main.children(recursive=True)
+        assert out.is_dir()
+        err = stop(proc, signal.SIGINT, group=True)
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
+    assert proc.returncode == 130, (proc.returncode, err)
+    found = STOPPED.fullmatch(err.strip())
+    assert found and found[3] is None, err
+    assert not out.exists()
+    assert_ended(workers)
+
+
+def test_a_killed_train_leaves_no_data_worker(tmp_path) -> None:
+    proc, main = _start_train(tmp_path, "-o", tmp_path / "m", "--val-every", "100000")
+    try:
+        _wait_for(proc, main.children)
+        workers = main.children(recursive=True)
+        proc.kill()  # SIGKILL: no cleanup runs in the trainer
+        proc.wait()  # not communicate(): an orphaned worker would hold the pipes open
+    finally:
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        proc.stdout.close()
+        proc.stderr.close()
+    assert_ended(workers)

@@ -97,3 +97,24 @@ def test_build_result_of_integers_without_nodata_picks_a_value_the_data_lacks() 
     lazy = build_result(xr.DataArray(filled).chunk().data, np.zeros((1, 1, 4)), _da(values), nodata=None)
     assert lazy.filled.rio.nodata is None  # a lazy array: its input value stays, std NaN marks it
     np.testing.assert_array_equal(lazy.filled.values, values)
+
+
+def test_fill_array_leaves_a_swath_collar_unfilled_as_fill_raster_does(tmp_path: Path, tiny_model) -> None:
+    """fill_raster's footprint rule: nodata beyond a tilted swath edge is no gap; a cloud inside is one."""
+    rows, cols = np.mgrid[0:64, 0:64] + 0.5
+    theta = np.deg2rad(35)
+    collar = (cols - 32) * np.cos(theta) + (rows - 32) * np.sin(theta) > 18
+    cloud = np.zeros((64, 64), bool)
+    cloud[20:28, 10:20] = True
+    values = np.where(collar | cloud, 0, smooth_field((64, 64), seed=3)).astype("uint16")
+    kw = {"model": str(tiny_model), "device": "cpu", "nodata": 0}
+    filled, std = geonp.fill_array(values, values != 0, **kw)
+    assert (filled[collar] == 0).all() and np.isnan(std[collar]).all()
+    assert (filled[cloud] > 0).all() and (std[cloud] > 0).all()
+    path = write_raster(tmp_path / "swath.tif", values, nodata=0)
+    geonp.fill_raster(path, tmp_path / "out.tif", workers=1, **kw)
+    with rasterio.open(tmp_path / "out.tif") as out, rasterio.open(tmp_path / "out_std.tif") as out_std:
+        np.testing.assert_array_equal(out.read(1), filled)
+        np.testing.assert_array_equal(np.isnan(out_std.read(1)), np.isnan(std))
+    everywhere, _ = geonp.fill_array(values, values != 0, fill_outside=True, **kw)
+    assert (everywhere[collar] > 0).all()

@@ -209,7 +209,7 @@ def test_cli_fill_end_to_end(tmp_path, tiny_model):
     arr[:, gap] = 0
     src = write_raster(tmp_path / "in.tif", arr, nodata=0)
     runner = CliRunner()
-    res = runner.invoke(cli, ["-q", "fill", str(src), str(tmp_path / "o.tif"), "--model", str(tiny_model),
+    res = runner.invoke(cli, ["fill", str(src), str(tmp_path / "o.tif"), "--model", str(tiny_model),
                               "--quicklook", str(tmp_path / "q.png"), "--co", "COMPRESS=LZW"])
     assert res.exit_code == 0, res.output
     assert f"Filled {gap.sum()} of {gap.sum()} missing pixels (all bands)" in res.output

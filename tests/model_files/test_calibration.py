@@ -111,4 +111,34 @@ def test_a_bad_block_in_a_model_file_keeps_the_checks_message(tiny_model, tmp_pa
     with pytest.raises(CheckpointError) as err:
         load_checkpoint(bad)
     assert str(err.value) == (f"{bad / 'config.json'} has calibration.std_scale=[-0.5]; it must be positive finite "
-                              "number(s); re-download the model or retrain it with geonp train")
+                              "number(s); re-run geonp evaluate --calibrate with this model (or re-download it)")
+
+
+def _zero(block, path):
+    *keys, last = path
+    for k in keys:
+        block = block[k]
+    block[last] = 0.0 if isinstance(block[last], float) else [0.0] * len(block[last])
+
+
+@pytest.mark.parametrize(("path", "field"), [
+    (("distance_bins", "factors"), "calibration.distance_bins.factors=[0.0, 0.0"),
+    (("distance_bins", "factors", 4), "calibration.distance_bins.factors=[0.970601, 1.020909, 1.005316, 1.010271, 0.0,"),
+    (("std_scale",), "calibration.std_scale=[0.0, 0.0, 0.0]"),
+    (("near_blend", "std_factors", 1), "calibration.near_blend.std_factors=[[1.048324"),
+], ids=["all-bins", "one-bin", "std-scale", "near-blend"])
+def test_a_model_with_a_zero_std_factor_is_refused_on_load(tmp_path, path, field):
+    # a factor of 0 made every filled pixel's std exactly 0, the mark of an observed pixel
+    copy = tmp_path / "default"
+    shutil.copytree(SHIPPED[0], copy)
+    meta = json.loads((copy / "config.json").read_text())
+    _zero(meta["calibration"], path)
+    (copy / "config.json").write_text(json.dumps(meta))
+    with pytest.raises(geonp.errors.CheckpointError) as err:
+        geonp.fill_array(np.ones((8, 8)), np.eye(8, dtype=bool), model=str(copy), device="cpu")
+    message = str(err.value)
+    assert message.startswith(f"{copy / 'config.json'} has {field}") and "\n" not in message
+    assert message.endswith("; re-run geonp evaluate --calibrate with this model (or re-download it)")
+    with pytest.raises(ConfigError, match=r"it must be 9 finite factors > 0 \(one per bin\)"):
+        Calibration.from_dict({"distance_bins": {"edges": [0, 1.5, 3, 6, 12, 24, 48, 96, 192, None],
+                                                 "factors": [1, 1, 1, 1, float("inf"), 1, 1, 1, 1]}})

@@ -34,5 +34,5 @@ def test_a_worker_error_reaches_the_trainer_and_order_is_checked():
         batches(6)
         with pytest.raises(ValueError, match="no tasks at step 7"):
             batches(7)
-    with PrefetchedBatches(_sample, range(0, 4), 1) as batches, pytest.raises(RuntimeError, match="in order"):
+    with PrefetchedBatches(_sample, range(4), 1) as batches, pytest.raises(RuntimeError, match="in order"):
         batches(1)

@@ -27,7 +27,7 @@ def _captured(monkeypatch, args):
     seen = {}
 
     class Report:
-        steps, seconds, best_val_nll, best_step, output = 1, 0.0, 0.0, 1, "stub"
+        steps, seconds, best_val_nll, best_step, output, first_step = 1, 0.0, 0.0, 1, "stub", 0
 
     def fake_train(inputs, output, **kwargs):
         seen.update(kwargs)

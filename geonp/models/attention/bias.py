@@ -22,6 +22,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar, cast
 
 import torch
 from torch import nn
@@ -37,6 +38,7 @@ _MAX_CACHE_BYTES = 256 * 2**20
 # (logit units): far pairs then share the table's last entry instead of growing the table.
 REACH_TOLERANCE = 1e-6
 _MISSING = object()
+_T = TypeVar("_T")
 
 
 class DistanceCache:
@@ -101,19 +103,23 @@ class DistanceCache:
         self.bytes += size
 
 
-def cached(cache: DistanceCache | None, key_parts: tuple, compute: Callable[[], object], *,
-           tile: bool = False) -> object:
-    """``compute()``, or its value for ``key_parts`` from ``cache`` (computed once per pass)."""
+def cached(cache: DistanceCache | None, key_parts: tuple, compute: Callable[[], _T], *,
+           tile: bool = False) -> _T:
+    """``compute()``, or its value for ``key_parts`` from ``cache`` (computed once per pass).
+
+    With ``tile``, ``compute`` must return a tensor (kept by :meth:`DistanceCache.put_tile`).
+    """
     if cache is None:
         return compute()
     key = cache.key(*key_parts)
-    value = cache.get(key, _MISSING)
-    if value is _MISSING:
-        value = compute()
-        if tile:
-            cache.put_tile(key, value)
-        else:
-            cache.put(key, value)
+    found = cache.get(key, _MISSING)
+    if found is not _MISSING:
+        return cast(_T, found)  # stored under this key by compute() in this pass
+    value = compute()
+    if tile:
+        cache.put_tile(key, cast(torch.Tensor, value))
+    else:
+        cache.put(key, value)
     return value
 
 
@@ -282,6 +288,7 @@ class RBFNetworkBias(nn.Module):
             reach_sq = _reach_sq(self.reach())
             last_sq = None if max_sq is None else min(max_sq, reach_sq)
             if last_sq is not None and last_sq < _MAX_TABLE:
+                assert max_sq is not None  # last_sq is None whenever max_sq is
                 needs_grad = torch.is_grad_enabled() and self.a.requires_grad
                 if needs_grad or cache is None:
                     table = self._table(params, last_sq, q_pos)
