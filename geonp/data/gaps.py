@@ -264,7 +264,7 @@ def sample_window_mask(
     cov = float(gen.uniform(*(scene_coverage if kind == "scene_cloud" else coverage)))
     if kind == SPARSE_KIND:
         keep = round(math.exp(gen.uniform(0.0, math.log(64.0))))
-        is_gap = np.ones(h * w, bool)
+        is_gap: np.ndarray = np.ones(h * w, bool)
         is_gap[gen.choice(h * w, size=min(keep, h * w - 1), replace=False)] = False
         is_gap = is_gap.reshape(h, w)
     elif kind == "scene_cloud":

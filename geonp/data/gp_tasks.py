@@ -62,6 +62,8 @@ def sample_gp_batch(batch_size: int, rng: np.random.Generator) -> GPBatch:
 def oracle_scores(gp: GPBatch) -> dict[str, float]:
     """NLL, RMSE and 95 % coverage of the exact GP posterior with the true kernel and noise."""
     b = gp.batch
+    # sample_gp_batch sets the targets and both masks
+    assert b.yt is not None and b.context_valid is not None and b.target_valid is not None
     nll, se, cov, n = 0.0, 0.0, 0.0, 0
     for i in range(b.xc.shape[0]):
         cv, tv = b.context_valid[i].numpy(), b.target_valid[i].numpy()

@@ -8,7 +8,9 @@ pixels relative to the query window's corner.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import overload
 
 import numpy as np
 import torch
@@ -93,7 +95,7 @@ def context_points(
     *,
     origin: tuple[int, int] = (0, 0),
     limit: int | None = None,
-    references: tuple[ReferenceBand, ...] | list[ReferenceBand] = (),
+    references: Sequence[ReferenceBand] = (),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The context of a query window, for training and filling alike.
 
@@ -156,6 +158,12 @@ def task_scale(yc: np.ndarray) -> np.ndarray:
     return np.maximum(np.sqrt((n * var + PRIOR_COUNT) / (n + PRIOR_COUNT)), STD_FLOOR)
 
 
+@overload
+def standardize(yc: np.ndarray, yt: np.ndarray, n_stats: int | None = None
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]: ...
+@overload
+def standardize(yc: np.ndarray, yt: None, n_stats: int | None = None
+                ) -> tuple[np.ndarray, None, np.ndarray, np.ndarray]: ...
 def standardize(yc: np.ndarray, yt: np.ndarray | None, n_stats: int | None = None
                 ) -> tuple[np.ndarray, np.ndarray | None, np.ndarray, np.ndarray]:
     """Standardise context (and target) values ``[N, dy]`` by the context mean and :func:`task_scale`.

@@ -286,6 +286,7 @@ def _write_calibration(model: str, z2: list[list[np.ndarray]], dates: list[str])
                  f"{len(z2)} dates from {dates[0]} to {dates[-1]}, filled with their previous dates as references "
                  f"(reference fit: regression); std scale {', '.join(f'{v:.4g}' for v in factor)} on top of the "
                  f"previous {prev}")
+    assert lm.path is not None, "load_model reads a model from its directory"
     path = write_calibration(lm.path, Calibration(std_scale=tuple(new_scale), fitted_on=fitted_on))
     logger.info("calibrated %s: std x %s -> %s", model, factor, path)
     return new_scale

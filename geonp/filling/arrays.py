@@ -186,6 +186,7 @@ def _array_references(references: Sequence[Any], shape: tuple[int, ...],
     out = []
     for i, item in enumerate(as_references(references), 1):
         _refuse_files(i, item, "fill_array")
+        assert item.days is not None  # Reference.check: in-memory references carry their days
         ref, ok, days = item.source, item.valid, item.days
         ref = np.asarray(ref, dtype=np.float64)
         ref = ref[None] if ref.ndim == 2 else ref

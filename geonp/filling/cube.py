@@ -43,10 +43,12 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[Refe
     given (:func:`geonp.filling.xarray_fill.fill`, whose docstring tells the options and the result).
 
     Raises:
+        InputRasterError: ``da`` is not a DataArray (a Dataset, a numpy array).
         ConfigError: ``references`` with a cube, or ``neighbours``/``max_days``/``mask`` with one date.
     """
     from geonp.filling import xarray_fill
 
+    xarray_fill.check_dataarray(da, "geonp.fill's input")
     if "time" in da.dims:
         if references:
             raise ConfigError("a cube's references are its own dates; drop references=, or choose them with "
@@ -59,30 +61,58 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[Refe
     return xarray_fill.fill(da, config, references=references, **options)
 
 
-def cube_neighbours(times: Sequence[Any], k: int, *, max_days: float | None = None,
-                    usable: Sequence[bool] | None = None) -> list[list[tuple[int, float]]]:
+def cube_neighbours(times: Sequence[Any] | np.ndarray, k: int | str | Any, *, max_days: float | None = None,
+                    usable: Sequence[bool] | None = None, clear: Any = None
+                    ) -> list[list[tuple[int, float]]]:
     """Pick each date's references among the other dates of a cube (:func:`nearest_dates`).
+
+    With a count ``k``, each date gets its ``k`` nearest usable dates. With ``k="auto"`` (or a
+    :class:`~geonp.io.timeseries.CoverageRule`), the candidates are all the other dates within
+    ``max_days``, nearest first, and :func:`~geonp.io.timeseries.choose_references` keeps the
+    nearest of them until every gap pixel of the date (where ``clear`` is False) is seen clear by
+    ``views`` of them, at most ``cap``. The choice looks at the whole date's gaps at once: every
+    block of the date gets the same references (choosing per block is a later refinement).
 
     Args:
         times: The cube's ``datetime64`` time coordinate.
-        k: References per date.
+        k: References per date, or ``"auto"`` / a ``CoverageRule``.
         max_days: Take only dates at most this many days away (None: any).
         usable: Per date, whether it sees ground (any clear pixel); the others are passed over
             for the next nearest. None: every date is usable.
+        clear: ``[time, y, x]`` (any array indexed by date first): where each date is clear
+            (bool), or on a coarse grid the fraction of each cell clear: a date's gaps are its
+            cells below 1, a candidate sees its cells above 0. Needed with ``"auto"`` when the
+            cube has several dates.
 
     Returns:
         Per date, ``(index, days)`` of its references, nearest first (at equal distance the
         earlier date first, then the lower index), ``days`` the offset from the date
         (negative = before it; fractional where the times hold hours).
+
+    Raises:
+        ConfigError: A negative ``k`` or ``max_days``, another string than ``"auto"``, or
+            ``"auto"`` without ``clear``.
     """
+    from geonp.io.timeseries import choose_references, coverage_rule
+
+    rule = coverage_rule(k)
     stamps = np.asarray(times, dtype="datetime64[us]")
     moments = [t.astype(datetime.datetime) for t in stamps]
+    if rule is not None and clear is None and len(moments) > 1:
+        raise ConfigError("neighbours='auto' chooses each date's references by what they see of "
+                          "its gaps; give clear= (bool [time, y, x], True = clear)")
     out = []
     for i, moment in enumerate(moments):
         others = [j for j in range(len(moments)) if j != i]
-        picked = nearest_dates([moments[j] for j in others], moment, k, max_days=max_days,
+        count = len(others) if rule is not None else int(k)  # auto: every candidate, nearest first
+        picked = nearest_dates([moments[j] for j in others], moment, count, max_days=max_days,
                                usable=None if usable is None else [bool(usable[j]) for j in others])
-        out.append([(others[p], float((stamps[others[p]] - stamps[i]) / np.timedelta64(1, "D"))) for p in picked])
+        if rule is not None:
+            candidates = [np.asarray(clear[others[p]]) > 0 for p in picked]
+            gap = np.asarray(clear[i]) < 1
+            picked = [picked[c] for c in choose_references(gap, candidates, rule.views, rule.cap)]
+        out.append([(others[p], float((stamps[others[p]] - stamps[i]) / np.timedelta64(1, "D")))
+                    for p in picked])
     return out
 
 
@@ -161,24 +191,38 @@ def _footprint(date: Any) -> Any:
     return dask.delayed(footprint_of_array)(dsa.isfinite(date).any(axis=0))
 
 
-def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int = 2, max_days: float | None = None,
-              mask: Any = None, **options: Any) -> Any:
+def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int | str | Any = 2,
+              max_days: float | None = None, mask: Any = None, **options: Any) -> Any:
     """Fill every date of a data cube from its nearest other dates, lazily when it is Dask-backed.
 
     Each date is filled as ``geonp.fill(date, references=[(other_date, days), ...])`` fills it,
-    with the ``neighbours`` other dates nearest in time (within ``max_days``; at equal distance
-    the earlier first; passing over dates with no clear pixel) as references, by the rule of
-    ``geonp batch --neighbours`` (:func:`cube_neighbours`). A date without such a date, or a
-    cube of one date, is filled from its own pixels: with the ``multidate`` model (as ``geonp
-    batch --neighbours`` does) in a cube of several dates, with ``default`` in a cube of one
-    (single-date filling). Other models: ``model=``.
+    with other dates near in time (within ``max_days``; at equal distance the earlier first) as
+    references (:func:`cube_neighbours`). ``neighbours="auto"`` takes the nearest
+    dates until every gap pixel of the date is seen clear by
+    :data:`~geonp.io.timeseries.AUTO_VIEWS` of them, at most
+    :data:`~geonp.io.timeseries.AUTO_CAP`, skipping a date that sees none of the gaps still
+    short of views (:func:`~geonp.io.timeseries.choose_references`; a date with few gaps gets
+    few references, a cloudy one more); the choice is made on the date's whole gap mask, every
+    block of it sharing it (a choice per block is a later refinement). The masks are
+    ``isfinite`` of every band per pixel, computed once for the whole cube (one pass over it, as
+    the check for dates that see no ground), on every pixel up to
+    :data:`~geonp.io.timeseries.AUTO_MASK_PIXELS` in all (time x y x x); beyond that, the
+    fraction clear of n x n cells (a cell with a gap is a gap, a reference sees a cell with a
+    clear pixel). An int takes exactly that many nearest dates that see ground, by the rule of
+    ``geonp batch --neighbours`` (:func:`nearest_dates`). A date without references (none
+    within ``max_days``, or no gap to fill), or a cube of one date, is filled from its own
+    pixels: with the ``multidate`` model (as ``geonp batch --neighbours`` does) in a cube of
+    several dates, with ``default`` in a cube of one (single-date filling). Other models:
+    ``model=``.
 
     Args:
         cube: ``xarray.DataArray`` with dims ``(time, band, y, x)`` or ``(time, y, x)`` (any
             order) and a ``datetime64`` time coordinate; Dask-backed for a lazy fill (any
             chunks: each ``block_size`` block of a date is read with a halo from them).
         config: Fill options (:class:`~geonp.config.FillConfig`); keywords override its fields.
-        neighbours: References per date (0: each date alone).
+        neighbours: ``"auto"`` (references chosen by what they see of each date's gaps), a
+            :class:`~geonp.io.timeseries.CoverageRule` (the same with other ``views`` and
+            ``cap``), or references per date (default 2; 0: each date alone).
         max_days: Take only references at most this many days away (None: any).
         mask: Optional ``DataArray`` of gaps (True or non-zero = gap, e.g. a decoded QA band),
             with the cube's dims (``band`` may be left out) and sizes; gaps also come from
@@ -193,12 +237,18 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int = 
 
     Raises:
         InputRasterError: no datetime64 time coordinate, other dims, or a mask of other dims.
-        ConfigError: a negative ``neighbours`` or ``max_days``, or ``categorical="nearest"``.
+        ConfigError: a negative ``neighbours`` (or another string than ``"auto"``) or
+            ``max_days``, or ``categorical="nearest"``.
     """
+    import math
+
     import dask.array as dsa
 
     from geonp.filling.xarray_result import build_result
+    from geonp.io import timeseries
+    from geonp.io.timeseries import coverage_rule
 
+    coverage_rule(neighbours)  # refuse a bad value before reading anything
     cfg = FillConfig.of(config, **options)
     if cfg.categorical == "nearest":
         raise ConfigError("categorical='nearest' fills one date from its own classes; fill each date of the cube "
@@ -208,10 +258,23 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int = 
     nodata = nodata_of(cube4, cfg)
     data = _gaps_as_nan(cube4, nodata, mask)
     several = len(times) > 1
-    # a date that sees no ground gives nothing as a reference: the next nearest stands in for it
-    # (one reduction over the cube, read again by the fill: small beside the model's cost)
-    usable = dsa.isfinite(data).any(axis=(1, 2, 3)).compute() if neighbours and several else None
-    plan = cube_neighbours(times, neighbours, max_days=max_days, usable=usable)
+    if coverage_rule(neighbours) is not None and several:
+        # each date's clear pixels (every band finite), in one pass over the cube; a cube of more
+        # pixels than AUTO_MASK_PIXELS in all: the fraction clear of step x step cells
+        clear = dsa.isfinite(data).all(axis=1)
+        step = math.ceil(math.sqrt(clear.size / timeseries.AUTO_MASK_PIXELS))
+        if step > 1:
+            pad = [(0, 0), (0, -clear.shape[1] % step), (0, -clear.shape[2] % step)]
+            clear = dsa.pad(clear.astype(np.float32), pad, constant_values=np.nan)
+            clear = dsa.coarsen(np.nanmean, clear, {1: step, 2: step}).astype(np.float16)
+        plan = cube_neighbours(times, neighbours, max_days=max_days, clear=clear.compute())
+    else:
+        # a date that sees no ground gives nothing as a reference: the next nearest stands in for it
+        # (one reduction over the cube, read again by the fill: small beside the model's cost)
+        usable = None
+        if several and neighbours:
+            usable = dsa.isfinite(data).any(axis=(1, 2, 3)).compute()
+        plan = cube_neighbours(times, neighbours, max_days=max_days, usable=usable)
     filled, std = [], []
     for i, refs in enumerate(plan):
         date_cfg = FillConfig.of(cfg, model=cfg.model if cfg.model is not None else ("multidate" if several else "default"))

@@ -23,7 +23,7 @@ import multiprocessing
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass
 from typing import Any, NamedTuple
 
@@ -237,7 +237,7 @@ def fit_reference_lines(source: BlockSource, blocks: list[Block],
 
 _RUNNER: list[BlockRunner] = []  # this process's runner (the last job's)
 # A forked pool worker's model: (the plan's model key, the loaded model) of the process it was forked from.
-_INHERITED: list[tuple[str, Any]] = []
+_INHERITED: list[tuple[str | None, Any]] = []
 
 
 def run_block(job: BlockJob, block: Block) -> BlockResult:
@@ -273,7 +273,7 @@ def _empty_caches() -> None:
     _trim_heap()
 
 
-def _init_worker(parent_pid: int | None = None, inherited: tuple[str, Any] | None = None) -> None:
+def _init_worker(parent_pid: int | None = None, inherited: tuple[str | None, Any] | None = None) -> None:
     """Set up a pool worker: one torch thread, a small GDAL cache, and an end with its parent.
 
     ``inherited``: ``(model key, loaded model)`` of the process a forked worker comes from.
@@ -316,7 +316,8 @@ def _one_cpu_thread(device: str) -> Iterator[None]:
 
 
 def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, workers: int,
-               progress: Callable[[int], None] | None = None, loaded: Any = None) -> Iterator[BlockResult]:
+               progress: Callable[[int], None] | None = None, loaded: Any = None
+               ) -> Generator[BlockResult, None, None]:
     """Yield block results (in completion order): here, in ``workers`` processes, or on Dask.
 
     In this process ``progress`` moves as model batches finish; elsewhere, as blocks finish.

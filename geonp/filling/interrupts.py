@@ -22,7 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait as mp_wait
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -228,7 +228,7 @@ class DaskTaskGuard:
             threading.Thread(target=self._watch, name="geonp-task-watch", daemon=True).start()
         return self
 
-    def __exit__(self, *exc: object) -> bool:
+    def __exit__(self, *exc: object) -> Literal[False]:
         """Stop watching; an exception the watcher raised and the thread has not met yet is dropped."""
         if self._worker is not None:
             with self._lock:

@@ -28,11 +28,12 @@ import os
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, cast
 
 import numpy as np
 import torch
 
-from geonp.data.tasks import collate
+from geonp.data.tasks import Task, collate
 from geonp.filling.calibration import region_distances
 from geonp.filling.tile_tasks import BlockReference, TileOptions, TileTask, block_tasks
 from geonp.model_files.calibration import Calibration
@@ -184,7 +185,15 @@ def _on(module: torch.nn.Module, device: torch.device) -> torch.nn.Module:
 
 def _shares_geometry(module: torch.nn.Module) -> bool:
     """Whether ``module`` reads the bias of a batch of runs of one geometry once (``groups``)."""
-    return "groups" in inspect.signature(module.encode_context).parameters
+    # a method; nn.Module types unknown attributes as Tensor | Module
+    encode = cast(Callable[..., Any], module.encode_context)
+    return "groups" in inspect.signature(encode).parameters
+
+
+def _task_stats(task: Task) -> tuple[np.ndarray, np.ndarray]:
+    """A fill task's ``(shift, scale)`` (:func:`~geonp.filling.tile_tasks.block_tasks` sets both)."""
+    assert task.shift is not None and task.scale is not None
+    return task.shift, task.scale
 
 
 class Predictor:
@@ -323,16 +332,17 @@ class Predictor:
             torch.cuda.synchronize(dev)  # one sync per batch, for honest stage timings
         t1 = time.perf_counter()
         self.timings["model"] += t1 - t0
-        shift = torch.tensor([float(t.task.shift[0]) for t in group], device=dev)[:, None]
-        scale = torch.tensor([float(t.task.scale[0]) for t in group], device=dev)[:, None]
+        stats = [_task_stats(t.task) for t in group]
+        shift = torch.tensor([float(sh[0]) for sh, _ in stats], device=dev)[:, None]
+        scale = torch.tensor([float(sc[0]) for _, sc in stats], device=dev)[:, None]
         valid = b.target_valid
         index = torch.from_numpy(np.concatenate([t.index for t in group])).to(dev)
         wts = torch.from_numpy(np.concatenate([t.weights for t in group])).to(dev)
         m = (mean[..., 0] * scale + shift)[valid].double()
         s = (std[..., 0] * scale)[valid].double()
         if any(t.src is not None for t in group):
-            src, coef = _read_off_rows(group)
-            src, coef = torch.from_numpy(src).to(dev), torch.from_numpy(coef).to(dev)
+            src_np, coef_np = _read_off_rows(group)
+            src, coef = torch.from_numpy(src_np).to(dev), torch.from_numpy(coef_np).to(dev)
             m, s = (m[src] * coef).sum(1), (s[src] * coef).sum(1)
         if ratio is not None:
             s = s * ratio[index]
@@ -349,6 +359,7 @@ def _read_off_rows(group: Sequence[TileTask]) -> tuple[np.ndarray, np.ndarray]:
             srcs.append(np.repeat(np.arange(offset, offset + n)[:, None], 4, 1))
             coefs.append(np.tile([1.0, 0.0, 0.0, 0.0], (n, 1)))
         else:
+            assert t.coef is not None  # set with src
             srcs.append(t.src + offset)
             coefs.append(t.coef)
         offset += n
@@ -377,8 +388,9 @@ def reference_predict(module: torch.nn.Module, tasks: Sequence[TileTask], shape:
         b = collate([t.task])
         with torch.no_grad():
             mean, std = (near if t.near and near is not None else module)(b.xc, b.yc, b.xt, b.context_valid)
-        m = read_off(mean[0, :, 0].double().numpy() * t.task.scale[0] + t.task.shift[0], t.src, t.coef)
-        s = read_off(std[0, :, 0].double().numpy() * t.task.scale[0], t.src, t.coef)
+        shift, scale = _task_stats(t.task)
+        m = read_off(mean[0, :, 0].double().numpy() * scale[0] + shift[0], t.src, t.coef)
+        s = read_off(std[0, :, 0].double().numpy() * scale[0], t.src, t.coef)
         if t.near and near is not None and ratio is not None:
             s = s * ratio[t.index]
         np.add.at(acc[0], t.index, t.weights * m)

@@ -158,6 +158,7 @@ def _xarray_references(references: Sequence[Any], like: Any) -> list[tuple[Any, 
     out = []
     for i, item in enumerate(as_references(references), 1):
         _refuse_files(i, item, "geonp.fill")
+        assert item.days is not None  # Reference.check: in-memory references carry their days
         check_dataarray(item.source, f"geonp.fill's reference {i}")
         if item.valid is not None:
             raise ConfigError(f"reference {i}: a DataArray's gaps are its NaN/Inf and nodata; valid is for "
@@ -320,7 +321,9 @@ def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, footprint: A
     # one key that every chunk's task shares (not pure: a pure key would hash the plan's arrays)
     shared_plan = dask.delayed(_with_lines, pure=False)(plan, lines)
     # a model given as an object travels to the workers (once each); a named one each worker loads
-    model = None if loaded is None or not plan.model.startswith("object:") else dask.delayed(loaded, traverse=False)
+    # (a plan built with a model names it: plan.model is None only without one)
+    by_object = loaded is not None and plan.model is not None and plan.model.startswith("object:")
+    model = dask.delayed(loaded, traverse=False) if by_object else None
     if footprint is not None and not isinstance(footprint, Delayed):
         footprint = dask.delayed(footprint)  # one key that every chunk's task shares
     one = dask.delayed(_fill_chunk, pure=False)

@@ -336,6 +336,7 @@ class AtomicRasterWriter:
         if final_aux not in self._moved and final_aux.exists():
             # Left by the file just replaced: it would now describe the wrong raster.
             unlink_quietly(final_aux)
+        got: tuple[int, int, int] | str  # the raster's size, or why it does not open
         try:
             with rasterio.open(self.path) as src:
                 got = (src.width, src.height, src.count)

@@ -11,7 +11,7 @@ import datetime as dt
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import Protocol, cast
 
 import numpy as np
 from rasterio.windows import Window
@@ -80,7 +80,7 @@ def load_series(items: Sequence[Dated], *, bands: Sequence[int] | None = None, n
             # the missing-pixel rule of every fill: NaN/Inf, nodata, internal mask or alpha
             raw, ok = read_observed(src, window, select_bands(info, bands), info=info,
                                     nodata=resolve_nodata(info, nodata))
-        ok = ok.all(0)
+        ok = cast(np.ndarray, ok.all(0))  # along an axis: an array (the stub also allows a scalar)
         if item.qa is not None and qa_kind is not None:
             ok &= ~read_mask_file(item.qa, like=info, window=window, qa_kind=qa_kind, qa_classes=qa_classes)
         stack.append(np.where(ok, raw, np.nan).astype(np.float32))

@@ -131,17 +131,17 @@ def load_geojson(name: str, *, role: str) -> tuple[list[dict], str]:
         raise InputRasterError(
             f"{role} {name} is not a readable GeoJSON file ({err}); check it."
         ) from err
-    geoms: list[dict] = []
+    found: list[object] = []  # what the document names as geometries, checked below
     kind = doc.get("type") if isinstance(doc, dict) else None
     if kind == "FeatureCollection":
-        geoms = [f.get("geometry") for f in doc.get("features", []) if isinstance(f, dict)]
+        found = [f.get("geometry") for f in doc.get("features", []) if isinstance(f, dict)]
     elif kind == "Feature":
-        geoms = [doc.get("geometry")]
+        found = [doc.get("geometry")]
     elif kind in ("Polygon", "MultiPolygon", "GeometryCollection"):
-        geoms = [doc]
-    geoms = [
+        found = [doc]
+    geoms: list[dict] = [
         g
-        for g in geoms
+        for g in found
         if isinstance(g, dict)
         and g.get("type") in ("Polygon", "MultiPolygon", "GeometryCollection")
     ]

@@ -19,8 +19,9 @@ CMANP embeds coordinates, so it is not translation invariant: context tokens emb
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -156,9 +157,14 @@ class CMANP(NeuralProcess):
         )
         self.add_head(dim, sigma_min=sigma_min)
 
+    @property
+    def _cmabs(self) -> Sequence[CMAB]:
+        """``self.blocks`` typed as blocks (iterating a ``ModuleList`` gives plain modules)."""
+        return cast(Sequence[CMAB], self.blocks)
+
     def empty_state(self, batch: int, device: torch.device) -> CMANPState:
         """The state of an empty context."""
-        return CMANPState(tuple(b.empty_state(batch, device) for b in self.blocks))
+        return CMANPState(tuple(b.empty_state(batch, device) for b in self._cmabs))
 
     def update(
         self,
@@ -190,7 +196,7 @@ class CMANP(NeuralProcess):
             x, y = xc_new[:, i : i + chunk], yc_new[:, i : i + chunk]
             valid = None if valid_new is None else valid_new[:, i : i + chunk]
             tokens = self.embed_context(torch.cat([x / self.pos_scale, y], -1))  # [B, Nk, E]
-            blocks = [blk.absorb(st, tokens, valid) for blk, st in zip(self.blocks, blocks, strict=True)]
+            blocks = [blk.absorb(st, tokens, valid) for blk, st in zip(self._cmabs, blocks, strict=True)]
         return CMANPState(tuple(blocks))
 
     def encode_context(

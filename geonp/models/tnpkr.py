@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import cast
 
 import torch
 from torch import nn
@@ -182,7 +184,7 @@ class TNPKR(NeuralProcess):
         tokens = [ks]
         # each block's queries read that block's *input* keys, so the last block's key update
         # would feed nothing: depth - 1 updates
-        for block in self.blocks[:-1]:
+        for block in cast(Sequence[KRBlock], self.blocks)[:-1]:
             ks = block.update_keys(ks, k_pos=xc, key_valid=context_valid, cache=cache)
             tokens.append(ks)
         return ContextState(tokens, xc, context_valid, cache, yc)
@@ -192,9 +194,10 @@ class TNPKR(NeuralProcess):
         qs = self.embed(xt, self.unknown_values(xt), observed=False)  # target values start at 0 (eq. 2)
         prior = None
         if self.query_prior:
+            assert state.yc is not None, "the query prior needs the context values (ContextState.yc)"
             prior, nearest = idw_prior(xt, state.xc, state.yc, state.valid)
             qs = qs + self.prior_proj(torch.cat([prior, torch.log1p(nearest)[..., None]], dim=-1))
-        for block, ks in zip(self.blocks, state.tokens, strict=True):
+        for block, ks in zip(cast(Sequence[KRBlock], self.blocks), state.tokens, strict=True):
             qs = block.update_queries(qs, ks, q_pos=xt, k_pos=state.xc, key_valid=state.valid, cache=state.cache)
         mean, std = self.head(qs)
         if prior is not None:

@@ -51,6 +51,7 @@ def evaluate_nll(model: nn.Module, batches: Sequence[Batch], device: torch.devic
     total, count = 0.0, 0.0
     for batch in batches:
         b = batch.to(device)
+        assert b.yt is not None, "validation batches carry their targets"
         mean, std = model(b.xc, b.yc, b.xt, b.context_valid)
         n = float(b.target_valid.sum() if b.target_valid is not None else b.xt.shape[0] * b.xt.shape[1])
         total += float(gaussian_nll(mean, std, b.yt, b.target_valid)) * n
@@ -143,6 +144,7 @@ def fit(
 def _loss(model: nn.Module, b: Batch, teacher: nn.Module | None, distill_weight: float
           ) -> tuple[torch.Tensor, torch.Tensor]:
     """``(loss, data NLL)`` of a batch: the NLL, plus the KL from a teacher's predictions when distilling."""
+    assert b.yt is not None, "training batches carry their targets"
     mean, std = model(b.xc, b.yc, b.xt, b.context_valid)
     nll = gaussian_nll(mean, std, b.yt, b.target_valid)
     if teacher is None:

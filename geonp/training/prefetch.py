@@ -56,7 +56,8 @@ def _to_numpy(batch: Batch) -> dict[str, Any]:
 def _from_numpy(arrays: dict[str, Any]) -> Batch:
     import torch
 
-    return Batch(**{k: None if v is None else torch.from_numpy(v) for k, v in arrays.items()})
+    tensors: dict[str, Any] = {k: None if v is None else torch.from_numpy(v) for k, v in arrays.items()}
+    return Batch(**tensors)
 
 
 def guard_child(parent_pid: int) -> None:

@@ -36,7 +36,7 @@ class RunOptions:
     footprint_probability: float
     gp_fraction: float
     init_from: str | os.PathLike[str] | None
-    pool_megabytes: float | None
+    pool_megabytes: float  # like pool_size: the recipe's when not given
     metrics: str | os.PathLike[str] | None
     name: str | None
     calibrate: bool

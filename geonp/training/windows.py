@@ -15,6 +15,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 from scipy import ndimage
@@ -22,7 +23,7 @@ from scipy import ndimage
 from geonp.data.batch import Batch
 from geonp.data.datasets import PatchPool, sample_patches, split_columns
 from geonp.data.gaps import sample_training_mask, sample_window_mask
-from geonp.data.synthetic import gp_grid_field
+from geonp.data.synthetic import KernelName, gp_grid_field
 from geonp.data.tasks import Task, collate, window_task
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.tasks.context import ContextSpec
@@ -42,7 +43,7 @@ NEAR_CORES = (16, 24, 48)
 __all__ = ["DEFAULT_TASK_SHAPE", "GP_KERNELS", "TaskRecipe", "TaskShape", "WindowGroup", "cut_tasks", "gap_source_mask", "gp_tasks",
            "is_near_batch", "make_batch", "raster_tasks", "window_groups"]
 
-GP_KERNELS = ("rbf", "matern32", "matern52")
+GP_KERNELS: tuple[KernelName, ...] = ("rbf", "matern32", "matern52")
 
 
 @dataclass(frozen=True)
@@ -266,7 +267,7 @@ def window_groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rn
             continue
         per_window = count * size * size * 4
         n_pool = max(16, min(pool_size, int(pool_megabytes * 2**20 // per_window)))
-        common = {"patch_size": size, "nodata": nodata, "bands": bands, "val_fraction": val_fraction,
+        common: dict[str, Any] = {"patch_size": size, "nodata": nodata, "bands": bands, "val_fraction": val_fraction,
                   "test_fraction": test_fraction, "min_valid_fraction": 0.5 if n == 0 else 0.3}
         pool = sample_patches(paths, region="train", count=n_pool, rng=rng, **common)
         flat = np.moveaxis(pool.values, 1, 0).reshape(pool.values.shape[1], -1)

@@ -71,6 +71,7 @@ def make_attention(
     """
     UnknownNameError.check("attention", name, ATTENTIONS)
     if name in ("scan", "dense"):
+        b: SpaceTimeBias | RBFNetworkBias | None
         if bias and time_length_scale is not None:
             b = SpaceTimeBias(num_heads, num_basis=num_basis, length_scale=bias_length_scale,
                               time_length_scale=time_length_scale)

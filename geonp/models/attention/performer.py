@@ -97,6 +97,8 @@ class PerformerAttention(ProjectedAttention):
         seed: seed of the random features.
     """
 
+    features: torch.Tensor  # a buffer (register_buffer), not a submodule
+
     def __init__(self, dim: int, num_heads: int, *, num_features: int = 64, seed: int = 0) -> None:
         """Build the module; the arguments are described in the class docstring."""
         super().__init__(dim, num_heads)

@@ -79,8 +79,10 @@ def _single_block_forward(
     for qs in _chunks(nq, q_chunk):
         bias = tiles.fn(tiles.tensors, qs, ks) if tiles is not None else None
         if mask_kv:
+            assert key_valid is not None  # mask_kv implies it
             bias = torch.where(key_mask(key_valid[:t]), bias if bias is not None else 0.0, float("-inf"))
         if groups > 1:
+            assert bias is not None  # the caller groups runs only with a bias (ScanAttention.attend)
             bias = bias.transpose(0, 1).reshape(1, h * t, *bias.shape[2:])
         out[:, :, qs] = torch.nn.functional.scaled_dot_product_attention(q[:, :, qs], k, v, attn_mask=bias)
     if groups > 1:
@@ -118,6 +120,7 @@ def _one_tile_attention(
     s = s.view(h, b, nq, nk)
     mask_kv = key_valid is not None and not (tiles is not None and tiles.masks_keys)
     if mask_kv:
+        assert key_valid is not None  # mask_kv implies it
         s = s.masked_fill(~key_valid[None, :, None, :], float("-inf"))
     has_key = None if key_valid is None or bool(key_valid.any(-1).all()) else key_valid.any(-1)[None, :, None, None]
     if has_key is not None:
