@@ -351,7 +351,7 @@ def parse_neighbours(text: str) -> list[int | str]:
 
 def neighbours_value(setting: int | str):
     """A setting's ``neighbours=``: a count, ``"auto"`` or a ``CoverageRule(views, cap)``."""
-    from geonp.io.timeseries import CoverageRule
+    from geonp.io.reference_choice import CoverageRule
 
     if isinstance(setting, str) and setting.startswith("auto:"):
         _, views, cap = setting.split(":")
@@ -361,7 +361,7 @@ def neighbours_value(setting: int | str):
 
 def setting_name(setting: int | str) -> str:
     """A column name: ``n=2``, ``auto(2,4)``."""
-    from geonp.io.timeseries import AUTO_CAP, AUTO_VIEWS
+    from geonp.io.reference_choice import AUTO_CAP, AUTO_VIEWS
 
     if isinstance(setting, int):
         return f"n={setting}"

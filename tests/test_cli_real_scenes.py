@@ -19,7 +19,7 @@ X0, Y0 = 500000.0, 7000000.0
 
 
 def run(*args: object) -> object:
-    res = CliRunner().invoke(cli, ["-q", *[str(a) for a in args]])
+    res = CliRunner().invoke(cli, [*[str(a) for a in args]])
     return res
 
 

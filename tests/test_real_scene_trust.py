@@ -22,7 +22,7 @@ INTERIOR = Window(700, 700, 160, 160)
 
 
 def _cli(*args: object):
-    return CliRunner().invoke(cli, ["-q", *[str(a) for a in args]])
+    return CliRunner().invoke(cli, [*[str(a) for a in args]])
 
 
 def _read(path: Path) -> np.ndarray:

@@ -67,8 +67,8 @@ def cube_neighbours(times: Sequence[Any] | np.ndarray, k: int | str | Any, *, ma
     """Pick each date's references among the other dates of a cube (:func:`nearest_dates`).
 
     With a count ``k``, each date gets its ``k`` nearest usable dates. With ``k="auto"`` (or a
-    :class:`~geonp.io.timeseries.CoverageRule`), the candidates are all the other dates within
-    ``max_days``, nearest first, and :func:`~geonp.io.timeseries.choose_references` keeps the
+    :class:`~geonp.io.reference_choice.CoverageRule`), the candidates are all the other dates within
+    ``max_days``, nearest first, and :func:`~geonp.io.reference_choice.choose_references` keeps the
     nearest of them until every gap pixel of the date (where ``clear`` is False) is seen clear by
     ``views`` of them, at most ``cap``. The choice looks at the whole date's gaps at once: every
     block of the date gets the same references (choosing per block is a later refinement).
@@ -93,7 +93,7 @@ def cube_neighbours(times: Sequence[Any] | np.ndarray, k: int | str | Any, *, ma
         ConfigError: A negative ``k`` or ``max_days``, another string than ``"auto"``, or
             ``"auto"`` without ``clear``.
     """
-    from geonp.io.timeseries import choose_references, coverage_rule
+    from geonp.io.reference_choice import choose_references, coverage_rule
 
     rule = coverage_rule(k)
     stamps = np.asarray(times, dtype="datetime64[us]")
@@ -199,14 +199,14 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int | 
     with other dates near in time (within ``max_days``; at equal distance the earlier first) as
     references (:func:`cube_neighbours`). ``neighbours="auto"`` takes the nearest
     dates until every gap pixel of the date is seen clear by
-    :data:`~geonp.io.timeseries.AUTO_VIEWS` of them, at most
-    :data:`~geonp.io.timeseries.AUTO_CAP`, skipping a date that sees none of the gaps still
-    short of views (:func:`~geonp.io.timeseries.choose_references`; a date with few gaps gets
+    :data:`~geonp.io.reference_choice.AUTO_VIEWS` of them, at most
+    :data:`~geonp.io.reference_choice.AUTO_CAP`, skipping a date that sees none of the gaps still
+    short of views (:func:`~geonp.io.reference_choice.choose_references`; a date with few gaps gets
     few references, a cloudy one more); the choice is made on the date's whole gap mask, every
     block of it sharing it (a choice per block is a later refinement). The masks are
     ``isfinite`` of every band per pixel, computed once for the whole cube (one pass over it, as
     the check for dates that see no ground), on every pixel up to
-    :data:`~geonp.io.timeseries.AUTO_MASK_PIXELS` in all (time x y x x); beyond that, the
+    :data:`~geonp.io.reference_choice.AUTO_MASK_PIXELS` in all (time x y x x); beyond that, the
     fraction clear of n x n cells (a cell with a gap is a gap, a reference sees a cell with a
     clear pixel). An int takes exactly that many nearest dates that see ground, by the rule of
     ``geonp batch --neighbours`` (:func:`nearest_dates`). A date without references (none
@@ -221,7 +221,7 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int | 
             chunks: each ``block_size`` block of a date is read with a halo from them).
         config: Fill options (:class:`~geonp.config.FillConfig`); keywords override its fields.
         neighbours: ``"auto"`` (references chosen by what they see of each date's gaps), a
-            :class:`~geonp.io.timeseries.CoverageRule` (the same with other ``views`` and
+            :class:`~geonp.io.reference_choice.CoverageRule` (the same with other ``views`` and
             ``cap``), or references per date (default 2; 0: each date alone).
         max_days: Take only references at most this many days away (None: any).
         mask: Optional ``DataArray`` of gaps (True or non-zero = gap, e.g. a decoded QA band),
@@ -245,8 +245,8 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int | 
     import dask.array as dsa
 
     from geonp.filling.xarray_result import build_result
-    from geonp.io import timeseries
-    from geonp.io.timeseries import coverage_rule
+    from geonp.io import reference_choice
+    from geonp.io.reference_choice import coverage_rule
 
     coverage_rule(neighbours)  # refuse a bad value before reading anything
     cfg = FillConfig.of(config, **options)
@@ -262,7 +262,7 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int | 
         # each date's clear pixels (every band finite), in one pass over the cube; a cube of more
         # pixels than AUTO_MASK_PIXELS in all: the fraction clear of step x step cells
         clear = dsa.isfinite(data).all(axis=1)
-        step = math.ceil(math.sqrt(clear.size / timeseries.AUTO_MASK_PIXELS))
+        step = math.ceil(math.sqrt(clear.size / reference_choice.AUTO_MASK_PIXELS))
         if step > 1:
             pad = [(0, 0), (0, -clear.shape[1] % step), (0, -clear.shape[2] % step)]
             clear = dsa.pad(clear.astype(np.float32), pad, constant_values=np.nan)

@@ -9,8 +9,8 @@ import geonp
 from geonp.errors import ConfigError
 from geonp.filling import cube as cube_module
 from geonp.filling.cube import cube_neighbours
-from geonp.io import timeseries
-from geonp.io.timeseries import CoverageRule, choose_references, coverage_rule
+from geonp.io import reference_choice
+from geonp.io.reference_choice import CoverageRule, choose_references, coverage_rule
 
 from ..conftest import smooth_field
 
@@ -67,7 +67,7 @@ def test_bad_settings_are_refused():
         CoverageRule(2, 0)
     with pytest.raises(ConfigError, match="candidate 0's clear mask is"):
         choose_references(gap, [np.ones((2, 4), bool)])
-    assert coverage_rule("auto") == CoverageRule(timeseries.AUTO_VIEWS, timeseries.AUTO_CAP)
+    assert coverage_rule("auto") == CoverageRule(reference_choice.AUTO_VIEWS, reference_choice.AUTO_CAP)
     assert coverage_rule(CoverageRule(3, 6)) == CoverageRule(3, 6)
     assert coverage_rule(2) is None and coverage_rule(0) is None
     for bad in ("four", True, 2.0, -1):
@@ -166,8 +166,8 @@ def _recording(monkeypatch, stop=False):
 
 
 def test_fill_cube_auto_takes_the_rules_references(monkeypatch):
-    monkeypatch.setattr(timeseries, "AUTO_VIEWS", 2)  # the plan below is worked out for these
-    monkeypatch.setattr(timeseries, "AUTO_CAP", 4)
+    monkeypatch.setattr(reference_choice, "AUTO_VIEWS", 2)  # the plan below is worked out for these
+    monkeypatch.setattr(reference_choice, "AUTO_CAP", 4)
     cube, clouds = _cube()
     plans = _recording(monkeypatch)
     ds = geonp.fill(cube, mask=clouds, neighbours="auto")
@@ -199,7 +199,7 @@ def test_a_big_cube_is_looked_at_in_cells(monkeypatch):
     crop = {"y": slice(0, 23), "x": slice(0, 23)}
     cube, clouds = cube.isel(crop), clouds.isel(crop)
     clouds[2, 7] = False  # date 2's cloud on rows 4-6: its cells of rows 6-7 half clear
-    monkeypatch.setattr(timeseries, "AUTO_MASK_PIXELS", 4 * 23 * 23 // 3)  # cells of 2 x 2 px
+    monkeypatch.setattr(reference_choice, "AUTO_MASK_PIXELS", 4 * 23 * 23 // 3)  # cells of 2 x 2 px
     plans = _recording(monkeypatch, stop=True)
     with pytest.raises(_Stop):
         geonp.fill(cube.chunk({"y": 8, "x": 8}), mask=clouds,
