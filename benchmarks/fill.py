@@ -230,6 +230,15 @@ def timed(cmd: list[str], engine: Path | None = None) -> tuple[float, float]:
     return seconds, mb
 
 
+def crop_case(kind: str, args: argparse.Namespace, tmp: Path) -> tuple[np.ndarray, np.ndarray, float]:
+    """A crop of the scene under ``kind`` gaps, written to ``tmp/KIND.tif``: gaps, truth, Mpx of band-gaps."""
+    size = args.size if kind != "random" else min(args.size, 512)
+    gap = gap_mask(kind, size, args.coverage, seed=1)
+    truth = write_crop(tmp / f"{kind}.tif", size, gap)
+    gap &= (truth > 0).all(0)
+    return gap, truth, gap.sum() * truth.shape[0] / 1e6
+
+
 def compare(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
     """``geonp fill`` (lattice and every-pixel queries) and GDAL FillNodata on the same hidden pixels."""
     geonp_cmd = [sys.executable, "-m", "geonp_cli", "-q", "fill"]
@@ -238,11 +247,7 @@ def compare(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
     print(f"{'gaps':<8}{'method':<30}{'s':>7}{'s/Mpx':>8}{'÷GDAL':>7}{'÷every':>7}{'peak MB':>9}{'RMSE':>8}"
           f"{'÷GDAL':>7}{'cov95':>7}")
     for kind in args.kinds.split(","):
-        size = args.size if kind != "random" else min(args.size, 512)
-        gap = gap_mask(kind, size, args.coverage, seed=1)
-        truth = write_crop(tmp / f"{kind}.tif", size, gap)
-        gap &= (truth > 0).all(0)
-        mpx = gap.sum() * truth.shape[0] / 1e6
+        gap, truth, mpx = crop_case(kind, args, tmp)
         gdal_s, gdal_mb = timed([sys.executable, "-c", _GDAL, str(tmp / f"{kind}.tif"), str(tmp / "gdal.npy")])
         gdal = np.load(tmp / "gdal.npy").astype(float)
         rmse_gdal = float(np.sqrt(((gdal[:, gap] - truth[:, gap]) ** 2).mean()))
@@ -261,7 +266,7 @@ def compare(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
                     rows[(device, queries, tag)] = (seconds, mb, float(np.sqrt((err**2).mean())),
                                                     float((np.abs(err) <= 1.96 * std[:, gap]).mean()))
         print(f"{kind:<8}{'GDAL FillNodata':<30}{gdal_s:7.1f}{gdal_s / mpx:8.2f}{1:7.0f}{'':>7}{gdal_mb:9.0f}"
-              f"{rmse_gdal:8.1f}{1:7.3f}{'':>7}   ({mpx:.2f} Mpx of band-gaps, {size}x{size})")
+              f"{rmse_gdal:8.1f}{1:7.3f}{'':>7}   ({mpx:.2f} Mpx of band-gaps, {gap.shape[1]}x{gap.shape[0]})")
         for (device, queries, tag), (seconds, mb, rmse, cov) in rows.items():
             every = rows.get((device, "every", tag), (np.nan,))[0]
             print(f"{kind:<8}{f'geonp {queries} {device}{tag}':<30}{seconds:7.1f}{seconds / mpx:8.1f}{seconds / gdal_s:7.0f}"
@@ -378,11 +383,7 @@ def host_only(args: argparse.Namespace, devices: list[str], tmp: Path) -> None:
           f"{'ctx rows/call':>14}{'ctx pts/call':>13}{'host÷real':>10}")
     started = set()
     for kind in args.kinds.split(","):
-        size = args.size if kind != "random" else min(args.size, 512)
-        gap = gap_mask(kind, size, args.coverage, seed=1)
-        truth = write_crop(tmp / f"{kind}.tif", size, gap)
-        gap &= (truth > 0).all(0)
-        mpx = gap.sum() * truth.shape[0] / 1e6
+        _, _, mpx = crop_case(kind, args, tmp)
         for device in devices:
             for queries in args.queries.split(","):
                 name = f"{kind}_{queries}_{device}"
