@@ -1,3 +1,5 @@
+import os
+
 import matplotlib
 import pytest
 
@@ -8,7 +10,9 @@ matplotlib.use("agg")
 def _seed_torch():
     torch = pytest.importorskip("torch")
     torch.manual_seed(0)
-    torch.set_num_threads(2)
+    # two pytest-xdist workers share the two cores: a thread each (spinning OpenMP threads of two
+    # processes on two cores burn the time of the other's work)
+    torch.set_num_threads(1 if os.environ.get("PYTEST_XDIST_WORKER") else 2)
 
 
 def _cuda_available() -> bool:

@@ -93,6 +93,23 @@ def test_the_result_keeps_dims_coords_attrs_crs_and_nodata(masked_fill):
     np.testing.assert_array_equal(masked_fill["filled"].rio.transform(), cube.rio.transform())
 
 
+def test_provenance_says_which_pixels_are_observed_and_how_many_references_saw_each_filled_one(masked_fill):
+    from geonp.filling.cube import FROM_SPACE, NOT_FILLED, OBSERVED
+
+    cube, clouds = _cube(), _clouds()
+    gap = (cube.values == NODATA) | clouds.values[:, None]
+    clear = ~gap
+    prov = masked_fill["provenance"]
+    assert prov.dims == cube.dims and prov.dtype == np.uint8
+    np.testing.assert_array_equal(prov.values == OBSERVED, clear)
+    # each date's two references (cube_neighbours(TIMES, 2) uses the other two dates): how many see a gap clear
+    seen = clear.sum(axis=0, keepdims=True) - clear
+    expected = np.where(clear, OBSERVED, np.where(seen > 0, seen, FROM_SPACE))
+    np.testing.assert_array_equal(prov.values, expected)
+    assert (prov.values == 2).sum() > 500 and (prov.values == 1).sum() > 0
+    assert not (prov.values == NOT_FILLED).any() and np.isfinite(masked_fill["uncertainty"].values).all()
+
+
 def test_the_workers_that_filled_a_cube_hold_gdals_cache_to_128_mib(masked_fill, client):
     """Each chunk of a cube's files is read once: GDAL's default cache (5 % of RAM) only grew."""
     from geonp.io.raster import GDAL_CACHE_MB

@@ -53,6 +53,10 @@ def split_columns(width: int, *, val_fraction: float, test_fraction: float,
     )
 
 
+#: Windows tried before giving up on rasters where none has enough valid pixels.
+_FIRST_TRIES = 400
+
+
 @dataclass
 class PatchPool:
     """Patches ``[N, bands, p, p]`` (raw units, NaN where invalid) and their window offsets."""
@@ -98,7 +102,8 @@ def sample_patches(
         out: list[np.ndarray] = []
         offsets: list[tuple[int, int, int]] = []
         attempts = 0
-        while len(out) < count and attempts < count * 20:
+        # none valid in the first tries: the rasters (or --nodata) are wrong, say so now
+        while len(out) < count and attempts < count * 20 and (out or attempts < _FIRST_TRIES):
             attempts += 1
             i = int(rng.integers(len(sources)))
             info = infos[i]

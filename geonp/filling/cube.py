@@ -29,7 +29,11 @@ from geonp.filling.xarray_fill import _fill_dask, nodata_of
 from geonp.io.masks import valid_mask
 from geonp.io.timeseries import nearest_dates
 
-__all__ = ["cube_neighbours", "fill", "fill_cube"]
+__all__ = ["FROM_SPACE", "NOT_FILLED", "OBSERVED", "cube_neighbours", "fill", "fill_cube"]
+
+#: ``provenance`` codes of a cube fill: observed; 1-250: filled, seen clear by this many of the
+#: date's references; filled from the date's own pixels alone (no reference saw it); not filled.
+OBSERVED, FROM_SPACE, NOT_FILLED = 0, 254, 255
 
 
 def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[Reference | tuple[Any, float]] = (),
@@ -230,10 +234,13 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int | 
         **options: :class:`~geonp.config.FillConfig` fields.
 
     Returns:
-        An ``xarray.Dataset`` with ``filled`` (the cube's dtype, nodata, CRS, attributes) and
-        ``uncertainty`` (float32 std: 0 on observed pixels, NaN where nothing was filled), both
-        with the cube's dims and coordinates, chunked by date and ``block_size`` squares; lazy
-        for a Dask-backed cube (:func:`geonp.filling.xarray_result.build_result`).
+        An ``xarray.Dataset`` with ``filled`` (the cube's dtype, nodata, CRS, attributes),
+        ``uncertainty`` (float32 std: 0 on observed pixels, NaN where nothing was filled) and
+        ``provenance`` (uint8 per pixel and band: :data:`OBSERVED` 0; 1-250 filled, seen clear
+        by that many of the date's references; :data:`FROM_SPACE` 254 filled from the date's
+        own pixels alone; :data:`NOT_FILLED` 255 left as nodata), all with the cube's dims and
+        coordinates, chunked by date and ``block_size`` squares; lazy for a Dask-backed cube
+        (:func:`geonp.filling.xarray_result.build_result`).
 
     Raises:
         InputRasterError: no datetime64 time coordinate, other dims, or a mask of other dims.
@@ -275,7 +282,7 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int | 
         if several and neighbours:
             usable = dsa.isfinite(data).any(axis=(1, 2, 3)).compute()
         plan = cube_neighbours(times, neighbours, max_days=max_days, usable=usable)
-    filled, std = [], []
+    filled, std, seen = [], [], []
     for i, refs in enumerate(plan):
         date_cfg = FillConfig.of(cfg, model=cfg.model if cfg.model is not None else ("multidate" if several else "default"))
         references = [(data[j], days) for j, days in refs]
@@ -284,8 +291,26 @@ def fill_cube(cube: Any, config: FillConfig | None = None, *, neighbours: int | 
                           blocks=cfg.block_size)
         filled.append(f)
         std.append(s)
+        seen.append(sum((dsa.isfinite(data[j]).astype(np.uint8) for j, _ in refs), dsa.zeros_like(data[i], np.uint8)))
     ds = build_result(dsa.stack(filled), dsa.stack(std), cube4, nodata=nodata)
+    ds["provenance"] = _provenance(dsa.isfinite(data), dsa.stack(std), dsa.stack(seen), ds["filled"])
     if added_band:
         ds = ds.isel({cube4.dims[1]: 0}, drop=True)
     ds = ds.transpose(*cube.dims, ...)
     return ds if hasattr(cube.data, "dask") else ds.compute()
+
+
+def _provenance(observed: Any, std: Any, seen: Any, like: Any) -> Any:
+    """The ``provenance`` DataArray of a cube fill (codes: :data:`OBSERVED` ...), shaped and chunked as ``like``."""
+    import dask.array as dsa
+    import xarray as xr
+
+    code = dsa.where(observed, OBSERVED, dsa.where(~dsa.isfinite(std), NOT_FILLED,
+                                                    dsa.where(seen > 0, dsa.minimum(seen, 250), FROM_SPACE)))
+    out = xr.DataArray(code.astype(np.uint8), dims=like.dims, coords=like.coords)
+    if getattr(like.data, "chunks", None) is not None:
+        out = out.chunk(dict(zip(like.dims, like.data.chunks, strict=True)))
+    out.attrs = {"long_name": "provenance of each pixel",
+                 "flag_values": "0 observed; 1-250 filled, seen clear by this many references; "
+                                "254 filled from the date's own pixels alone; 255 not filled"}
+    return out

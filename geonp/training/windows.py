@@ -15,6 +15,7 @@ import math
 import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -241,21 +242,27 @@ def gap_source_mask(path: str | os.PathLike[str] | None) -> np.ndarray | None:
 def window_groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rng: np.random.Generator, *,
             nodata: float | None, bands: Sequence[int] | None, val_fraction: float, test_fraction: float,
             pool_size: int, val_count: int, pool_megabytes: float, seed: int) -> tuple[list[WindowGroup], list[WindowGroup]]:
-    """Training and validation windows, one group per band count (in the order of the inputs).
+    """Training and validation windows, one group per folder and band count (in the order of the inputs).
 
-    A group's windows are ``patch_size`` pixels, or less when its rasters' training columns are
-    narrower; its weight in the task draw grows with the square root of its pixels.
+    Each folder of inputs is a *source* (``benchmarks/corpus.py`` writes one folder per source) and
+    gets an equal share of the task draw, so no source dominates; within a folder a group's share
+    grows with the square root of its pixels. A group's windows are ``patch_size`` pixels, or less
+    when its rasters' training columns are narrower.
     """
     from geonp.io.raster import open_raster, raster_info, select_bands
 
-    by_count: dict[int, list[tuple[str | os.PathLike[str], int, int]]] = {}
+    by_key: dict[tuple[str, int], list[tuple[str | os.PathLike[str], int, int]]] = {}
     for path in inputs:
         with open_raster(path) as src:
             info = raster_info(src)
-            by_count.setdefault(len(select_bands(info, bands)), []).append((path, info.width, info.height))
+            key = (str(Path(path).resolve().parent), len(select_bands(info, bands)))
+            by_key.setdefault(key, []).append((path, info.width, info.height))
+    root_pixels: dict[str, float] = {}
+    for (folder, _), members in by_key.items():
+        root_pixels[folder] = root_pixels.get(folder, 0.0) + math.sqrt(_train_pixels(members, val_fraction, test_fraction))
     train_groups: list[WindowGroup] = []
     val_groups: list[WindowGroup] = []
-    for n, (count, members) in enumerate(by_count.items()):
+    for n, ((folder, count), members) in enumerate(by_key.items()):
         paths = [m[0] for m in members]
         fits = min(min(m[2] for m in members), min(
             split_columns(m[1], val_fraction=val_fraction, test_fraction=test_fraction).train[1] for m in members))
@@ -272,9 +279,8 @@ def window_groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rn
         pool = sample_patches(paths, region="train", count=n_pool, rng=rng, **common)
         flat = np.moveaxis(pool.values, 1, 0).reshape(pool.values.shape[1], -1)
         norm = Normalizer.fit(flat, np.isfinite(flat), seed=seed)
-        pixels = float(sum(m[2] * split_columns(m[1], val_fraction=val_fraction, test_fraction=test_fraction).train[1]
-                           for m in members))
-        train_groups.append(WindowGroup(pool, norm, math.sqrt(pixels)))
+        share = math.sqrt(_train_pixels(members, val_fraction, test_fraction)) / root_pixels[folder] / len(root_pixels)
+        train_groups.append(WindowGroup(pool, norm, share))
         val_width = min(int(np.diff(split_columns(m[1], val_fraction=val_fraction,
                                                   test_fraction=test_fraction).val)[0]) for m in members)
         try:
@@ -285,5 +291,12 @@ def window_groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rn
                 raise
             logger.warning("no validation windows in %s (validation uses the other rasters)", paths)
             continue
-        val_groups.append(WindowGroup(val_pool, norm, math.sqrt(pixels)))
+        val_groups.append(WindowGroup(val_pool, norm, share))
     return train_groups, val_groups
+
+
+def _train_pixels(members: Sequence[tuple[str | os.PathLike[str], int, int]], val_fraction: float,
+                  test_fraction: float) -> float:
+    """Pixels in the training columns of ``(path, width, height)`` rasters."""
+    return float(sum(h * split_columns(w, val_fraction=val_fraction, test_fraction=test_fraction).train[1]
+                     for _, w, h in members))

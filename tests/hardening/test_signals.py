@@ -86,7 +86,9 @@ def assert_interrupted(proc: subprocess.Popen, err: str, sig: signal.Signals, na
     assert "Traceback" not in err, err
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# SIGTERM on a fill is checked by test_signal_mid_run_leaves_no_file too: its busy-worker case runs with -m slow
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="SIGTERM", marks=pytest.mark.slow),
+                                 pytest.param(signal.SIGINT, id="SIGINT")])
 def test_a_signal_stops_a_fill_whose_workers_are_busy(tmp_path, tiny_model, sig) -> None:
     """The fill stops at once, not after the blocks its workers are on; its workers end with it."""
     src, digest, out_dir = _cloudy_scene(tmp_path)
@@ -253,7 +255,10 @@ def _wait_for(proc, ready) -> None:
         time.sleep(0.05)
 
 
-@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["SIGTERM", "SIGINT"])
+# Ctrl-C on a train is checked by test_ctrl_c_before_the_first_checkpoint_leaves_no_folder too: its
+# checkpoint-and-resume case runs with -m slow
+@pytest.mark.parametrize("sig", [pytest.param(signal.SIGTERM, id="SIGTERM"),
+                                 pytest.param(signal.SIGINT, id="SIGINT", marks=pytest.mark.slow)])
 def test_a_signal_stops_a_train_and_keeps_its_last_checkpoint(tmp_path, sig) -> None:
     from geonp.model_files.train_state import training_state_step
 

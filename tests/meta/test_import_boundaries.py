@@ -1,4 +1,5 @@
 import ast
+import functools
 import subprocess
 import sys
 from pathlib import Path
@@ -231,21 +232,31 @@ def layer_violations(graph: dict[str, set[str]]) -> list[str]:
     return out
 
 
+@functools.cache
+def _package_graph() -> dict[str, frozenset[str]]:
+    return {mod: frozenset(deps) for mod, deps in import_graph(PACKAGES).items()}
+
+
+def package_graph() -> dict[str, set[str]]:
+    """``import_graph(PACKAGES)``, parsed once per session (a copy: a test may plant imports in it)."""
+    return {mod: set(deps) for mod, deps in _package_graph().items()}
+
+
 def test_geonp_has_no_import_cycle():
-    graph = import_graph(PACKAGES)
+    graph = package_graph()
     # imports inside functions count: the plan loads models with one (geonp.filling.plan.load_for_fill)
     assert len(graph) > 60 and "geonp.model_files.registry" in graph["geonp.filling.plan"]
     assert find_cycles(graph) == []
 
 
 def test_each_layer_imports_only_the_layers_below_it():
-    graph = import_graph(PACKAGES)
+    graph = package_graph()
     assert "geonp.config" in graph["geonp.models"]  # build_model reads ModelConfig
     assert layer_violations(graph) == []
 
 
 def test_the_cli_uses_only_the_public_api():
-    graph = import_graph(PACKAGES)
+    graph = package_graph()
     cli_deps = set().union(*(deps for mod, deps in graph.items() if mod.startswith("geonp_cli")))
     assert {d for d in cli_deps if not d.startswith("geonp_cli")} <= {
         "geonp", "geonp.config", "geonp.errors", "geonp._version"}
@@ -283,7 +294,7 @@ def test_a_cycle_hidden_in_a_function_is_found(tmp_path):
 
 
 def test_every_geonp_module_falls_under_a_layer_rule():
-    graph = import_graph(PACKAGES)
+    graph = package_graph()
     unruled = [m for m in graph if m not in ("geonp", "geonp._version")
                and not any(m == p or m.startswith(p + ".") for p in ALLOWED)]
     assert unruled == []
@@ -311,5 +322,5 @@ def test_every_geonp_module_falls_under_a_layer_rule():
     ("geonp_cli.batch", "geonp.batch.jobs"),
 ])
 def test_the_layer_rule_catches_an_import_from_above(module, planted):
-    graph = import_graph(PACKAGES)
+    graph = package_graph()
     assert layer_violations({**graph, module: graph[module] | {planted}}) == [f"{module} imports {planted}"]

@@ -26,7 +26,7 @@ def test_split_widens_a_too_narrow_validation_region() -> None:
 def test_train_on_the_small_sample_works(tmp_path: Path) -> None:
     out = tmp_path / "m"
     res = CliRunner().invoke(cli, ["-q", "train", str(SAMPLE), "-o", str(out), "--steps", "2", "--dim", "8",
-                                   "--depth", "1", "--heads", "2", "--ff-dim", "8", "--val-every", "2",
+                                   "--depth", "1", "--heads", "2", "--ff-dim", "8", "--val-every", "2", "--no-calibrate",
                                    "--device", "cpu"])
     assert res.exit_code == 0, res.output
     assert (out / "model.safetensors").is_file() and (out / "config.json").is_file()
