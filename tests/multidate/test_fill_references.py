@@ -328,7 +328,8 @@ def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
     assert 0.5 < d["coverage95"] <= 1.0
     # scores by distance to data: every scored pixel of every band in one bin, for every method
     bins = s["binned_by_distance"]
-    assert set(bins) == {"geonp", "gdal", "regression", "single_date"}
+    assert set(bins) == {"geonp", "gdal", "regression", "temporal", "single_date"}
+    assert d["rmse_temporal"] > 0 and s["geonp_over_temporal"] == pytest.approx(d["rmse_geonp"] / d["rmse_temporal"])
     for method, rows in bins.items():
         assert sum(r["n"] for r in rows) == 3 * d["scored"], method
         own = d["binned"][method]  # one date: the pooled bins are the date's own
@@ -344,6 +345,26 @@ def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
     img = matplotlib.image.imread(png)
     assert img.ndim == 3 and img.shape[0] > 300 and img.shape[1] > 300 and img.shape[2] in (3, 4)
     assert img[..., :3].std() > 0.05  # drawn, not blank
+
+
+def test_temporal_linear_interpolates_between_the_nearest_clear_dates_and_holds_at_the_ends():
+    from geonp.evaluation.series import temporal_linear
+
+    days = np.array([0.0, 10.0, 20.0, 40.0])
+    values = np.stack([np.full((2, 1, 4), v) for v in (100.0, 999.0, 200.0, 400.0)]).astype(np.float32)
+    values[:, 1] *= 2  # a second band
+    observed = np.ones((4, 1, 4), bool)
+    observed[0, 0, 1] = False  # pixel 1: nothing clear before date 1 -> the later date's value
+    observed[2, 0, 2] = observed[3, 0, 2] = False  # pixel 2: nothing clear after -> the earlier one
+    observed[0, 0, 3] = observed[2, 0, 3] = observed[3, 0, 3] = False  # pixel 3: no other date sees it
+    out = temporal_linear(values, observed, days, 1)
+    np.testing.assert_allclose(out[0, 0, :3], [150.0, 200.0, 100.0])  # 100 + (200 - 100) * 10 / 20
+    np.testing.assert_allclose(out[1, 0, :3], [300.0, 400.0, 200.0])
+    assert np.isnan(out[:, 0, 3]).all()
+    # date 2 (day 20) between date 1 (day 10, 999) and date 3 (day 40, 400); its own value unused
+    np.testing.assert_allclose(temporal_linear(values, np.ones((4, 1, 4), bool), days, 2)[0, 0], 999 - 599 / 3)
+    observed[1, 0, 0] = False  # then date 0 (day 0, 100) is the nearest clear date before
+    np.testing.assert_allclose(temporal_linear(values, observed, days, 2)[0, 0, 0], 100 + 300 * 20 / 40)
 
 
 def test_fill_array_with_references_equals_fill_raster_with_the_same_reference(tmp_path):
