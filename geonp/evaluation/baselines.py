@@ -31,6 +31,7 @@ __all__ = [
     "fillnodata_baseline",
     "kriging_baseline",
     "require_pykrige",
+    "temporal_linear",
 ]
 
 #: PyKrige variogram models accepted by :func:`kriging_baseline`.
@@ -252,3 +253,34 @@ def _krige(
     if not (np.all(np.isfinite(zt)) and np.all(np.isfinite(ss))):
         return None
     return zt, np.sqrt(np.clip(ss, 0.0, None))
+
+
+def temporal_linear(values: np.ndarray, observed: np.ndarray, days: np.ndarray, t: int) -> np.ndarray:
+    """Date ``t`` interpolated linearly in time, pixel by pixel, from the other dates that see it clear.
+
+    Between the nearest date before and the nearest after that observe a pixel; the one of them
+    there is where only one side has any (the series' ends); NaN where no other date sees it.
+
+    Args:
+        values: ``[T, bands, h, w]``, NaN where a date has no value.
+        observed: ``[T, h, w]`` True where a date sees a pixel clear.
+        days: ``[T]`` dates in days, ascending.
+        t: the date to interpolate (its own pixels are not used).
+
+    Returns:
+        ``[bands, h, w]`` float64.
+    """
+    shape = observed.shape[1:]
+    before, after = np.full(shape, -1), np.full(shape, -1)
+    for j in range(t):
+        before[observed[j]] = j
+    for j in range(len(days) - 1, t, -1):
+        after[observed[j]] = j
+    rows, cols = np.indices(shape)
+    v0 = values[np.maximum(before, 0), :, rows, cols].transpose(2, 0, 1).astype(np.float64)
+    v1 = values[np.maximum(after, 0), :, rows, cols].transpose(2, 0, 1).astype(np.float64)
+    d0, d1 = days[np.maximum(before, 0)], days[np.maximum(after, 0)]
+    both = (before >= 0) & (after >= 0)
+    w = (days[t] - d0) / np.where(both, d1 - d0, 1)
+    out = np.where(both, v0 + w * (v1 - v0), np.where(before >= 0, v0, v1))
+    return np.where((before >= 0) | (after >= 0), out, np.nan)

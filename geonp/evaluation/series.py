@@ -9,7 +9,7 @@ date's QA band; the date is then filled
 - by a per-band linear regression of the date on its clearest reference, fitted on the pixels
   both observe (the simplest classic reference method; it predicts only where that reference
   is observed),
-- by temporal linear interpolation (:func:`temporal_linear`: each pixel between the nearest dates
+- by temporal linear interpolation (:func:`~geonp.evaluation.baselines.temporal_linear`: each pixel between the nearest dates
   before and after that see it clear, every date of the series allowed, later ones too; what a
   data-cube user gets from ``cube.interpolate_na(dim="time")``),
 - and by geonp without references (the single-date default model), to show what references add.
@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from geonp.evaluation.baselines import fillnodata_baseline
+from geonp.evaluation.baselines import fillnodata_baseline, temporal_linear
 from geonp.evaluation.metrics import binned_scores, gaussian_nll, interval_coverage, pool_binned
 from geonp.filling.calibration import DISTANCE_BIN_EDGES, distance_to_observed
 
@@ -45,8 +45,7 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SERIES_METHODS", "DateScore", "evaluate_series", "reference_regression", "report_lines", "summary",
-           "temporal_linear"]
+__all__ = ["SERIES_METHODS", "DateScore", "evaluate_series", "reference_regression", "report_lines", "summary"]
 
 #: The methods of a series evaluation: key in :attr:`DateScore.binned` -> label in tables and plots.
 SERIES_METHODS = {"geonp": "geonp", "gdal": "GDAL FillNodata", "regression": "regression",
@@ -141,37 +140,6 @@ def _write_like(path: Path, like: str, values: np.ndarray, ok: np.ndarray) -> No
     with rasterio.open(path, "w", **profile) as dst:
         dst.write(data)
         dst.update_tags(**tags)
-
-
-def temporal_linear(values: np.ndarray, observed: np.ndarray, days: np.ndarray, t: int) -> np.ndarray:
-    """Date ``t`` interpolated linearly in time, pixel by pixel, from the other dates that see it clear.
-
-    Between the nearest date before and the nearest after that observe a pixel; the one of them
-    there is where only one side has any (the series' ends); NaN where no other date sees it.
-
-    Args:
-        values: ``[T, bands, h, w]``, NaN where a date has no value.
-        observed: ``[T, h, w]`` True where a date sees a pixel clear.
-        days: ``[T]`` dates in days, ascending.
-        t: the date to interpolate (its own pixels are not used).
-
-    Returns:
-        ``[bands, h, w]`` float64.
-    """
-    shape = observed.shape[1:]
-    before, after = np.full(shape, -1), np.full(shape, -1)
-    for j in range(t):
-        before[observed[j]] = j
-    for j in range(len(days) - 1, t, -1):
-        after[observed[j]] = j
-    rows, cols = np.indices(shape)
-    v0 = values[np.maximum(before, 0), :, rows, cols].transpose(2, 0, 1).astype(np.float64)
-    v1 = values[np.maximum(after, 0), :, rows, cols].transpose(2, 0, 1).astype(np.float64)
-    d0, d1 = days[np.maximum(before, 0)], days[np.maximum(after, 0)]
-    both = (before >= 0) & (after >= 0)
-    w = (days[t] - d0) / np.where(both, d1 - d0, 1)
-    out = np.where(both, v0 + w * (v1 - v0), np.where(before >= 0, v0, v1))
-    return np.where((before >= 0) | (after >= 0), out, np.nan)
 
 
 def _rmse(y: np.ndarray, p: np.ndarray) -> float:

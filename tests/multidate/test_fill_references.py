@@ -348,7 +348,7 @@ def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
 
 
 def test_temporal_linear_interpolates_between_the_nearest_clear_dates_and_holds_at_the_ends():
-    from geonp.evaluation.series import temporal_linear
+    from geonp.evaluation.baselines import temporal_linear
 
     days = np.array([0.0, 10.0, 20.0, 40.0])
     values = np.stack([np.full((2, 1, 4), v) for v in (100.0, 999.0, 200.0, 400.0)]).astype(np.float32)
