@@ -57,6 +57,11 @@ def main() -> None:
         calibrate(last_weights(args.run, args.out / "near"))
     else:
         last_weights(args.run, args.out)
+        # the default's band statistics (the std floor's prior): a run on several rasters stores those
+        # of its first raster, in that raster's units
+        cfg = json.loads((args.out / "config.json").read_text())
+        cfg["normalizer"] = json.loads((DEFAULT / "config.json").read_text())["normalizer"]
+        (args.out / "config.json").write_text(json.dumps(cfg, indent=2))
         shutil.copytree(DEFAULT / "near", args.out / "near")
         calibrate(args.out)
     print(f"judge it: python benchmarks/validation.py --model default --model {args.out}")
