@@ -2,12 +2,14 @@
 
 The default model fills the rim of such a hole as well as GDAL FillNodata, but deeper than ~15 px
 from the hole's edge its fill drifts towards its far context, the land around the lake: a darker
-blob in the blue and green bands (-42 and -30 DN; GDAL -4 and -7 DN; RMSE 43 against GDAL's 12).
+blob in the blue and green bands (-24 and -23 DN with today's default; GDAL -4 and -7 DN; RMSE 31
+against GDAL's 12).
 Nothing at fill time removes the drift without a cost elsewhere (shift and scale of each tile from
 its near set: no change; no far set: +11 to +16 DN of bias on 70-px water holes instead; far set
 kept within 128 px: water RMSE 44 -> 31 but scene-scale clouds 346 -> 351 DN on the model card's
 test columns, 267 -> 385 DN beyond 192 px). The model has to learn it: it was trained on 256-px
-windows, so its far set never came from beyond them, while a fill's reaches 512 px. Until then
+windows, so its far set never came from beyond them, while a fill's reaches 512 px (a fine-tune on
+512-px windows brought the RMSE to 20-25 DN: docs/benchmarks.md, "Training on the corpus"). Until then
 the std must own up to the drift, and it does.
 """
 
