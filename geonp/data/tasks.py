@@ -118,6 +118,15 @@ def context_points(
         (target date first, then each reference), and how many are of the target date.
     """
     rows, cols = select_context(observed, query_mask, query_bounds, spec, origin=origin, limit=limit)
+    return context_values(values, (rows, cols), query_mask, query_bounds, spec, origin=origin, references=references)
+
+
+def context_values(values: np.ndarray, chosen: tuple[np.ndarray, np.ndarray], query_mask: np.ndarray,
+                   query_bounds: tuple[int, int, int, int], spec: ContextSpec, *, origin: tuple[int, int] = (0, 0),
+                   references: Sequence[ReferenceBand] = ()
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """:func:`context_points` from the target date's context pixels ``chosen`` (rows, cols) already chosen."""
+    rows, cols = chosen
     ys = [values[:, rows, cols].T]
     rs, cs, ds = [rows], [cols], [np.zeros(rows.size)]
     for ref in references:
@@ -157,6 +166,22 @@ def task_scale(yc: np.ndarray) -> np.ndarray:
     var = yc.var(0) if n else np.zeros(yc.shape[1])
     return np.maximum(np.sqrt((n * var + PRIOR_COUNT) / (n + PRIOR_COUNT)), STD_FLOOR)
 
+
+
+def standardize_bands(y: np.ndarray, n_stats: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """:func:`standardize` of each column of ``y [N, dy]`` on its own, all columns at once.
+
+    Returns ``(yc [dy, N], shift [dy], scale [dy])``; row ``j`` of ``yc`` equals
+    ``standardize(y[:, j:j + 1], None, n_stats)[0][:, 0]`` bit for bit (each row is reduced as
+    one contiguous array, as a single column is).
+    """
+    rows = np.ascontiguousarray(y.T)
+    stats = rows[:, :n_stats] if n_stats else rows
+    n = stats.shape[1]
+    shift = stats.mean(1)
+    var = stats.var(1) if n else np.zeros(rows.shape[0])
+    scale = np.maximum(np.sqrt((n * var + PRIOR_COUNT) / (n + PRIOR_COUNT)), STD_FLOOR)
+    return (rows - shift[:, None]) / scale[:, None], shift, scale
 
 @overload
 def standardize(yc: np.ndarray, yt: np.ndarray, n_stats: int | None = None

@@ -90,9 +90,13 @@ def _pixel_jitter(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
     it is smaller than the gap between any two distinct pixel distances below ~800 px, so it never
     reorders pixels that are not tied.
     """
+    return pixel_hash(rows, cols).astype(np.float64) / float(1 << 32) * 1e-4
+
+
+def pixel_hash(rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+    """The 32-bit hash of each absolute pixel behind :func:`_pixel_jitter` (uint64; same order)."""
     h = (rows.astype(np.uint64) * np.uint64(73856093)) ^ (cols.astype(np.uint64) * np.uint64(19349663))
-    h = (h * np.uint64(2654435761)) % np.uint64(1 << 32)
-    return h.astype(np.float64) / float(1 << 32) * 1e-4
+    return (h * np.uint64(2654435761)) % np.uint64(1 << 32)
 
 
 def nearest_context(
