@@ -3,7 +3,7 @@
 On the default model's held-out test columns of the shared Landsat 8 scene (a 408-px wide crop
 the model never saw), each gap kind of ``geonp evaluate`` hides ~30 % of the pixels; every
 configuration below fills the same hidden pixels with the default model through the fill's
-engine (``geonp.filling.block.predict_region``, the model part of what ``geonp fill`` runs per block) and the
+engine (``geonp.filling.block.fill_block``, what ``geonp fill`` runs per block) and the
 script prints seconds, band-gap pixels per second, RMSE (DN), 95 % coverage and NLL, and each
 configuration's time and RMSE as ratios to ``every`` (every gap pixel predicted by every
 overlapping tile) in the same run. GDAL FillNodata's RMSE on the same pixels is the peer.
@@ -68,7 +68,7 @@ MODEL = "default"  # --model
 
 
 def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.ndarray, float, float]:
-    from geonp.filling.block import predict_region
+    from geonp.filling.block import BlockInput, fill_block
     from geonp.filling.plan import FillPlan, normalizer_for, tile_options
     from geonp.model_files.registry import cached_model
 
@@ -87,9 +87,9 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
     plan = FillPlan(model=MODEL, device="cpu", batch_rows=None, opts=opts, norm=norm,
                     calibration=loaded.calibration, max_distance=None, queries=spec.get("queries", "lattice"))
     t0 = time.perf_counter()
-    mean, std = predict_region(plan.predictor(loaded), np.where(observed, truth, 0.0), observed,
-                               (0, truth.shape[1], 0, truth.shape[2]), origin=(0, 0), norm=norm,
-                               max_distance=None, calibration=loaded.calibration)
+    out = fill_block(BlockInput(np.where(observed, truth, 0.0), observed, (0, truth.shape[1], 0, truth.shape[2])),
+                     plan, plan.predictor(loaded))
+    mean, std = out.mean, out.std
     seconds = time.perf_counter() - t0
     return mean, std, seconds, pairs(observed, opts)
 

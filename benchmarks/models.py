@@ -43,6 +43,8 @@ def model_config(name: str, length_scale: float):
     return {
         "TNP-KR (scan)": ModelConfig(arch="tnpkr", attention="scan", **common),
         "TNP-KR (dka)": ModelConfig(arch="tnpkr", attention="dka", **common),
+        # DKA with the coordinates in the tokens too (as a TNP's tokens hold them), not only in its kernel
+        "TNP-KR (dka, coords)": ModelConfig(arch="tnpkr", attention="dka", embed_coords=True, **common),
         "TNP-D": ModelConfig(arch="tnpd", **common),
         "CMANP": ModelConfig(arch="cmanp", num_latents=64, **common),
     }[name]

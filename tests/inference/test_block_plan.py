@@ -144,3 +144,27 @@ def test_tiles_look_for_context_as_far_as_the_model_was_trained_unless_told():
     assert opts.search_radius == 128 and opts.halo == 128 + 2 * 2 + 12
     assert tile_options(multidate, None, None, None, 300).search_radius == 300
     assert FillConfig().search_radius is None
+
+
+def test_the_plans_corrections_run_in_order_after_the_model(tiny_model):
+    """Reference regression, std calibration, near blend: the plan lists them, the block applies them in turn."""
+    import dataclasses
+
+    from geonp.filling.corrections import NearBlendCorrection, RegressionWeight, StdCalibration
+    from geonp.filling.references import ReferenceLines
+
+    values, valid = _block()
+    loaded = load_model(tiny_model)
+    plan = _plan(FillConfig(model=loaded, tile_size=16, overlap=4, search_radius=24), loaded, values, valid)
+    calibration = load_model("default").calibration  # a std scale, distance factors and a near blend
+    steps = dataclasses.replace(plan, calibration=calibration).corrections
+    assert [type(c) for c in steps] == [StdCalibration, NearBlendCorrection]
+    lines = ReferenceLines.__new__(ReferenceLines)
+    steps = dataclasses.replace(plan, calibration=calibration, reference_lines=lines).corrections
+    assert [type(c) for c in steps] == [RegressionWeight, StdCalibration, NearBlendCorrection]
+    assert steps[0].lines is lines and steps[2].blend is calibration.near_blend
+    assert [c.needs_distance for c in steps] == [False, True, True]
+    # the tiny model has no calibration: the model's fill is the block's fill
+    assert plan.corrections == ()
+    out = fill_block(BlockInput(values, valid, (0, 56, 0, 60)), plan, plan.predictor(loaded))
+    assert out.filled.any() and np.isfinite(out.std[out.filled]).all()

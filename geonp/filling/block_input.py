@@ -1,0 +1,47 @@
+"""The arrays of one block, as every fill driver hands them to :func:`geonp.filling.block.fill_block`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+__all__ = ["BlockInput", "ReferenceArrays", "Region"]
+
+#: ``(r0, r1, c0, c1)``: rows and columns of a block's own pixels within its arrays.
+Region = tuple[int, int, int, int]
+#: Another date on a block's arrays: ``(values, observed, days)``, ``values``/``observed``
+#: ``[bands, h, w]`` in the bands' units, ``days`` the date offset from the target's date.
+ReferenceArrays = tuple[np.ndarray, np.ndarray, float]
+
+
+@dataclass(frozen=True, eq=False)
+class BlockInput:
+    """The arrays of one block: its values and observed flags with the halo, and where it sits.
+
+    Attributes:
+        values: ``[bands, h, w]`` float64 values of the block with its halo (anything where not
+            observed).
+        observed: bool ``[bands, h, w]``, True where a value is observed.
+        region: the block's own pixels within the arrays (the rest is context only).
+        origin: the arrays' ``(row, col)`` offset in the raster (keeps tiles on the raster's grid).
+        fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
+        references: other dates on the same arrays (multi-date models).
+        search_limit: the largest context search radius the halo holds (None: as far as the plan
+            searches); a tile that needs more raises
+            :class:`~geonp.tasks.context.HaloTooSmall`.
+    """
+
+    values: np.ndarray
+    observed: np.ndarray
+    region: Region
+    origin: tuple[int, int] = (0, 0)
+    fillable: np.ndarray | None = None
+    references: tuple[ReferenceArrays, ...] = ()
+    search_limit: int | None = None
+
+    @property
+    def core(self) -> tuple[slice, slice, slice]:
+        """Index of the region in ``[bands, h, w]`` arrays."""
+        r0, r1, c0, c1 = self.region
+        return slice(None), slice(r0, r1), slice(c0, c1)
