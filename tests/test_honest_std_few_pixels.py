@@ -21,7 +21,7 @@ from geonp_cli.main import cli
 
 from geonp.filling.arrays import fill_array
 from geonp.filling.plan import normalizer_for
-from geonp.filling.survey import sample_for_stats
+from geonp.filling.survey import GapReader, sample_for_stats
 from geonp.io.raster import open_raster, raster_info
 from geonp.model_files.registry import load_model
 from geonp.tasks.normalize import (
@@ -159,12 +159,12 @@ def test_a_raster_with_many_observed_pixels_keeps_its_own_normaliser():
     with open_raster(SAMPLE) as src:
         info = raster_info(src)
         for bands in ([1], [2], [3], [1, 2]):
-            values, valid = sample_for_stats(src, info, bands, 0.0, lambda win: None)
+            values, valid = sample_for_stats(GapReader(src, info, bands, 0.0, lambda win: None))
             norm = normalizer_for(loaded, len(bands), lambda v=values, ok=valid: (v, ok))
             assert norm == Normalizer.fit(values, valid)
             assert min(norm.std) > 100.0  # its own spread, far above the prior's floor
         # all 3 bands: Landsat digital numbers, the units of the model's statistics, which it keeps
-        values, valid = sample_for_stats(src, info, [1, 2, 3], 0.0, lambda win: None)
+        values, valid = sample_for_stats(GapReader(src, info, [1, 2, 3], 0.0, lambda win: None))
         norm = normalizer_for(loaded, 3, lambda: (values, valid))
         assert norm == Normalizer.from_dict(loaded.normalizer)
 

@@ -224,13 +224,11 @@ def _counts(path: Path, rows=None):
         info = raster_info(src)
         sources = build_gap_sources(src, info=info, bands=[1], nodata=0.0, fill_outside=True)
         outside = [0]
+        reader = survey.GapReader(src, info, [1], 0.0, sources.extra_gaps, sources.fillable)
         if rows is None:
-            blocks = pool.plan_blocks(info.height, info.width, 512)
-            counts = survey.count_gaps(src, info, [1], 0.0, sources.extra_gaps, blocks, 16, sources.fillable,
-                                       outside)
+            counts = survey.count_gaps(reader, pool.plan_blocks(info.height, info.width, 512), 16, outside)
         else:
-            counts = survey.estimate_gaps(src, info, [1], 0.0, sources.extra_gaps, rows, 16, sources.fillable,
-                                          outside)
+            counts = survey.estimate_gaps(reader, rows, 16, outside)
     return (*counts, outside[0]), info
 
 

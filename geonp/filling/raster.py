@@ -222,11 +222,11 @@ class _FileFill:
         self.sampled = survey.sample_rows(info) if self.outs.dry_run else None  # a huge raster: an estimate
         self.counts = survey.BlockCounts(info.height, info.width, cfg.block_size)
         step = stage(self.progress, "surveying", "block")
-        count = (survey.count_gaps(src, info, self.band_list, self.nodata, self.sources.extra_gaps, self.blocks,
-                                   self.opts.tile_size, self.sources.fillable, outside, self.counts, step)
+        self.reader = survey.GapReader(src, info, self.band_list, self.nodata, self.sources.extra_gaps,
+                                       self.sources.fillable)
+        count = (survey.count_gaps(self.reader, self.blocks, self.opts.tile_size, outside, self.counts, step)
                  if self.sampled is None else
-                 survey.estimate_gaps(src, info, self.band_list, self.nodata, self.sources.extra_gaps, self.sampled,
-                                      self.opts.tile_size, self.sources.fillable, outside, self.counts, step))
+                 survey.estimate_gaps(self.reader, self.sampled, self.opts.tile_size, outside, self.counts, step))
         gap_pixels, obs_pixels, gap_tiles = count
         if obs_pixels == 0 and not self.refs:  # a date under cloud is filled from its references
             raise NoValidPixelsError(
@@ -255,9 +255,8 @@ class _FileFill:
         """The plan of a dry run: blocks, tiles, context sizes, memory and time estimates."""
         report.dry_run = True
         spent = time.process_time()  # this process so far: what the fill does before its blocks
-        model = 0.0 if self.class_raster else survey.price_model(
-            src, self.info, self.band_list, self.nodata, self.sources.extra_gaps, self.sources.fillable, self.counts,
-            self.opts, report.gap_pixels)
+        model = 0.0 if self.class_raster else survey.price_model(self.reader, self.counts, self.opts,
+                                                                   report.gap_pixels)
         times = survey.time_estimate(self.info, len(self.band_list), self.fill_blocks, self.copy_blocks,
                                      self.opts.halo, spent=spent, model=model, workers=report.workers,
                                      surveyed=self.sampled is None)
@@ -287,11 +286,10 @@ class _FileFill:
         if self.opened and cfg.reference_fit == "regression":
             step = stage(self.progress, "fitting references", "block")
             lines = engine.fit_reference_lines(source, self.blocks, step)
-        gaps_from = self.sources.extra_gaps
         plan = FillPlan.build(
             cfg, self.loaded, n_bands=len(self.band_list), model=model_key(cfg.model, self.loaded),
             reference_lines=lines, class_fill=self.class_raster,
-            sample=lambda: survey.sample_for_stats(src, info, self.band_list, self.nodata, gaps_from, self.counts))
+            sample=lambda: survey.sample_for_stats(self.reader, self.counts))
         return engine.BlockJob(source, plan), profile, std_profile
 
     def _tags(self, plan: FillPlan) -> dict[str, str]:

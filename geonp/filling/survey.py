@@ -10,6 +10,7 @@ some blocks with gaps, :func:`price_model`). Nothing here runs the model.
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from geonp.filling.tile_tasks import TileOptions
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo
 
-__all__ = ["BlockCounts", "count_gaps", "estimate_gaps", "plan", "price_model", "sample_for_stats", "sample_rows",
+__all__ = ["BlockCounts", "GapReader", "count_gaps", "estimate_gaps", "plan", "price_model", "sample_for_stats", "sample_rows",
            "sample_windows", "time_estimate"]
 
 
@@ -61,33 +62,52 @@ class BlockCounts:
                 [b for b, (gaps, seen) in zip(blocks, counts, strict=True) if not gaps and (seen or not skip_empty)])
 
 
-def read_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
-              gaps_from: Callable[[Window], np.ndarray | None], win: Window,
-              fillable_from: Callable[[Window], np.ndarray] | None = None
-              ) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """A window's observed flags and gaps ``[bands, h, w]`` (extra gaps applied), and where it may be filled."""
-    _, ok = read_observed(src, win, bands, info=info, nodata=nodata)
-    gap = gaps_from(win)
-    if gap is not None:
-        ok &= ~gap[None]
-    return ok, ~ok, None if fillable_from is None else fillable_from(win)[None]
+@dataclass(frozen=True)
+class GapReader:
+    """How the survey reads a window of a raster file: its bands, nodata, extra gaps and footprint.
+
+    Attributes:
+        src: the open raster.
+        info: its :class:`~geonp.io.raster.RasterInfo`.
+        bands: 1-based bands read.
+        nodata: the nodata value, or None.
+        gaps_from: a window's extra gaps ``[h, w]`` (masks, QA), or None.
+        fillable_from: a window's footprint ``[h, w]`` (where gaps may be filled), or None: all.
+    """
+
+    src: Any
+    info: RasterInfo
+    bands: list[int]
+    nodata: float | None
+    gaps_from: Callable[[Window], np.ndarray | None]
+    fillable_from: Callable[[Window], np.ndarray] | None = None
+
+    def read(self, win: Window) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+        """A window's observed flags and gaps ``[bands, h, w]`` (extra gaps applied), and where it may be filled."""
+        _, ok = self.values(win)
+        return ok, ~ok, None if self.fillable_from is None else self.fillable_from(win)[None]
+
+    def values(self, win: Window) -> tuple[np.ndarray, np.ndarray]:
+        """A window's values and observed flags ``[bands, h, w]``, extra gaps applied."""
+        arr, ok = read_observed(self.src, win, self.bands, info=self.info, nodata=self.nodata)
+        gap = self.gaps_from(win)
+        if gap is not None:
+            ok &= ~gap[None]
+        return arr, ok
 
 
-def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
-               gaps_from: Callable[[Window], np.ndarray | None], blocks: list[Block],
-               tile_size: int, fillable_from: Callable[[Window], np.ndarray] | None = None,
-               outside: list[int] | None = None, counts: BlockCounts | None = None,
-               progress: Callable[[int, int], None] | None = None) -> tuple[int, int, int]:
+def count_gaps(reader: GapReader, blocks: list[Block], tile_size: int, outside: list[int] | None = None,
+               counts: BlockCounts | None = None, progress: Callable[[int, int], None] | None = None
+               ) -> tuple[int, int, int]:
     """Gap pixels, observed pixels and tiles with gaps (over all bands), block by block.
 
-    With ``fillable_from`` (the data footprint) only gaps inside it count; those outside are
-    added to ``outside[0]``. ``counts`` gets each block's counts; ``progress`` hears
+    With the reader's footprint only gaps inside it count; those outside are added to
+    ``outside[0]``. ``counts`` gets each block's counts; ``progress`` hears
     ``(blocks done, blocks)``.
     """
     gap_pixels, obs_pixels, gap_tiles = 0, 0, 0
     for i, (r0, r1, c0, c1) in enumerate(blocks):
-        ok, to_fill, inside = read_gaps(src, info, bands, nodata, gaps_from, Window(c0, r0, c1 - c0, r1 - r0),
-                                        fillable_from)
+        ok, to_fill, inside = reader.read(Window(c0, r0, c1 - c0, r1 - r0))
         if inside is not None:
             if outside is not None:
                 outside[0] += int((to_fill & ~inside).sum())
@@ -108,32 +128,27 @@ def count_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | Non
     return gap_pixels, obs_pixels, gap_tiles
 
 
-def sample_for_stats(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
-                     gaps_from: Callable[[Window], np.ndarray | None],
-                     counts: BlockCounts | None = None) -> tuple[np.ndarray, np.ndarray]:
+def sample_for_stats(reader: GapReader, counts: BlockCounts | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`sample_windows` of a raster file: its values and observed flags, extra gaps applied.
 
     A window after the first where the survey's ``counts`` saw no observed pixel is not read: it
     adds nothing to the sample (the strips of a sparse raster's nodata).
     """
     first = [True]
+    n = len(reader.bands)
 
     def read(windows: list[Window]) -> list[tuple[np.ndarray, np.ndarray]]:
         out = []
         for win in windows:
             r0, c0, h, w = (int(v) for v in (win.row_off, win.col_off, win.height, win.width))
             if not first[0] and counts is not None and not counts.of((r0, r0 + h, c0, c0 + w))[1]:
-                out.append((np.zeros((len(bands), 0)), np.zeros((len(bands), 0), bool)))
+                out.append((np.zeros((n, 0)), np.zeros((n, 0), bool)))
                 continue
             first[0] = False
-            arr, ok = read_observed(src, win, bands, info=info, nodata=nodata)
-            gap = gaps_from(win)
-            if gap is not None:
-                ok &= ~gap[None]
-            out.append((arr, ok))
+            out.append(reader.values(win))
         return out
 
-    return sample_windows(info.height, info.width, len(bands), read)
+    return sample_windows(reader.info.height, reader.info.width, n, read)
 
 
 def sample_windows(height: int, width: int, n_bands: int,
@@ -221,9 +236,8 @@ def task_seconds(observed: np.ndarray, to_fill: np.ndarray, origin: tuple[int, i
     return seconds
 
 
-def price_model(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
-                gaps_from: Callable[[Window], np.ndarray | None], fillable_from: Callable[[Window], np.ndarray] | None,
-                counts: BlockCounts, opts: TileOptions, gap_pixels: int, *, blocks: int = 8) -> float:
+def price_model(reader: GapReader, counts: BlockCounts, opts: TileOptions, gap_pixels: int, *,
+                blocks: int = 8) -> float:
     """The model's CPU seconds on every gap: :func:`task_seconds` of up to ``blocks`` blocks with gaps.
 
     The blocks are spread over those the survey saw gaps in; their seconds per gap pixel price
@@ -233,8 +247,8 @@ def price_model(src: Any, info: RasterInfo, bands: list[int], nodata: float | No
     s, seconds, pixels = counts.cell, 0.0, 0
     for i, j in cells[np.unique(np.linspace(0, len(cells) - 1, min(blocks, len(cells))).astype(int))]:
         r0, c0 = int(i) * s, int(j) * s
-        win = Window(c0, r0, min(s, info.width - c0), min(s, info.height - r0))
-        ok, to_fill, inside = read_gaps(src, info, bands, nodata, gaps_from, win, fillable_from)
+        win = Window(c0, r0, min(s, reader.info.width - c0), min(s, reader.info.height - r0))
+        ok, to_fill, inside = reader.read(win)
         if inside is not None:
             to_fill &= inside
         seconds += task_seconds(ok, to_fill, (r0, c0), opts)
@@ -338,11 +352,9 @@ def sample_rows(info: RasterInfo, *, exact_pixels: int = EXACT_COUNT_PIXELS,
     return np.unique(((np.arange(n) + 0.5) * info.height / n).astype(np.int64))
 
 
-def estimate_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | None,
-                  gaps_from: Callable[[Window], np.ndarray | None], rows: np.ndarray, tile_size: int,
-                  fillable_from: Callable[[Window], np.ndarray] | None = None,
-                  outside: list[int] | None = None, counts: BlockCounts | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> tuple[int, int, int]:
+def estimate_gaps(reader: GapReader, rows: np.ndarray, tile_size: int, outside: list[int] | None = None,
+                  counts: BlockCounts | None = None, progress: Callable[[int, int], None] | None = None
+                  ) -> tuple[int, int, int]:
     """:func:`count_gaps`'s counts estimated from whole rows of the raster (:func:`sample_rows`).
 
     Each sampled row stands for ``height / len(rows)`` rows. A tile row with a gap in the sampled
@@ -351,18 +363,17 @@ def estimate_gaps(src: Any, info: RasterInfo, bands: list[int], nodata: float | 
     a huge grid, between the rows), the counts are made exactly instead. ``counts`` gets the
     sampled rows' counts (unscaled), or the exact ones.
     """
+    info = reader.info
     one_row_blocks = [(int(r), int(r) + 1, 0, info.width) for r in rows]
     sampled_outside = [0]
-    gap, obs, tiles = count_gaps(src, info, bands, nodata, gaps_from, one_row_blocks, tile_size,
-                                 fillable_from, sampled_outside, counts, progress)
+    gap, obs, tiles = count_gaps(reader, one_row_blocks, tile_size, sampled_outside, counts, progress)
     if obs == 0:
         from geonp.filling.pool import plan_blocks
 
         if counts is not None:
             counts.to_fill[:] = 0
         exact = plan_blocks(info.height, info.width, max(512, tile_size) if counts is None else counts.cell)
-        return count_gaps(src, info, bands, nodata, gaps_from, exact, tile_size, fillable_from, outside, counts,
-                          progress)
+        return count_gaps(reader, exact, tile_size, outside, counts, progress)
     scale = info.height / len(one_row_blocks)
     if outside is not None:
         outside[0] += round(sampled_outside[0] * scale)

@@ -111,7 +111,7 @@ def test_a_dask_fill_plans_once_with_the_file_fills_normaliser_whatever_the_chun
     with open_raster(path) as src:
         info = raster_info(src)
         norm = normalizer_for(load_model(tiny_model), 2,
-                              lambda: survey.sample_for_stats(src, info, [1, 2], 0.0, lambda win: None))
+                              lambda: survey.sample_for_stats(survey.GapReader(src, info, [1, 2], 0.0, lambda win: None)))
     assert plans[0].norm == norm  # the same pixels in the same order: bit for bit
 
 

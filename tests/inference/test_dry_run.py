@@ -86,11 +86,11 @@ def test_normalising_sample_skips_windows_without_data_and_is_the_same(sparse):
         info = raster_info(src)
         counts = survey.BlockCounts(SIZE, SIZE, 512)
         blocks = [(r, r + 512, c, c + 512) for r in range(0, SIZE, 512) for c in range(0, SIZE, 512)]
-        survey.count_gaps(src, info, [1], 0.0, lambda win: None, blocks, 48, counts=counts)
+        survey.count_gaps(survey.GapReader(src, info, [1], 0.0, lambda win: None), blocks, 48, counts=counts)
         assert counts.observed.tolist() == [[0, 140 * 424 - 400, 140 * 76], [0, 0, 0], [0, 0, 0]]
         assert counts.to_fill[0, 0] == 512 * 512  # no footprint given: every nodata pixel
-        skipped = survey.sample_for_stats(src, info, [1], 0.0, lambda win: None, counts)
-        every = survey.sample_for_stats(src, info, [1], 0.0, lambda win: None)
+        skipped = survey.sample_for_stats(survey.GapReader(src, info, [1], 0.0, lambda win: None), counts)
+        every = survey.sample_for_stats(survey.GapReader(src, info, [1], 0.0, lambda win: None))
     for a, b in zip(skipped, every, strict=True):
         np.testing.assert_array_equal(a, b)
     assert skipped[1].sum() == 140 * 500 - 400

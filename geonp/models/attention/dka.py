@@ -20,6 +20,10 @@ from geonp.models.attention.base import (
 )
 from geonp.models.layers import MLP, merge_heads, split_heads
 
+#: Std of the Fourier features' frequencies (cycles per unit of the scaled coordinates): with
+#: ``pos_scale`` four length scales, the features reach down to about a tenth of a length scale.
+FOURIER_BANDWIDTH = 2.0
+
 
 def deep_kernel_attention(
     phi_q: torch.Tensor, phi_k: torch.Tensor, psi_v: torch.Tensor, *,
@@ -69,22 +73,34 @@ class DeepKernelAttention(AttentionModule):
         feature_dim: kernel feature dimension ``R`` per head.
         hidden: hidden width of the ``φ`` and ``ψ`` MLPs.
         pos_scale: coordinates are divided by this before embedding (keeps inputs O(1)).
+        fourier: also embed the scaled coordinates by this many fixed random Fourier features
+            (sine and cosine of Gaussian projections, :data:`FOURIER_BANDWIDTH`): a kernel of
+            short reach is hard to make from a smooth MLP of raw coordinates; 0 = none.
     """
 
+    freqs: torch.Tensor  # [P, fourier] frequencies of the Fourier features (a buffer)
+
     def __init__(self, dim: int, num_heads: int, *, pos_dim: int = 2, feature_dim: int = 32,
-                 hidden: int = 128, pos_scale: float = 1.0) -> None:
+                 hidden: int = 128, pos_scale: float = 1.0, fourier: int = 0) -> None:
         """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.num_heads = num_heads
         self.feature_dim = feature_dim
         self.pos_scale = pos_scale
-        self.phi = MLP([dim + pos_dim, hidden, num_heads * feature_dim])
+        gen = torch.Generator().manual_seed(0)
+        self.register_buffer("freqs", torch.randn(pos_dim, fourier, generator=gen) * FOURIER_BANDWIDTH)
+        self.phi = MLP([dim + pos_dim + 2 * fourier, hidden, num_heads * feature_dim])
         self.psi = MLP([dim, hidden, dim])
         self.norm = nn.LayerNorm(dim)
         self.to_out = nn.Linear(dim, dim)
 
     def _features(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        f = self.phi(torch.cat([x, pos / self.pos_scale], dim=-1))  # [B, N, H*R]
+        p = pos / self.pos_scale
+        parts = [x, p]
+        if self.freqs.shape[1]:
+            proj = 2 * torch.pi * p @ self.freqs.to(p.dtype)  # [B, N, F]
+            parts += [torch.sin(proj), torch.cos(proj)]
+        f = self.phi(torch.cat(parts, dim=-1))  # [B, N, H*R]
         f = f * self.feature_dim**-0.25  # so ω = φᵀφ has the scale of a dot product over √R
         return split_heads(f, self.num_heads)  # [B, H, N, R]
 
