@@ -262,20 +262,37 @@ def _with_lines(plan: FillPlan, lines: ReferenceLines | None) -> FillPlan:
     return plan if lines is None else dataclasses.replace(plan, reference_lines=lines)
 
 
-def _fill_chunk(block: np.ndarray, r0: int, c0: int, region: tuple[int, int, int, int], footprint: Any,
-                plan: FillPlan, loaded: Any, *refs: np.ndarray, nodata: float | None, option_nodata: float | None,
-                days: Sequence[float]) -> np.ndarray:
+@dataclasses.dataclass(frozen=True)
+class ChunkUnits:
+    """What every chunk of a lazy fill reads its values with.
+
+    Attributes:
+        nodata: the input's nodata value, or None.
+        option_nodata: the ``nodata=`` the user gave (the references' too), or None.
+        days: each reference's date offset from the target's date.
+    """
+
+    nodata: float | None
+    option_nodata: float | None
+    days: tuple[float, ...]
+
+
+def _fill_chunk(block: np.ndarray, at: tuple[int, int, tuple[int, int, int, int]], footprint: Any,
+                plan: FillPlan, loaded: Any, units: ChunkUnits, *refs: np.ndarray) -> np.ndarray:
     """Fill one output chunk from its input read with a halo: ``[2, bands, h, w]`` (filled, std).
 
+    ``at``: the block's ``(row, col)`` offset in the input and its chunk's ``region`` within it.
     ``loaded`` is the model when it was given as an object; else this worker's copy of the
     model the plan names is used (:func:`~geonp.filling.plan.plan_model`, loaded once per worker).
     """
     if tune_heap():  # a Dask worker: it reads each chunk of the input's files once, GDAL's cache only grows
         cap_gdal_cache()
+    r0, c0, region = at
+    option_nodata = units.option_nodata
     values = np.asarray(block, dtype=np.float64)
-    valid = _observed(values, nodata, option_nodata)
-    references = tuple((r, valid_mask(r, nodata=option_nodata), float(d))
-                       for r, d in zip((np.asarray(r, dtype=np.float64) for r in refs), days, strict=True))
+    valid = _observed(values, units.nodata, option_nodata)
+    references = tuple((r, valid_mask(r, nodata=option_nodata), d)
+                       for r, d in zip((np.asarray(r, dtype=np.float64) for r in refs), units.days, strict=True))
     core = (slice(None), slice(region[0], region[1]), slice(region[2], region[3]))
     if not valid.any() and not any(ok.any() for _, ok, _ in references):
         # nothing observed within the chunk's halo: its gaps have no context
@@ -327,7 +344,7 @@ def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, footprint: A
     if footprint is not None and not isinstance(footprint, Delayed):
         footprint = dask.delayed(footprint)  # one key that every chunk's task shares
     one = dask.delayed(_fill_chunk, pure=False)
-    days = [float(d) for _, d in references]
+    units = ChunkUnits(nodata, cfg.nodata, tuple(float(d) for _, d in references))
     _, h, w = data.shape
     if blocks is None:
         row_edges, col_edges = np.cumsum((0,) + data.chunks[1]), np.cumsum((0,) + data.chunks[2])
@@ -342,8 +359,8 @@ def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, footprint: A
             region = (int(r0 - hr0), int(r1 - hr0), int(c0 - hc0), int(c1 - hc0))
             shape = (2, data.shape[0], r1 - r0, c1 - c0)
             refs = [r[:, hr0:hr1, hc0:hc1] for r, _ in references]
-            task = one(data[:, hr0:hr1, hc0:hc1], int(hr0), int(hc0), region, footprint, shared_plan, model, *refs,
-                       nodata=nodata, option_nodata=cfg.nodata, days=days)
+            task = one(data[:, hr0:hr1, hc0:hc1], (int(hr0), int(hc0), region), footprint, shared_plan, model, units,
+                       *refs)
             cols.append(dsa.from_delayed(task, shape=shape, dtype=np.float64))
         rows.append(cols)
     both = dsa.block(rows)
