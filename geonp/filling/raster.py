@@ -323,7 +323,7 @@ class _FileFill:
             for i, b in enumerate(band_list, start=1):
                 desc = src.descriptions[b - 1]
                 dstd.set_band_description(i, f"std of {desc}" if desc else f"std of band {b}")
-            timings = write_blocks(job, dst, dstd, report, self.fill_blocks, self.copy_blocks, progress,
+            timings = write_blocks(job, (dst, dstd), report, (self.fill_blocks, self.copy_blocks), progress,
                                    scheduler=cfg.scheduler, loaded=self.loaded, write_mask=self.validity.write_mask)
             dst.update_tags(**report.count_tags())
             closing = stage(progress, "closing and verifying", "step")

@@ -35,14 +35,18 @@ def stage(progress: Any, label: str, unit: str) -> Callable[[int, int], None] | 
     return progress
 
 
-def write_blocks(job: engine.BlockJob, dst: Any, dstd: Any, report: FillReport, fill: list[Block],
-                 copy: list[Block], progress: Callable[[int, int], None] | None, *, scheduler: str | None,
-                 loaded: Any, write_mask: bool) -> dict[str, float]:
-    """Fill the ``fill`` blocks and copy the ``copy`` ones into the outputs; the seconds of each stage.
+def write_blocks(job: engine.BlockJob, outputs: tuple[Any, Any], report: FillReport,
+                 routes: tuple[list[Block], list[Block]], progress: Callable[[int, int], None] | None, *,
+                 scheduler: str | None, loaded: Any, write_mask: bool) -> dict[str, float]:
+    """Fill the blocks to fill and copy the others into the outputs; the seconds of each stage.
 
-    ``report`` gets the filled and beyond-``max_distance`` pixel counts; ``write_mask``: write each
-    block's validity as the output's internal mask.
+    ``outputs``: the filled and std rasters, open for writing; ``routes``: the blocks to fill and
+    those to copy (:meth:`~geonp.filling.survey.BlockCounts.route`). ``report`` gets the filled
+    and beyond-``max_distance`` pixel counts; ``write_mask``: write each block's validity as the
+    output's internal mask.
     """
+    dst, dstd = outputs
+    fill, copy = routes
     done, total = [0], max(report.gap_pixels, 1)
     timings: dict[str, float] = {"write": 0.0}
 
