@@ -170,6 +170,23 @@ def test_dka_equals_naive_quadratic_evaluation():
     torch.testing.assert_close(fast[b, h, i], expect, rtol=1e-5, atol=1e-5)
 
 
+
+def test_dka_kernel_sees_fourier_features_of_the_coordinates():
+    """make_attention's DKA embeds the scaled coordinates by 32 fixed Fourier features as well; fourier=0: raw only."""
+    from geonp.models.attention import DKA_FOURIER, DeepKernelAttention, make_attention
+
+    dka = make_attention("dka", 64, 4, dim_x=2, bias_length_scale=0.5)
+    assert DKA_FOURIER == 32 and dka.freqs.shape == (2, 32) and dka.pos_scale == 2.0
+    assert dka.phi[0].in_features == 64 + 2 + 2 * 32
+    plain = DeepKernelAttention(64, 4, pos_dim=2)
+    assert plain.freqs.shape == (2, 0) and plain.phi[0].in_features == 66
+    # the same token at two places: different kernel features, as the fixed frequencies say
+    x = torch.randn(1, 1, 64).expand(1, 2, 64)
+    pos = torch.tensor([[[0.0, 0.0], [0.1, 0.0]]])
+    f = dka._features(x, pos)  # [1, H, 2, R]
+    assert float((f[0, :, 0] - f[0, :, 1]).abs().max()) > 1e-3
+    torch.testing.assert_close(dka.freqs, make_attention("dka", 64, 4, dim_x=2, bias_length_scale=0.5).freqs)
+
 def test_performer_linear_equals_explicit_and_approximates_softmax():
     g = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(1, 2, n, 8, generator=g) * 0.5 for n in (30, 40, 40))
