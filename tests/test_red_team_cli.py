@@ -271,11 +271,11 @@ def test_plan_says_when_counts_are_estimated(tmp_path):
         info = dataclasses.replace(raster_info(src), width=100_000, height=100_000)
     blocks = pool.plan_blocks(info.height, info.width, 512)
     opts = TileOptions(tile_size=48, overlap=16, context=ContextSpec(search_radius=512))
-    plan = survey.plan(info, [1], blocks, opts, 2500, 4, 512, 1, sampled_rows=335)
+    plan = survey.plan(info, [1], blocks, opts, 2500, 4, 1, sampled_rows=335)
     assert plan["counts"].startswith("estimated from 335 evenly spaced rows of 100000")
     halo = 512 + 2 * 16 + 48
     assert plan["block_pixels_with_halo"] == f"{512 + 2 * halo}x{512 + 2 * halo}"  # inner blocks: the whole halo
-    assert "counts" not in survey.plan(info, [1], blocks, opts, 2500, 4, 512, 1)
+    assert "counts" not in survey.plan(info, [1], blocks, opts, 2500, 4, 1)
 
 
 # -------------------------------------------------------------------------------- 11: frictions

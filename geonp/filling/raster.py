@@ -157,7 +157,7 @@ class _FileFill:
             self._check_outputs(src)
             report = self._survey(src)
             if self.outs.dry_run:
-                return self._dry_run(src, report)
+                return self._dry_run(report)
             self._write(src, report, progress)
         if self.outs.quicklook is not None:
             from geonp.io.quicklook import write_quicklook
@@ -251,7 +251,7 @@ class _FileFill:
         report.workers = min(report.workers, max(1, len(self.fill_blocks)))
         return report
 
-    def _dry_run(self, src: Any, report: FillReport) -> FillReport:
+    def _dry_run(self, report: FillReport) -> FillReport:
         """The plan of a dry run: blocks, tiles, context sizes, memory and time estimates."""
         report.dry_run = True
         spent = time.process_time()  # this process so far: what the fill does before its blocks
@@ -261,7 +261,7 @@ class _FileFill:
                                      self.opts.halo, spent=spent, model=model, workers=report.workers,
                                      surveyed=self.sampled is None)
         report.plan = survey.plan(self.info, self.band_list, self.blocks, self.opts, report.gap_pixels, report.tiles,
-                                  self.cfg.block_size, report.workers,
+                                  report.workers,
                                   sampled_rows=None if self.sampled is None else len(self.sampled), times=times)
         report.plan["outside_footprint_pixels"] = report.outside_pixels
         report.plan["footprint"] = self.sources.footprint.describe()

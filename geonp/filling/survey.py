@@ -290,7 +290,7 @@ def time_estimate(info: RasterInfo, n_bands: int, fill_blocks: list[Block], copy
 
 
 def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOptions, gap_pixels: int,
-         gap_tiles: int, block_size: int, workers: int, *, sampled_rows: int | None = None,
+         gap_tiles: int, workers: int, *, sampled_rows: int | None = None,
          times: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a dry run prints: blocks, tiles, context sizes, memory and time estimates.
 
