@@ -33,7 +33,7 @@ from pathlib import Path
 RASTER = "/work/shared/data/landsat8_224078_20200518_b234.tif"
 NAMES = ("TNP-KR (scan)", "TNP-KR (dka)", "TNP-D", "CMANP")
 #: Variants run only when named (``--models``).
-VARIANTS = ("TNP-KR (dka+xy)", "TNP-KR (dka, no Fourier)")
+VARIANTS = ("TNP-KR (dka+xy)", "TNP-KR (dka-raw)")
 HEADS = 4
 
 
@@ -48,7 +48,7 @@ def model_config(name: str, length_scale: float):
         # DKA with the coordinates in the tokens too (as a TNP's tokens hold them), not only in its kernel
         "TNP-KR (dka+xy)": ModelConfig(arch="tnpkr", attention="dka", embed_coords=True, **common),
         # DKA as it was before its kernel took Fourier features of the coordinates (train_and_score)
-        "TNP-KR (dka, no Fourier)": ModelConfig(arch="tnpkr", attention="dka", **common),
+        "TNP-KR (dka-raw)": ModelConfig(arch="tnpkr", attention="dka", **common),
         "TNP-D": ModelConfig(arch="tnpd", **common),
         "CMANP": ModelConfig(arch="cmanp", num_latents=64, **common),
     }[name]
@@ -79,20 +79,17 @@ def train_and_score(name: str, length_scale: float, sample: Callable, val: list,
     import torch
 
     from geonp.config import TrainConfig
-    from geonp.models import build_model
+    from geonp.models import attention, build_model
     from geonp.training.loop import fit
 
-    torch.manual_seed(args.seed)
-    model = build_model(model_config(name, length_scale))
-    if name == "TNP-KR (dka, no Fourier)":
-        from geonp.models import attention
-
-        attention.DKA_FOURIER, fourier = 0, attention.DKA_FOURIER  # DKA's kernel on raw coordinates alone
-        try:
-            torch.manual_seed(args.seed)
-            model = build_model(model_config(name, length_scale))
-        finally:
-            attention.DKA_FOURIER = fourier
+    fourier = attention.DKA_FOURIER
+    if name == "TNP-KR (dka-raw)":
+        attention.DKA_FOURIER = 0  # DKA's kernel on raw coordinates alone
+    try:
+        torch.manual_seed(args.seed)
+        model = build_model(model_config(name, length_scale))
+    finally:
+        attention.DKA_FOURIER = fourier
     cfg = TrainConfig(steps=args.steps, lr=args.lr, warmup_steps=min(100, args.steps // 10),
                       val_every=max(1, args.steps // 5), seed=args.seed, device=args.device)
     t0 = time.perf_counter()

@@ -163,9 +163,12 @@ def task_scale(yc: np.ndarray) -> np.ndarray:
     single observed pixel keeps a std of the order of the band's spread.
     """
     n = yc.shape[0]
-    var = yc.var(0) if n else np.zeros(yc.shape[1])
-    return np.maximum(np.sqrt((n * var + PRIOR_COUNT) / (n + PRIOR_COUNT)), STD_FLOOR)
+    return _shrunk_scale(n, yc.var(0) if n else np.zeros(yc.shape[1]))
 
+
+def _shrunk_scale(n: int, var: np.ndarray) -> np.ndarray:
+    """:func:`task_scale` from ``n`` context values of variance ``var`` (per band)."""
+    return np.maximum(np.sqrt((n * var + PRIOR_COUNT) / (n + PRIOR_COUNT)), STD_FLOOR)
 
 
 def standardize_bands(y: np.ndarray, n_stats: int | None = None) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -179,9 +182,9 @@ def standardize_bands(y: np.ndarray, n_stats: int | None = None) -> tuple[np.nda
     stats = rows[:, :n_stats] if n_stats else rows
     n = stats.shape[1]
     shift = stats.mean(1)
-    var = stats.var(1) if n else np.zeros(rows.shape[0])
-    scale = np.maximum(np.sqrt((n * var + PRIOR_COUNT) / (n + PRIOR_COUNT)), STD_FLOOR)
+    scale = _shrunk_scale(n, stats.var(1) if n else np.zeros(rows.shape[0]))
     return (rows - shift[:, None]) / scale[:, None], shift, scale
+
 
 @overload
 def standardize(yc: np.ndarray, yt: np.ndarray, n_stats: int | None = None
