@@ -187,6 +187,29 @@ def test_dka_kernel_sees_fourier_features_of_the_coordinates():
     assert float((f[0, :, 0] - f[0, :, 1]).abs().max()) > 1e-3
     torch.testing.assert_close(dka.freqs, make_attention("dka", 64, 4, dim_x=2, bias_length_scale=0.5).freqs)
 
+
+def test_dka_kernel_holds_a_distance_kernel_per_head():
+    """ω = φᵀφ of the learned features plus g_h² mean_f cos(2π a_h w_f·(p_i − p_j)); the raw DKA has no such term."""
+    from geonp.models.attention import DeepKernelAttention
+
+    dka = DeepKernelAttention(16, 2, pos_dim=2, feature_dim=8, pos_scale=4.0, fourier=32)
+    with torch.no_grad():
+        dka.gain.copy_(torch.tensor([0.5, 2.0]))
+        dka.log_scale.copy_(torch.tensor([0.0, -1.0]))
+    g = torch.Generator().manual_seed(3)
+    x, pos = torch.randn(1, 5, 16, generator=g), torch.randn(1, 5, 2, generator=g) * 6
+    f = dka._features(x, pos)  # [1, H, 5, R + 2F]
+    assert f.shape == (1, 2, 5, 8 + 64)
+    learned = f[..., :8] @ f[..., :8].transpose(-1, -2)
+    omega = f @ f.transpose(-1, -2)
+    p = pos[0] / 4.0
+    for h, (gain, scale) in enumerate([(0.5, 1.0), (2.0, float(torch.exp(torch.tensor(-1.0))))]):
+        phase = 2 * torch.pi * scale * (p[:, None, :] - p[None, :, :]) @ dka.freqs  # [5, 5, F]
+        expect = gain**2 * torch.cos(phase).mean(-1)
+        torch.testing.assert_close(omega[0, h] - learned[0, h], expect, rtol=1e-4, atol=1e-5)
+    assert float(torch.diagonal(omega[0, 1] - learned[0, 1]).min()) == pytest.approx(4.0, abs=1e-4)
+    assert DeepKernelAttention(16, 2, pos_dim=2, feature_dim=8).gain is None
+
 def test_performer_linear_equals_explicit_and_approximates_softmax():
     g = torch.Generator().manual_seed(2)
     q, k, v = (torch.randn(1, 2, n, 8, generator=g) * 0.5 for n in (30, 40, 40))

@@ -74,8 +74,11 @@ class DeepKernelAttention(AttentionModule):
         hidden: hidden width of the ``φ`` and ``ψ`` MLPs.
         pos_scale: coordinates are divided by this before embedding (keeps inputs O(1)).
         fourier: also embed the scaled coordinates by this many fixed random Fourier features
-            (sine and cosine of Gaussian projections, :data:`FOURIER_BANDWIDTH`): a kernel of
-            short reach is hard to make from a smooth MLP of raw coordinates; 0 = none.
+            (sine and cosine of Gaussian projections, :data:`FOURIER_BANDWIDTH`), into ``φ``'s
+            input and, on a learned scale and gain per head, straight into the kernel: ``ω``
+            gains a term ``g_h² · mean cos(2π a_h w·(s_q − s_k))``, a distance kernel (about an
+            RBF) beside the learned one, whose reach a smooth MLP of raw coordinates finds hard
+            to make; 0 = neither.
     """
 
     freqs: torch.Tensor  # [P, fourier] frequencies of the Fourier features (a buffer)
@@ -91,18 +94,26 @@ class DeepKernelAttention(AttentionModule):
         self.register_buffer("freqs", torch.randn(pos_dim, fourier, generator=gen) * FOURIER_BANDWIDTH)
         self.phi = MLP([dim + pos_dim + 2 * fourier, hidden, num_heads * feature_dim])
         self.psi = MLP([dim, hidden, dim])
+        # the distance kernel: a gain per head and each head on its own scale (the first at the
+        # Fourier features' own, the next ones halving it)
+        self.gain = nn.Parameter(torch.ones(num_heads)) if fourier else None
+        self.log_scale = nn.Parameter(-torch.arange(num_heads, dtype=torch.float32) * 0.7) if fourier else None
         self.norm = nn.LayerNorm(dim)
         self.to_out = nn.Linear(dim, dim)
 
     def _features(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
         p = pos / self.pos_scale
-        parts = [x, p]
-        if self.freqs.shape[1]:
-            proj = 2 * torch.pi * p @ self.freqs.to(p.dtype)  # [B, N, F]
-            parts += [torch.sin(proj), torch.cos(proj)]
+        proj = 2 * torch.pi * p @ self.freqs.to(p.dtype)  # [B, N, F]
+        parts = [x, p, torch.sin(proj), torch.cos(proj)] if self.freqs.shape[1] else [x, p]
         f = self.phi(torch.cat(parts, dim=-1))  # [B, N, H*R]
         f = f * self.feature_dim**-0.25  # so ω = φᵀφ has the scale of a dot product over √R
-        return split_heads(f, self.num_heads)  # [B, H, N, R]
+        f = split_heads(f, self.num_heads)  # [B, H, N, R]
+        if self.gain is None or self.log_scale is None:
+            return f
+        proj = proj[:, None] * torch.exp(self.log_scale)[None, :, None, None].to(p.dtype)  # [B, H, N, F]
+        rff = torch.cat([torch.sin(proj), torch.cos(proj)], dim=-1) * self.freqs.shape[1] ** -0.5
+        rff = rff * self.gain[None, :, None, None].to(f.dtype)  # [B, H, N, 2F]; rffᵀrff = g² mean cos
+        return torch.cat([f, rff], dim=-1)  # [B, H, N, R + 2F]
 
     def project(
         self, x_q: torch.Tensor, x_kv: torch.Tensor, where: AttentionGeometry
