@@ -9,6 +9,8 @@ around a gap is spread into it (:func:`residual_correction`). Pure numpy.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 from scipy import ndimage
 
@@ -120,6 +122,7 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
         values elsewhere).
     """
     mean, spread = out if out is not None else (np.full(error.shape, np.nan), np.full(error.shape, np.nan))
+    grid = _Grid.of(spectra, error, max(window for window, _ in searches))
     known = np.isfinite(error).all(axis=0)
     dense = np.arange(-_DENSE_RADIUS, _DENSE_RADIUS + 1)
     inner_r, inner_c = (a.ravel() for a in np.meshgrid(dense, dense, indexing="ij"))
@@ -143,7 +146,8 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
                 dr = np.concatenate([np.broadcast_to(inner_r, (r.size, inner_r.size)),
                                      np.where(far, far_r, _FAR_AWAY)], axis=1)
                 dc = np.concatenate([np.broadcast_to(inner_c, (r.size, inner_c.size)), far_c], axis=1)
-                _correct_chunk(spectra, error, known, r[:, 0], c[:, 0], dr, dc, window, count, mean, spread)
+                flat = np.where(dr == _FAR_AWAY, grid.sentinel, grid.index(r, c) + dr * grid.width + dc)
+                _correct_chunk(grid, (r[:, 0], c[:, 0]), flat, dr, dc, window, count, (mean, spread))
             continue
         dr, dc = (a.ravel() for a in np.mgrid[-window:window + 1, -window:window + 1])
         outer = np.maximum(abs(dr), abs(dc)) > _DENSE_RADIUS
@@ -156,11 +160,54 @@ def similar_pixel_correction(spectra: np.ndarray, error: np.ndarray, at: np.ndar
                 keep = outer & ((dr + pr) % stride == 0) & ((dc + pc) % stride == 0)
                 offsets_r = np.concatenate([inner_r, dr[keep]])[None, :]
                 offsets_c = np.concatenate([inner_c, dc[keep]])[None, :]
+                offsets = offsets_r * grid.width + offsets_c
                 for s in range(0, mine.size, _CHUNK):
                     take = mine[s:s + _CHUNK]
-                    _correct_chunk(spectra, error, known, rows[take], cols[take], offsets_r, offsets_c, window,
-                                   count, mean, spread)
+                    flat = grid.index(rows[take, None], cols[take, None]) + offsets
+                    _correct_chunk(grid, (rows[take], cols[take]), flat, offsets_r, offsets_c, window, count,
+                                   (mean, spread))
     return mean, spread
+
+
+@dataclass(frozen=True)
+class _Grid:
+    """A search's arrays padded by its reach with NaN and flattened: a candidate is one index, never clipped.
+
+    Attributes:
+        spectra: ``[bands, h, w]`` the reference's values (a pixel's own, unmasked).
+        candidates: ``[bands, n + 1]`` the values padded, NaN where the error is unknown, outside
+            the arrays and at the last index (:attr:`sentinel`).
+        error: ``[bands', n + 1]`` the error padded the same way.
+        pad: rows and columns of padding on each side.
+        width: the padded arrays' row length.
+    """
+
+    spectra: np.ndarray
+    candidates: np.ndarray
+    error: np.ndarray
+    pad: int
+    width: int
+
+    @classmethod
+    def of(cls, spectra: np.ndarray, error: np.ndarray, reach: int) -> _Grid:
+        """Pad ``spectra`` (NaN where ``error`` is unknown in any band) and ``error`` by ``reach``."""
+        known = np.isfinite(error).all(axis=0)
+
+        def padded(values: np.ndarray) -> np.ndarray:
+            out = np.pad(np.where(known, values, np.nan), ((0, 0), (reach, reach), (reach, reach)),
+                         constant_values=np.nan).reshape(values.shape[0], -1)
+            return np.concatenate([out, np.full((values.shape[0], 1), np.nan)], axis=1)
+
+        return cls(spectra, padded(spectra), padded(error), reach, spectra.shape[2] + 2 * reach)
+
+    @property
+    def sentinel(self) -> int:
+        """A flat index whose values are NaN (a candidate that is none)."""
+        return self.candidates.shape[1] - 1
+
+    def index(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
+        """Flat indices of pixels ``rows, cols`` of the unpadded arrays in the padded ones."""
+        return (rows + self.pad) * self.width + cols + self.pad
 
 
 def _nearest(distance: np.ndarray, k: int) -> np.ndarray:
@@ -180,21 +227,24 @@ def _nearest(distance: np.ndarray, k: int) -> np.ndarray:
     return best
 
 
-def _correct_chunk(spectra: np.ndarray, error: np.ndarray, known: np.ndarray, rows: np.ndarray, cols: np.ndarray,
-                   dr: np.ndarray, dc: np.ndarray, window: int, count: int, mean: np.ndarray,
-                   spread: np.ndarray) -> None:
-    """:func:`similar_pixel_correction` for the pixels ``rows, cols`` and their candidates' offsets ``dr, dc``."""
-    bands, h, w = spectra.shape
-    k = min(count, dr.shape[1])
-    qr, qc = rows[:, None] + dr, cols[:, None] + dc
-    inside = (qr >= 0) & (qr < h) & (qc >= 0) & (qc < w)
-    flat = np.clip(qr, 0, h - 1) * w + np.clip(qc, 0, w - 1)  # candidates as flat indices
-    flat_spectra = spectra.reshape(bands, -1)
-    centre = flat_spectra[:, rows * w + cols]
+def _correct_chunk(grid: _Grid, pixels: tuple[np.ndarray, np.ndarray], flat: np.ndarray, dr: np.ndarray,
+                   dc: np.ndarray, window: int, count: int, out: tuple[np.ndarray, np.ndarray]) -> None:
+    """:func:`similar_pixel_correction` for ``pixels`` (rows, cols), written into ``out`` (mean, spread).
+
+    ``flat`` holds their candidates' flat indices in ``grid``, ``dr, dc`` the candidates' offsets.
+    """
+    rows, cols = pixels
+    bands = grid.spectra.shape[0]
+    k = min(count, flat.shape[1])
+    centre = grid.spectra[:, rows, cols]
     distance = np.zeros(flat.shape)
-    for b in range(bands):
-        distance += (flat_spectra[b].take(flat) - centre[b][:, None]) ** 2
-    distance[~(inside & known.reshape(-1).take(flat)) | np.isnan(distance)] = np.inf  # squared: the root only of the best
+    part = np.empty(flat.shape)
+    for b in range(bands):  # in place: a [pixels, candidates] array is the search's largest
+        grid.candidates[b].take(flat, out=part)
+        part -= centre[b][:, None]
+        part *= part
+        distance += part
+    np.copyto(distance, np.inf, where=np.isnan(distance))  # outside, unknown or unseen; squared: the root only of the best
     best = _nearest(distance, k)
     d = np.sqrt(np.take_along_axis(distance, best, axis=1) / bands)
     found = np.isfinite(d)
@@ -205,9 +255,9 @@ def _correct_chunk(spectra: np.ndarray, error: np.ndarray, known: np.ndarray, ro
     total = np.where(enough, weight.sum(axis=1), 1.0)
     effective = total ** 2 / np.maximum((weight ** 2).sum(axis=1), 1e-300)
     chosen = np.take_along_axis(flat, best, axis=1)
-    flat_error = error.reshape(error.shape[0], -1)
-    for b in range(error.shape[0]):
-        e = np.where(found, flat_error[b].take(chosen), 0.0)
+    mean, spread = out
+    for b in range(grid.error.shape[0]):
+        e = np.where(found, grid.error[b].take(chosen), 0.0)
         m = (weight * e).sum(axis=1) / total
         v = (weight * (e - m[:, None]) ** 2).sum(axis=1) / total * (1.0 + 1.0 / effective)
         mean[b, rows, cols] = np.where(enough, m, np.nan)
