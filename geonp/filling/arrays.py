@@ -24,6 +24,7 @@ from geonp.filling.references import fit_regression
 from geonp.io.footprint import footprint_of_array
 from geonp.io.masks import _nodata_in_dtype, valid_mask
 from geonp.io.validity import OutputValidity, finish_block, refuse_complex
+from geonp.tasks.tiling import Region
 
 __all__ = ["fill_array"]
 
@@ -98,7 +99,7 @@ def fill_array(
     plan, predictor = _plan(values, valid, cfg, refs)
     out = fill_block(BlockInput(values.astype(np.float64), valid, region, origin=origin, fillable=fillable,
                                 references=tuple(refs)), plan, predictor)
-    core = (slice(None), slice(region[0], region[1]), slice(region[2], region[3]))
+    core = (slice(None), *region.slices)
     filled = _in_type(values[core], valid[core], out.mean, cfg.nodata)
     std_out = out.uncertainty
     return (filled[0], std_out[0]) if one_band else (filled, std_out)
@@ -128,7 +129,7 @@ def _checked(values: np.ndarray, valid: Any, nodata: float | None) -> tuple[np.n
     return values, valid_mask(values, nodata=nodata, internal_valid=valid)
 
 
-def _check_place(region: Any, origin: Any, h: int, w: int) -> tuple[int, int, int, int]:
+def _check_place(region: Any, origin: Any, h: int, w: int) -> Region:
     """``region`` as four ints inside the ``h`` x ``w`` array; refuse it, or an ``origin`` not two ints."""
     if np.shape(origin) != (2,):
         raise ConfigError(f"origin={origin!r} must be the array's (row, col) offset in a larger raster")
@@ -136,7 +137,7 @@ def _check_place(region: Any, origin: Any, h: int, w: int) -> tuple[int, int, in
     if not (0 <= r0 < r1 <= h and 0 <= c0 < c1 <= w):
         raise ConfigError(f"region={region!r} must be (r0, r1, c0, c1) with 0 <= r0 < r1 <= {h} and "
                           f"0 <= c0 < c1 <= {w}, the rows and columns to fill")
-    return int(r0), int(r1), int(c0), int(c1)
+    return Region(int(r0), int(r1), int(c0), int(c1))
 
 
 def _plan(values: np.ndarray, valid: np.ndarray, cfg: FillConfig,

@@ -18,12 +18,13 @@ import numpy as np
 from scipy import ndimage
 
 from geonp.filling import classes
-from geonp.filling.block_input import BlockInput, Region
+from geonp.filling.block_input import BlockInput
 from geonp.filling.calibration import region_distances
 from geonp.filling.corrections import BlockView
 from geonp.filling.plan import FillPlan
 from geonp.filling.predict import Predictor, release_heap
 from geonp.filling.tile_tasks import BlockReference
+from geonp.tasks.tiling import Region
 
 __all__ = ["BlockInput", "BlockOutput", "fill_block", "fill_targets", "within"]
 

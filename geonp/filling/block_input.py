@@ -6,10 +6,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-__all__ = ["BlockInput", "ReferenceArrays", "Region"]
+from geonp.tasks.tiling import Region
 
-#: ``(r0, r1, c0, c1)``: rows and columns of a block's own pixels within its arrays.
-Region = tuple[int, int, int, int]
+__all__ = ["BlockInput", "ReferenceArrays"]
+
 #: Another date on a block's arrays: ``(values, observed, days)``, ``values``/``observed``
 #: ``[bands, h, w]`` in the bands' units, ``days`` the date offset from the target's date.
 ReferenceArrays = tuple[np.ndarray, np.ndarray, float]
@@ -43,5 +43,4 @@ class BlockInput:
     @property
     def core(self) -> tuple[slice, slice, slice]:
         """Index of the region in ``[bands, h, w]`` arrays."""
-        r0, r1, c0, c1 = self.region
-        return slice(None), slice(r0, r1), slice(c0, c1)
+        return (slice(None), *self.region.slices)

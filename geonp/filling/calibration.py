@@ -23,6 +23,7 @@ import numpy as np
 from scipy import ndimage
 
 from geonp.model_files.calibration import Calibration, DistanceBins
+from geonp.tasks.tiling import Region
 
 __all__ = ["DISTANCE_BIN_EDGES", "apply_std_calibration", "distance_bin_factors", "distance_to_observed",
            "region_distances",
@@ -73,18 +74,17 @@ def distance_to_observed(observed: np.ndarray) -> np.ndarray:
     return ndimage.distance_transform_edt(~observed)
 
 
-def region_distances(observed: np.ndarray, region: tuple[int, int, int, int]) -> np.ndarray:
+def region_distances(observed: np.ndarray, region: Region) -> np.ndarray:
     """``[bands, r1 - r0, c1 - c0]`` distance of a block region's pixels to data, band by band.
 
     Measured on the whole block ``observed [bands, h, w]`` (halo too), as the fill's calibration
     reads it; bands with the same mask share one distance transform.
     """
-    r0, r1, c0, c1 = region
-    out = np.empty((observed.shape[0], r1 - r0, c1 - c0))
+    out = np.empty((observed.shape[0], *region.shape))
     done: list[int] = []
     for b in range(observed.shape[0]):
         same = next((d for d in done if np.array_equal(observed[d], observed[b])), None)
-        out[b] = out[same] if same is not None else distance_to_observed(observed[b])[r0:r1, c0:c1]
+        out[b] = out[same] if same is not None else distance_to_observed(observed[b])[region.slices]
         if same is None:
             done.append(b)
     return out

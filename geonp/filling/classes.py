@@ -32,6 +32,7 @@ from scipy import ndimage
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.metadata import colour_table
 from geonp.tasks.context import ContextSpec
+from geonp.tasks.tiling import Region
 
 if TYPE_CHECKING:
     from rasterio.io import DatasetReader
@@ -97,7 +98,7 @@ def is_class_fill(src: DatasetReader, bands: Sequence[int], categorical: str, *,
 def nearest_class(
     values: np.ndarray,
     observed: np.ndarray,
-    region: tuple[int, int, int, int],
+    region: Region,
     *,
     reach: float,
     fillable: np.ndarray | None = None,

@@ -33,7 +33,7 @@ from rasterio.windows import Window
 from geonp.errors import ConfigError
 from geonp.filling.block import BlockInput, BlockOutput, fill_block
 from geonp.filling.plan import FillPlan, plan_model
-from geonp.filling.pool import Block, worker_start_method
+from geonp.filling.pool import worker_start_method
 from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.gap_sources import GapSources
 from geonp.io.observed import read_observed
@@ -49,6 +49,7 @@ from geonp.io.validity import OutputValidity, alpha_values, finish_block
 from geonp.io.windows import read_window
 from geonp.models.layers import resolve_device
 from geonp.tasks.context import HaloTooSmall
+from geonp.tasks.tiling import Region
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +57,7 @@ logger = logging.getLogger(__name__)
 class BlockResult(NamedTuple):
     """One filled block: its window, output and std arrays, counts and stage timings (seconds)."""
 
-    block: Block
+    block: Region
     out: np.ndarray
     std: np.ndarray
     filled: int
@@ -135,7 +136,7 @@ class BlockRunner:
             return [(halo, None)]
         return [(narrow, _NARROW_SEARCH), (halo, None)]
 
-    def read(self, block: Block, halo: int, limit: int | None) -> BlockInput:
+    def read(self, block: Region, halo: int, limit: int | None) -> BlockInput:
         """A block's arrays with a halo (which stops at the raster's edge)."""
         source = self.job.source
         r0, r1, c0, c1 = block
@@ -150,10 +151,10 @@ class BlockRunner:
                      for ref, days in zip(source.references, source.reference_days, strict=True))
         # inside the footprint, or observed by a reference (evidence that it is inside the scene)
         fillable = None if source.sources is None else source.sources.fillable(win, [r[1] for r in refs])
-        return BlockInput(raw, ok, (r0 - hr0, r1 - hr0, c0 - hc0, c1 - hc0), origin=(hr0, hc0), fillable=fillable,
+        return BlockInput(raw, ok, block.shifted(-hr0, -hc0), origin=(hr0, hc0), fillable=fillable,
                           references=refs, search_limit=limit)
 
-    def __call__(self, block: Block, progress: Callable[[int], None] | None = None) -> BlockResult:
+    def __call__(self, block: Region, progress: Callable[[int], None] | None = None) -> BlockResult:
         """Fill one block; returns it with its output and std arrays, filled and done pixel counts."""
         before = dict(self.predictor.timings)
         t_read = 0.0
@@ -171,17 +172,17 @@ class BlockRunner:
                 continue
         return self._finish(block, inputs, filled, before, t_read)
 
-    def copy(self, block: Block) -> BlockResult:
+    def copy(self, block: Region) -> BlockResult:
         """A block with no gap to fill (the survey's word): read without a halo, cast and marked, no model."""
         t0 = time.perf_counter()
         r0, r1, c0, c1 = block
         raw, ok = read_target(self.src, self.info, self.job.source, Window(c0, r0, c1 - c0, r1 - r0))
         nan = np.full(ok.shape, np.nan)
         filled = BlockOutput(mean=nan, std=nan, observed=ok, filled=np.zeros_like(ok), done=0, beyond=0)
-        return self._finish(block, BlockInput(raw, ok, (0, r1 - r0, 0, c1 - c0)), filled,
+        return self._finish(block, BlockInput(raw, ok, block.shifted(-r0, -c0)), filled,
                             dict(self.predictor.timings), time.perf_counter() - t0)
 
-    def _finish(self, block: Block, inputs: BlockInput, filled: BlockOutput, before: dict[str, float],
+    def _finish(self, block: Region, inputs: BlockInput, filled: BlockOutput, before: dict[str, float],
                 t_read: float) -> BlockResult:
         """A filled block cast to the output's type, its unfilled pixels marked, with its timings."""
         source = self.job.source
@@ -218,7 +219,7 @@ def read_target(src: Any, info: RasterInfo, source: BlockSource, win: Window) ->
     return raw, ok
 
 
-def fit_reference_lines(source: BlockSource, blocks: list[Block],
+def fit_reference_lines(source: BlockSource, blocks: list[Region],
                         progress: Callable[[int, int], None] | None = None) -> ReferenceLines | None:
     """The reference regression of a multi-date fill, over every pixel of the raster (block by block).
 
@@ -240,7 +241,7 @@ _RUNNER: list[BlockRunner] = []  # this process's runner (the last job's)
 _INHERITED: list[tuple[str | None, Any]] = []
 
 
-def run_block(job: BlockJob, block: Block) -> BlockResult:
+def run_block(job: BlockJob, block: Region) -> BlockResult:
     """Fill one block ``(r0, r1, c0, c1)`` with this process's runner for ``job``."""
     if not _RUNNER or _RUNNER[0].job != job:
         while _RUNNER:
@@ -315,7 +316,7 @@ def _one_cpu_thread(device: str) -> Iterator[None]:
         torch.set_num_threads(before)
 
 
-def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, workers: int,
+def run_blocks(job: BlockJob, blocks: list[Region], *, scheduler: str | None, workers: int,
                progress: Callable[[int], None] | None = None, loaded: Any = None
                ) -> Generator[BlockResult, None, None]:
     """Yield block results (in completion order): here, in ``workers`` processes, or on Dask.
@@ -374,7 +375,7 @@ def run_blocks(job: BlockJob, blocks: list[Block], *, scheduler: str | None, wor
     pool.shutdown(wait=True)
 
 
-def _run_dask(job: BlockJob, blocks: list[Block], scheduler: str,
+def _run_dask(job: BlockJob, blocks: list[Region], scheduler: str,
               progress: Callable[[int], None] | None) -> Iterator[BlockResult]:
     if str(job.plan.model).startswith("object:"):
         raise ConfigError("--scheduler needs the model as a name or directory, not an in-memory object")

@@ -22,6 +22,7 @@ from scipy import ndimage
 
 from geonp.errors import ConfigError
 from geonp.model_files.calibration import NearBlend
+from geonp.tasks.tiling import Region
 
 __all__ = ["NEAR_BLEND_DISTANCE_EDGES", "NEAR_BLEND_NEIGHBOUR_EDGES", "NEAR_ESTIMATES", "NEAR_ESTIMATE_REACH",
            "apply_near_blend", "blend_pixels", "estimates_at", "fit_near_blend", "gdal_fill", "near_estimates",
@@ -131,7 +132,7 @@ def estimates_at(values: np.ndarray, ok: np.ndarray, rows: np.ndarray, cols: np.
 
 
 def near_estimates(values: np.ndarray, observed: np.ndarray, names: Sequence[str] = NEAR_ESTIMATES, *,
-                   region: tuple[int, int, int, int] | None = None) -> np.ndarray:
+                   region: Region | None = None) -> np.ndarray:
     """The classical estimates ``names`` on ``region`` of ``[bands, h, w]`` values: ``[estimates, bands, ...region]``.
 
     ``region``: ``(r0, r1, c0, c1)`` (default the whole array); the estimates read the pixels
@@ -155,7 +156,7 @@ def _corrected(mean: np.ndarray, estimates: np.ndarray, weights: np.ndarray) -> 
 
 
 def apply_near_blend(mean: np.ndarray, std: np.ndarray, raw: np.ndarray, observed: np.ndarray,
-                     region: tuple[int, int, int, int], distance: np.ndarray, blend: NearBlend
+                     region: Region, distance: np.ndarray, blend: NearBlend
                      ) -> tuple[np.ndarray, np.ndarray]:
     """A block's fill with the near blend applied: ``(mean, std)`` of its region (copies).
 

@@ -11,9 +11,7 @@ import os
 import sys
 from typing import Any
 
-from geonp.tasks.tiling import make_tiles
-
-Block = tuple[int, int, int, int]
+from geonp.tasks.tiling import Region, make_tiles
 
 # Below this many gap pixels a process pool costs more to start (torch import, model load) than
 # it saves.
@@ -22,14 +20,14 @@ _POOL_MIN_GAP_PIXELS = 150_000
 MIN_SPLIT_BLOCK = 128
 
 
-def plan_blocks(height: int, width: int, block_size: int) -> list[Block]:
-    """Blocks ``(r0, r1, c0, c1)`` covering the raster, row-major."""
-    return [(t.row, t.row + t.height, t.col, t.col + t.width)
+def plan_blocks(height: int, width: int, block_size: int) -> list[Region]:
+    """Blocks covering the raster, row-major."""
+    return [Region(t.row, t.row + t.height, t.col, t.col + t.width)
             for t in make_tiles(height, width, tile_size=block_size)]
 
 
 def plan_pool(height: int, width: int, block_size: int, workers: int | None, device: Any,
-              gap_pixels: int) -> tuple[list[Block], int]:
+              gap_pixels: int) -> tuple[list[Region], int]:
     """A fill's blocks and worker processes (:func:`pool_size`).
 
     Blocks of ``block_size`` px; where a pool of processes would have fewer than two blocks each

@@ -38,6 +38,7 @@ from geonp.filling.calibration import region_distances
 from geonp.filling.tile_tasks import BlockReference, TileOptions, TileTask, block_tasks
 from geonp.model_files.calibration import Calibration
 from geonp.tasks.lattice import read_off
+from geonp.tasks.tiling import Region
 
 #: Query rows per model call by device. On the CPU smaller calls run faster (their attention tiles
 #: stay in cache: ``benchmarks/batch_rows.py``), and a multi-date tile's ~700 context tokens make a
@@ -234,7 +235,7 @@ class Predictor:
         values: np.ndarray,
         observed: np.ndarray,
         to_fill: np.ndarray,
-        region: tuple[int, int, int, int],
+        region: Region,
         *,
         origin: tuple[int, int],
         progress: Callable[[int], None] | None = None,
@@ -268,7 +269,7 @@ class Predictor:
         ratio = None
         if self.near is not None and any(t.near for t in tasks):
             ratio = self.near.std_ratio(region_distances(observed, region) if distance is None else distance)
-        return self.run(tasks, (values.shape[0], region[1] - region[0], region[3] - region[2]), progress,
+        return self.run(tasks, (values.shape[0], *region.shape), progress,
                         near_ratio=ratio)
 
     def run(self, tasks: Sequence[TileTask], shape: tuple[int, int, int],

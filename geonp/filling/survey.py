@@ -16,10 +16,10 @@ from typing import Any
 import numpy as np
 from rasterio.windows import Window
 
-from geonp.filling.engine import Block
 from geonp.filling.tile_tasks import TileOptions
 from geonp.io.observed import read_observed
 from geonp.io.raster import RasterInfo
+from geonp.tasks.tiling import Region
 
 __all__ = ["BlockCounts", "GapReader", "count_gaps", "estimate_gaps", "plan", "price_model", "sample_for_stats", "sample_rows",
            "sample_windows", "time_estimate"]
@@ -40,7 +40,7 @@ class BlockCounts:
         self.to_fill = np.zeros(shape, np.int64)
         self.observed = np.zeros(shape, np.int64)
 
-    def add(self, block: Block, to_fill: np.ndarray, ok: np.ndarray) -> None:
+    def add(self, block: Region, to_fill: np.ndarray, ok: np.ndarray) -> None:
         """Add a block's ``[bands, h, w]`` flags; it lies in one row of cells (a cell, or rows of pixels)."""
         r0, _, c0, c1 = block
         cells = np.arange(c0 // self.cell, (c1 - 1) // self.cell + 1)
@@ -48,14 +48,14 @@ class BlockCounts:
         for counts, flags in ((self.to_fill, to_fill), (self.observed, ok)):
             counts[r0 // self.cell, cells] += np.add.reduceat(flags.sum(axis=(0, 1)), at)
 
-    def of(self, block: Block) -> tuple[int, int]:
+    def of(self, block: Region) -> tuple[int, int]:
         """Gap pixels to fill and observed pixels of the cells a block overlaps."""
         r0, r1, c0, c1 = block
         s = self.cell
         cells = np.s_[r0 // s:(r1 - 1) // s + 1, c0 // s:(c1 - 1) // s + 1]
         return int(self.to_fill[cells].sum()), int(self.observed[cells].sum())
 
-    def route(self, blocks: list[Block], *, skip_empty: bool) -> tuple[list[Block], list[Block]]:
+    def route(self, blocks: list[Region], *, skip_empty: bool) -> tuple[list[Region], list[Region]]:
         """The blocks with gaps to fill, and those to copy: with observed pixels (any, unless ``skip_empty``)."""
         counts = [self.of(block) for block in blocks]
         return ([b for b, (gaps, _) in zip(blocks, counts, strict=True) if gaps],
@@ -96,7 +96,7 @@ class GapReader:
         return arr, ok
 
 
-def count_gaps(reader: GapReader, blocks: list[Block], tile_size: int, outside: list[int] | None = None,
+def count_gaps(reader: GapReader, blocks: list[Region], tile_size: int, outside: list[int] | None = None,
                counts: BlockCounts | None = None, progress: Callable[[int, int], None] | None = None
                ) -> tuple[int, int, int]:
     """Gap pixels, observed pixels and tiles with gaps (over all bands), block by block.
@@ -106,14 +106,15 @@ def count_gaps(reader: GapReader, blocks: list[Block], tile_size: int, outside: 
     ``(blocks done, blocks)``.
     """
     gap_pixels, obs_pixels, gap_tiles = 0, 0, 0
-    for i, (r0, r1, c0, c1) in enumerate(blocks):
+    for i, block in enumerate(blocks):
+        r0, r1, c0, c1 = block
         ok, to_fill, inside = reader.read(Window(c0, r0, c1 - c0, r1 - r0))
         if inside is not None:
             if outside is not None:
                 outside[0] += int((to_fill & ~inside).sum())
             to_fill &= inside
         if counts is not None:
-            counts.add((r0, r1, c0, c1), to_fill, ok)
+            counts.add(block, to_fill, ok)
         if progress is not None:
             progress(i + 1, len(blocks))
         gap_pixels += int(to_fill.sum())
@@ -141,7 +142,7 @@ def sample_for_stats(reader: GapReader, counts: BlockCounts | None = None) -> tu
         out = []
         for win in windows:
             r0, c0, h, w = (int(v) for v in (win.row_off, win.col_off, win.height, win.width))
-            if not first[0] and counts is not None and not counts.of((r0, r0 + h, c0, c0 + w))[1]:
+            if not first[0] and counts is not None and not counts.of(Region(r0, r0 + h, c0, c0 + w))[1]:
                 out.append((np.zeros((n, 0)), np.zeros((n, 0), bool)))
                 continue
             first[0] = False
@@ -229,7 +230,7 @@ def task_seconds(observed: np.ndarray, to_fill: np.ndarray, origin: tuple[int, i
         if not seen.any():
             continue
         spacing = spacing_map(seen, opts.lattice)
-        for _, targets, spec, _ in _tile_geometry(seen, to_fill[group[0]], (0, h, 0, w), origin, opts, spacing):
+        for _, targets, spec, _ in _tile_geometry(seen, to_fill[group[0]], Region(0, h, 0, w), origin, opts, spacing):
             c = min(spec.n_near + spec.n_far, int(seen.sum()))
             seconds += len(group) * (_TASK_SECONDS + c * c * _CONTEXT_PAIR_SECONDS
                                      + targets.rows.size * c * _QUERY_PAIR_SECONDS)
@@ -256,7 +257,7 @@ def price_model(reader: GapReader, counts: BlockCounts, opts: TileOptions, gap_p
     return seconds * gap_pixels / max(pixels, 1)
 
 
-def time_estimate(info: RasterInfo, n_bands: int, fill_blocks: list[Block], copy_blocks: list[Block], halo: int,
+def time_estimate(info: RasterInfo, n_bands: int, fill_blocks: list[Region], copy_blocks: list[Region], halo: int,
                   *, spent: float, model: float, workers: int, surveyed: bool) -> dict[str, Any]:
     """A dry run's time estimate: CPU seconds of each step of the fill, and its wall seconds.
 
@@ -289,7 +290,7 @@ def time_estimate(info: RasterInfo, n_bands: int, fill_blocks: list[Block], copy
     }
 
 
-def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOptions, gap_pixels: int,
+def plan(info: RasterInfo, bands: list[int], blocks: list[Region], opts: TileOptions, gap_pixels: int,
          gap_tiles: int, workers: int, *, sampled_rows: int | None = None,
          times: dict[str, Any] | None = None) -> dict[str, Any]:
     """What a dry run prints: blocks, tiles, context sizes, memory and time estimates.
@@ -324,7 +325,7 @@ def plan(info: RasterInfo, bands: list[int], blocks: list[Block], opts: TileOpti
     }
 
 
-def _reads(info: RasterInfo, blocks: list[Block], halo: int) -> tuple[np.ndarray, np.ndarray]:
+def _reads(info: RasterInfo, blocks: list[Region], halo: int) -> tuple[np.ndarray, np.ndarray]:
     """Rows and columns of each block read with its halo, clipped to the raster."""
     spans = np.array(blocks, dtype=np.int64).reshape(-1, 4)  # [n, 4]: r0, r1, c0, c1
     h = np.minimum(info.height, spans[:, 1] + halo) - np.maximum(0, spans[:, 0] - halo)
@@ -364,7 +365,7 @@ def estimate_gaps(reader: GapReader, rows: np.ndarray, tile_size: int, outside: 
     sampled rows' counts (unscaled), or the exact ones.
     """
     info = reader.info
-    one_row_blocks = [(int(r), int(r) + 1, 0, info.width) for r in rows]
+    one_row_blocks = [Region(int(r), int(r) + 1, 0, info.width) for r in rows]
     sampled_outside = [0]
     gap, obs, tiles = count_gaps(reader, one_row_blocks, tile_size, sampled_outside, counts, progress)
     if obs == 0:

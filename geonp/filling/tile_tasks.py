@@ -20,7 +20,7 @@ from geonp.data.tasks import ReferenceBand, Task, context_values, positions, sta
 from geonp.tasks.block_context import select_contexts
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import TileTargets, spacing_map, tile_targets
-from geonp.tasks.tiling import Tile
+from geonp.tasks.tiling import Region, Tile
 
 __all__ = ["BlockReference", "TileOptions", "TileTask", "band_tasks", "block_tasks", "block_tiles"]
 
@@ -172,7 +172,7 @@ def _quarters(tile: Tile) -> list[Tile]:
             for dc, ww in ((0, w1), (w1, tile.width - w1))]
 
 
-def block_tiles(region: tuple[int, int, int, int], origin: tuple[int, int], opts: TileOptions) -> list[Tile]:
+def block_tiles(region: Region, origin: tuple[int, int], opts: TileOptions) -> list[Tile]:
     """Tiles (in block coordinates) whose query window touches ``region``, on the global grid.
 
     Tiles are laid on the *global* grid so that every block cuts the same tiles; a tile on the
@@ -193,7 +193,7 @@ def band_tasks(
     values: np.ndarray,
     observed: np.ndarray,
     to_fill: np.ndarray,
-    region: tuple[int, int, int, int],
+    region: Region,
     *,
     origin: tuple[int, int],
     opts: TileOptions,
@@ -264,9 +264,9 @@ def _all_near(spacing: np.ndarray, to_fill: np.ndarray, window: tuple[int, int, 
     return bool((spacing[r0:r1, c0:c1][to_fill[r0:r1, c0:c1]] == 1).all())
 
 
-def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int, int, int, int],
+def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: Region,
                    origin: tuple[int, int], opts: TileOptions, spacing: np.ndarray | None
-                   ) -> Iterator[tuple[tuple[int, int, int, int], TileTargets, ContextSpec, bool]]:
+                   ) -> Iterator[tuple[Region, TileTargets, ContextSpec, bool]]:
     """Each tile's query window, targets, context geometry, and whether all its gaps lie near data.
 
     All of it depends on the gap pattern alone.
@@ -305,14 +305,14 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: tuple[int,
                 spec, n_far=spec.n_far if opts.near_far is None else min(spec.n_far, opts.near_far), n_near=n_near)
         elif not near and opts.far_context is not None:
             spec = dataclasses.replace(spec, n_near=min(spec.n_near, opts.far_context))
-        yield (qr0, qr1, qc0, qc1), tt, spec, near
+        yield Region(qr0, qr1, qc0, qc1), tt, spec, near
 
 
 def block_tasks(
     values: np.ndarray,
     observed: np.ndarray,
     to_fill: np.ndarray,
-    region: tuple[int, int, int, int],
+    region: Region,
     *,
     origin: tuple[int, int],
     opts: TileOptions,

@@ -22,8 +22,8 @@ import numpy as np
 from rasterio.windows import Window
 
 from geonp.filling import engine
-from geonp.filling.pool import Block
 from geonp.filling.report import FillReport
+from geonp.tasks.tiling import Region
 
 
 def stage(progress: Any, label: str, unit: str) -> Callable[[int, int], None] | None:
@@ -36,7 +36,7 @@ def stage(progress: Any, label: str, unit: str) -> Callable[[int, int], None] | 
 
 
 def write_blocks(job: engine.BlockJob, outputs: tuple[Any, Any], report: FillReport,
-                 routes: tuple[list[Block], list[Block]], progress: Callable[[int, int], None] | None, *,
+                 routes: tuple[list[Region], list[Region]], progress: Callable[[int, int], None] | None, *,
                  scheduler: str | None, loaded: Any, write_mask: bool) -> dict[str, float]:
     """Fill the blocks to fill and copy the others into the outputs; the seconds of each stage.
 

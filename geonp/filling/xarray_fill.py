@@ -35,6 +35,7 @@ from geonp.filling.predict import tune_heap
 from geonp.filling.references import LineStats, ReferenceLines
 from geonp.io.masks import valid_mask
 from geonp.io.raster import cap_gdal_cache
+from geonp.tasks.tiling import Region
 
 __all__ = ["check_dataarray", "dask_plan", "fill", "nodata_of"]
 
@@ -277,7 +278,7 @@ class ChunkUnits:
     days: tuple[float, ...]
 
 
-def _fill_chunk(block: np.ndarray, at: tuple[int, int, tuple[int, int, int, int]], footprint: Any,
+def _fill_chunk(block: np.ndarray, at: tuple[int, int, Region], footprint: Any,
                 plan: FillPlan, loaded: Any, units: ChunkUnits, *refs: np.ndarray) -> np.ndarray:
     """Fill one output chunk from its input read with a halo: ``[2, bands, h, w]`` (filled, std).
 
@@ -293,7 +294,7 @@ def _fill_chunk(block: np.ndarray, at: tuple[int, int, tuple[int, int, int, int]
     valid = _observed(values, units.nodata, option_nodata)
     references = tuple((r, valid_mask(r, nodata=option_nodata), d)
                        for r, d in zip((np.asarray(r, dtype=np.float64) for r in refs), units.days, strict=True))
-    core = (slice(None), slice(region[0], region[1]), slice(region[2], region[3]))
+    core = (slice(None), *region.slices)
     if not valid.any() and not any(ok.any() for _, ok, _ in references):
         # nothing observed within the chunk's halo: its gaps have no context
         return np.stack([values[core], np.where(valid[core], 0.0, np.nan)])
@@ -356,7 +357,7 @@ def _fill_dask(data: Any, nodata: float | None, cfg: FillConfig, *, footprint: A
         for j in range(len(col_edges) - 1):
             r0, r1, c0, c1 = row_edges[i], row_edges[i + 1], col_edges[j], col_edges[j + 1]
             hr0, hr1, hc0, hc1 = max(0, r0 - halo), min(h, r1 + halo), max(0, c0 - halo), min(w, c1 + halo)
-            region = (int(r0 - hr0), int(r1 - hr0), int(c0 - hc0), int(c1 - hc0))
+            region = Region(int(r0 - hr0), int(r1 - hr0), int(c0 - hc0), int(c1 - hc0))
             shape = (2, data.shape[0], r1 - r0, c1 - c0)
             refs = [r[:, hr0:hr1, hc0:hc1] for r, _ in references]
             task = one(data[:, hr0:hr1, hc0:hc1], (int(hr0), int(hc0), region), footprint, shared_plan, model, units,

@@ -14,8 +14,36 @@ on the same kind of context it sees when it fills.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
+
+
+class Region(NamedTuple):
+    """Rows ``r0:r1`` and columns ``c0:c1`` of a raster or an array.
+
+    One type for a fill's blocks in the raster, a block's own pixels within its arrays (the rest
+    is halo) and a tile's query window.
+    """
+
+    r0: int
+    r1: int
+    c0: int
+    c1: int
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        """``(rows, columns)``."""
+        return self.r1 - self.r0, self.c1 - self.c0
+
+    @property
+    def slices(self) -> tuple[slice, slice]:
+        """The region of ``[h, w]`` arrays (``a[(slice(None), *region.slices)]`` for ``[bands, h, w]``)."""
+        return slice(self.r0, self.r1), slice(self.c0, self.c1)
+
+    def shifted(self, rows: int, cols: int) -> Region:
+        """The same region ``rows`` lower and ``cols`` further right (negative: up, left)."""
+        return Region(self.r0 + rows, self.r1 + rows, self.c0 + cols, self.c1 + cols)
 
 
 @dataclass(frozen=True, order=True)
@@ -36,12 +64,12 @@ class Tile:
     width: int
     overlap: int = 0
 
-    def query_bounds(self, shape: tuple[int, int]) -> tuple[int, int, int, int]:
-        """``(r0, r1, c0, c1)`` of the query window, clipped to a raster of ``shape``."""
+    def query_bounds(self, shape: tuple[int, int]) -> Region:
+        """The query window, clipped to a raster of ``shape``."""
         h, w = shape
         o = self.overlap
-        return (max(0, self.row - o), min(h, self.row + self.height + o),
-                max(0, self.col - o), min(w, self.col + self.width + o))
+        return Region(max(0, self.row - o), min(h, self.row + self.height + o),
+                      max(0, self.col - o), min(w, self.col + self.width + o))
 
 
 def make_tiles(height: int, width: int, *, tile_size: int, overlap: int = 0) -> list[Tile]:
