@@ -71,6 +71,7 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
     from geonp.filling.block import BlockInput, fill_block
     from geonp.filling.plan import FillPlan, normalizer_for, tile_options
     from geonp.model_files.registry import cached_model
+    from geonp.tasks.tiling import Region
 
     loaded = cached_model(MODEL, "cpu")
     spec = CONFIGS[name]
@@ -87,7 +88,7 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
     plan = FillPlan(model=MODEL, device="cpu", batch_rows=None, opts=opts, norm=norm,
                     calibration=loaded.calibration, max_distance=None, queries=spec.get("queries", "lattice"))
     t0 = time.perf_counter()
-    out = fill_block(BlockInput(np.where(observed, truth, 0.0), observed, (0, truth.shape[1], 0, truth.shape[2])),
+    out = fill_block(BlockInput(np.where(observed, truth, 0.0), observed, Region(0, truth.shape[1], 0, truth.shape[2])),
                      plan, plan.predictor(loaded))
     mean, std = out.mean, out.std
     seconds = time.perf_counter() - t0

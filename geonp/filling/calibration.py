@@ -80,7 +80,7 @@ def region_distances(observed: np.ndarray, region: Region) -> np.ndarray:
     Measured on the whole block ``observed [bands, h, w]`` (halo too), as the fill's calibration
     reads it; bands with the same mask share one distance transform.
     """
-    out = np.empty((observed.shape[0], *region.shape))
+    out = np.empty((observed.shape[0], *region.extent))
     done: list[int] = []
     for b in range(observed.shape[0]):
         same = next((d for d in done if np.array_equal(observed[d], observed[b])), None)

@@ -175,11 +175,10 @@ class BlockRunner:
     def copy(self, block: Region) -> BlockResult:
         """A block with no gap to fill (the survey's word): read without a halo, cast and marked, no model."""
         t0 = time.perf_counter()
-        r0, r1, c0, c1 = block
-        raw, ok = read_target(self.src, self.info, self.job.source, Window(c0, r0, c1 - c0, r1 - r0))
+        raw, ok = read_target(self.src, self.info, self.job.source, Window.from_slices(*block.slices))
         nan = np.full(ok.shape, np.nan)
         filled = BlockOutput(mean=nan, std=nan, observed=ok, filled=np.zeros_like(ok), done=0, beyond=0)
-        return self._finish(block, BlockInput(raw, ok, block.shifted(-r0, -c0)), filled,
+        return self._finish(block, BlockInput(raw, ok, block.shifted(-block.r0, -block.c0)), filled,
                             dict(self.predictor.timings), time.perf_counter() - t0)
 
     def _finish(self, block: Region, inputs: BlockInput, filled: BlockOutput, before: dict[str, float],
@@ -199,8 +198,7 @@ class BlockRunner:
         out, valid = finish_block(out, observed=filled.observed, filled=filled.filled, mean=filled.mean,
                                   plan=validity)
         if validity.alpha_band is not None:
-            r0, r1, c0, c1 = block
-            alpha = read_window(self.src, Window(c0, r0, c1 - c0, r1 - r0), [validity.alpha_band])[0]
+            alpha = read_window(self.src, Window.from_slices(*block.slices), [validity.alpha_band])[0]
             out = np.concatenate([out, alpha_values(valid, alpha, source.dtype)[None]])
         timings = {k: v - before[k] for k, v in self.predictor.timings.items()}
         timings["read"] = t_read

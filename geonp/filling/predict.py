@@ -269,7 +269,7 @@ class Predictor:
         ratio = None
         if self.near is not None and any(t.near for t in tasks):
             ratio = self.near.std_ratio(region_distances(observed, region) if distance is None else distance)
-        return self.run(tasks, (values.shape[0], *region.shape), progress,
+        return self.run(tasks, (values.shape[0], *region.extent), progress,
                         near_ratio=ratio)
 
     def run(self, tasks: Sequence[TileTask], shape: tuple[int, int, int],

@@ -32,8 +32,8 @@ class Region(NamedTuple):
     c1: int
 
     @property
-    def shape(self) -> tuple[int, int]:
-        """``(rows, columns)``."""
+    def extent(self) -> tuple[int, int]:
+        """``(rows, columns)`` (not ``shape``: numpy would take a region for an array of that shape)."""
         return self.r1 - self.r0, self.c1 - self.c0
 
     @property

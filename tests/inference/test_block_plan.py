@@ -11,6 +11,7 @@ from geonp.filling.arrays import fill_array
 from geonp.filling.block import BlockInput, fill_block
 from geonp.filling.plan import FillPlan, plan_model
 from geonp.model_files.registry import load_model
+from geonp.tasks.tiling import Region
 from tests.conftest import smooth_field
 
 
@@ -33,7 +34,7 @@ def test_fill_block_equals_fill_array_on_the_same_pixels(tiny_model):
     values, valid = _block()
     loaded = load_model(tiny_model)
     cfg = FillConfig(model=loaded, tile_size=16, overlap=4, search_radius=24, max_distance=6.0)
-    region, origin = (8, 48, 10, 52), (100, 40)  # a region inside a halo, off the raster's corner
+    region, origin = Region(8, 48, 10, 52), (100, 40)  # a region inside a halo, off the raster's corner
     plan = _plan(cfg, loaded, values, valid)
     out = fill_block(BlockInput(values, valid, region, origin=origin), plan, plan.predictor(loaded))
     filled, std = fill_array(values, valid, cfg, region=region, origin=origin)
@@ -56,7 +57,7 @@ def test_a_class_fill_block_runs_no_model_and_equals_fill_array():
     plan = FillPlan.build(cfg, None, n_bands=1, sample=lambda: (values.reshape(1, -1), valid.reshape(1, -1)),
                           class_fill=True)
     assert plan.model is None and plan.class_reach is not None
-    out = fill_block(BlockInput(values, valid, (0, 30, 0, 60)), plan, None)
+    out = fill_block(BlockInput(values, valid, Region(0, 30, 0, 60)), plan, None)
     filled, std = fill_array(values, valid, cfg)
     assert out.filled.sum() == (~valid).sum()
     np.testing.assert_array_equal(filled, np.where(out.filled, out.mean, values))
@@ -166,5 +167,5 @@ def test_the_plans_corrections_run_in_order_after_the_model(tiny_model):
     assert [c.needs_distance for c in steps] == [False, True, True]
     # the tiny model has no calibration: the model's fill is the block's fill
     assert plan.corrections == ()
-    out = fill_block(BlockInput(values, valid, (0, 56, 0, 60)), plan, plan.predictor(loaded))
+    out = fill_block(BlockInput(values, valid, Region(0, 56, 0, 60)), plan, plan.predictor(loaded))
     assert out.filled.any() and np.isfinite(out.std[out.filled]).all()

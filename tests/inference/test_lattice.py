@@ -15,7 +15,7 @@ from geonp.filling.tile_tasks import BlockReference, TileOptions, block_tasks
 from geonp.model_files.registry import load_model
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import LATTICE, read_off, spacing_map, tile_targets
-from geonp.tasks.tiling import Tile
+from geonp.tasks.tiling import Region, Tile
 from tests.conftest import smooth_field
 
 LATTICE_OPTS = {"lattice": LATTICE, "near_overlap": 3}
@@ -114,7 +114,7 @@ def test_lattice_predictor_equals_its_per_tile_twin(tiny_model):
     model = load_model(tiny_model).module
     values, observed, to_fill = _hole()
     opts = TileOptions(tile_size=24, overlap=8, context=ContextSpec(n_near=64, search_radius=96), **LATTICE_OPTS)
-    region, origin = (0, 120, 0, 120), (3, 5)
+    region, origin = Region(0, 120, 0, 120), (3, 5)
     tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=opts)
     assert any(t.src is not None for t in tasks) and any(t.src is None for t in tasks)
     ref_mean, ref_std = reference_predict(model, tasks, (2, 120, 120))
@@ -175,7 +175,7 @@ def test_lattice_fill_matches_every_pixel_fill_on_a_gp_field_with_a_large_hole()
     loaded = load_model("default")
     with_lattice = tile_options(loaded, None, None, None, 512, "lattice")
     runs = [Predictor(loaded.module, opts).predict(np.where(observed, field[None], 0.0), observed, ~observed,
-                                                   (0, 112, 0, 112), origin=(0, 0))
+                                                   Region(0, 112, 0, 112), origin=(0, 0))
             for opts in (with_lattice, dataclasses.replace(with_lattice, lattice=()))]
     diff = np.abs(runs[0][0] - runs[1][0])[0][gap]
     assert diff.mean() < 0.04 * field.std() and diff.max() < 0.25 * field.std()

@@ -25,6 +25,7 @@ from geonp.model_files.registry import load_model
 from geonp.models import build_model
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import LATTICE
+from geonp.tasks.tiling import Region
 from tests.conftest import smooth_field, write_raster
 
 NORM = {"mean": [1000.0], "std": [100.0]}
@@ -84,7 +85,7 @@ def test_near_tiles_run_the_near_model_with_its_calibration(tmp_path):
     values, observed, to_fill = _block()
     opts = TileOptions(tile_size=24, overlap=8, context=ContextSpec(n_near=64, search_radius=96), lattice=LATTICE,
                        near_overlap=3, near_context=32)
-    region, shape = (0, 120, 0, 120), (2, 120, 120)
+    region, shape = Region(0, 120, 0, 120), (2, 120, 120)
     tasks = block_tasks(values, observed, to_fill, region, origin=(0, 0), opts=opts)
     assert 0 < sum(t.near for t in tasks) < len(tasks)
     near = NearModel(loaded.near.module, loaded.near.calibration, loaded.calibration)

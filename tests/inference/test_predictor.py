@@ -12,6 +12,7 @@ from geonp.filling.predict import Predictor, geometry_units, pack, reference_pre
 from geonp.filling.tile_tasks import TileOptions, band_tasks, block_tasks
 from geonp.model_files.registry import load_model
 from geonp.tasks.context import ContextSpec, HaloTooSmall
+from geonp.tasks.tiling import Region
 from tests.conftest import DEVICES, smooth_field, write_raster
 
 
@@ -29,7 +30,7 @@ def test_batched_predictor_equals_per_tile_reference(tiny_model, device):
     model = load_model(tiny_model).module
     values, observed, to_fill = _block()
     opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=64))
-    region, origin = (20, 130, 10, 140), (300, 700)  # a block with a halo, somewhere in a raster
+    region, origin = Region(20, 130, 10, 140), (300, 700)  # a block with a halo, somewhere in a raster
     tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=opts)
     shape = (2, 110, 130)
     sizes = {t.task.xt.shape[0] for t in tasks}
@@ -48,7 +49,7 @@ def test_results_do_not_depend_on_batch_size(tiny_model):
     model = load_model(tiny_model).module
     values, observed, to_fill = _block(seed=3)
     opts = TileOptions(tile_size=20, overlap=4, context=ContextSpec(n_near=48, search_radius=40))
-    region = (10, 140, 10, 140)
+    region = Region(10, 140, 10, 140)
     runs = [Predictor(model, opts, batch_rows=rows, chunk_rows=chunk).predict(
         values, observed, to_fill, region, origin=(0, 0)) for rows, chunk in ((1, 100), (2048, 512), (10**6, 10**6))]
     for mean, std in runs[1:]:
@@ -60,7 +61,7 @@ def test_progress_counts_every_gap_pixel_of_the_region(tiny_model):
     model = load_model(tiny_model).module
     values, observed, to_fill = _block(seed=5)
     opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=64))
-    region = (20, 130, 10, 140)
+    region = Region(20, 130, 10, 140)
     done = []
     Predictor(model, opts, batch_rows=2048).predict(values, observed, to_fill, region, origin=(0, 0),
                                                     progress=done.append)
@@ -99,7 +100,7 @@ def test_bands_that_share_a_gap_pattern_run_as_one_unit(tiny_model):
     values = np.concatenate([values, values[:1] * 0.5 + 0.2])
     observed, to_fill = np.concatenate([observed, observed[:1]]), np.concatenate([to_fill, to_fill[:1]])
     opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=64))
-    region, shape = (20, 130, 10, 140), (3, 110, 130)
+    region, shape = Region(20, 130, 10, 140), (3, 110, 130)
     tasks = block_tasks(values, observed, to_fill, region, origin=(0, 0), opts=opts)
     units = geometry_units(tasks)
     assert {tuple(tasks[i].band for i in u) for u in units} == {(0, 2), (1,)}
