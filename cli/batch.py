@@ -18,16 +18,34 @@ CLUSTER_OPTIONS = ("scheduler", "workers", "threads_per_worker", "dashboard_addr
 BATCH_DEFAULTS = {"pattern": "*.tif", "skip_existing": True, "threads_per_worker": 1, "dashboard_address": ":8787"}
 
 
+class _Neighbours(click.ParamType):
+    """``--neighbours``: a count of dates (>= 0) or ``auto``."""
+
+    name = "K|auto"
+
+    def convert(self, value: Any, param: Any, ctx: Any) -> int | str:
+        """``auto`` as it is, else a whole number >= 0; anything else is refused in one line."""
+        if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0):
+            return value
+        if isinstance(value, str) and value.isdigit():
+            return int(value)
+        self.fail(f"{value!r} is neither a count of dates (0, 1, 2, ...) nor 'auto'", param, ctx)
+
+
+NEIGHBOURS = _Neighbours()
+
+
 @click.command(short_help="Fill every raster of a directory in parallel (Dask).")
 @click.argument("input_dir", type=click.Path(file_okay=False))
 @click.argument("output_dir", type=click.Path(file_okay=False))
 @click.option("--pattern", default=None,
               help=f"Glob pattern of the input files.  [default: {BATCH_DEFAULTS['pattern']}]")
 @click.option("-r", "--recursive", is_flag=True, help="Match --pattern in subdirectories too.")
-@click.option("--neighbours", type=click.IntRange(min=0), default=None,
+@click.option("--neighbours", type=NEIGHBOURS, default=None,
               help="Multi-date: fill each raster with the K dates of the same grid in INPUT_DIR nearest to it in "
-                   "time as references (dates from tags or names; QA files beside the rasters give clouds).  "
-                   "[default: 0, each raster from its own pixels]")
+                   "time as references (dates from tags or names; QA files beside the rasters give clouds); "
+                   "'auto': the nearest dates until every gap of the raster is seen clear by 2 of them, at most "
+                   "4 (at the series' ends all on one side).  [default: 0, each raster from its own pixels]")
 @click.option("--max-days", type=click.FloatRange(min=0), default=None,
               help="With --neighbours: take only dates at most this many days away (default: any).")
 @click.option("--qa-kind", type=click.Choice(QA_KINDS),
@@ -66,6 +84,7 @@ def batch(ctx: click.Context, input_dir: str, output_dir: str, bands: tuple[int,
       geonp batch scenes/ filled/ --scheduler tcp://10.0.0.5:8786
       geonp batch landsat_dates/ filled/ --neighbours 2 --qa-kind fmask
       geonp batch landsat_dates/ filled/ --neighbours 2 --max-days 48 --qa-kind fmask
+      geonp batch landsat_dates/ filled/ --neighbours auto --qa-kind fmask
     """
     import geonp
 

@@ -238,14 +238,15 @@ def _plan(report: JobReport, inputs: list[Path], manifest: Manifest, *, key: str
     return tasks
 
 
-def _neighbour_plan(in_dir: Path, pattern: str, recursive: bool, k: int, qa_kind: str | None,
+def _neighbour_plan(in_dir: Path, pattern: str, recursive: bool, k: int | str, qa_kind: str | None,
                     max_days: float | None = None) -> tuple[list[Path], dict[Path, dict[str, Any]]]:
-    """``--neighbours K``: the dated rasters of the folder, each with its K nearest dates.
+    """``--neighbours K`` (or ``auto``): the dated rasters of the folder, each with its K nearest dates.
 
     The nearest same-grid dates that see ground (within ``max_days``; the rule of
     :func:`geonp.io.timeseries.nearest_dates`, as a cube's fill).
     """
     from geonp.filling.inputs import Gaps, Reference
+    from geonp.io.reference_choice import coverage_rule
     from geonp.io.timeseries import neighbours_by_grid, scan_series
 
     if recursive:
@@ -254,7 +255,8 @@ def _neighbour_plan(in_dir: Path, pattern: str, recursive: bool, k: int, qa_kind
     if any(d.qa for d in series) and qa_kind is None:
         raise ConfigError("the folder holds QA files beside the rasters; say how to read them with --qa-kind")
     per_file: dict[Path, dict[str, Any]] = {}
-    for raster, refs in neighbours_by_grid(series, k, max_days=max_days, qa_kind=qa_kind):
+    rule = coverage_rule(k) if k == "auto" else None
+    for raster, refs in neighbours_by_grid(series, rule or int(k), max_days=max_days, qa_kind=qa_kind):
         read_qa = qa_kind is not None and (raster.qa is not None or any(r.qa is not None for r in refs))
         opts: dict[str, Any] = {"references": tuple(Reference(r.path, qa=r.qa if read_qa else None) for r in refs)}
         if read_qa:

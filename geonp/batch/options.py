@@ -62,19 +62,22 @@ class Neighbours:
     date's clouds and are not filled themselves.
 
     Attributes:
-        count: references per raster: the dates nearest to it in time that see ground.
+        count: references per raster: the dates nearest to it in time that see ground; or
+            ``"auto"``: the nearest dates until every gap of the raster is seen clear by 2 of
+            them, at most 4 (:class:`~geonp.io.reference_choice.CoverageRule`, as a cube's
+            ``neighbours="auto"``).
         qa_kind: how those QA files are read (needed when there are any).
         max_days: take only dates at most this many days away (None: any); a raster without such
             a date is filled from its own pixels (by the same model).
     """
 
-    count: int = 2
+    count: int | str = 2
     qa_kind: str | None = None
     max_days: float | None = None
 
     def __post_init__(self) -> None:
-        """Refuse a count below 1 and a negative or non-finite ``max_days``."""
-        if isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1:
-            raise ConfigError(f"--neighbours {self.count!r} must be an integer >= 1")
+        """Refuse a count below 1 (or another string than ``"auto"``) and a negative or non-finite ``max_days``."""
+        if self.count != "auto" and (isinstance(self.count, bool) or not isinstance(self.count, int) or self.count < 1):
+            raise ConfigError(f"--neighbours {self.count!r} must be an integer >= 1 or 'auto'")
         if self.max_days is not None and not (math.isfinite(self.max_days) and self.max_days >= 0):
             raise ConfigError(f"--max-days {self.max_days!r} must be a number of days >= 0")

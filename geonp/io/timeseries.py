@@ -20,11 +20,13 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from rasterio.crs import CRS
 
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.dates import find_raster_date
 from geonp.io.raster import RasterInfo, open_raster, raster_info
+from geonp.io.reference_choice import CoverageRule, choose_references
 
 logger = logging.getLogger(__name__)
 
@@ -35,6 +37,8 @@ __all__ = [
 
 #: Rows read at a time when looking for a date's first clear pixel (:func:`sees_ground`).
 _STRIP_ROWS = 256
+#: ``--neighbours auto`` judges what dates see on a grid of at most this many cells a side.
+_AUTO_CELLS = 256
 
 #: Stem endings that mark a quality band of the raster with the rest of the stem.
 QA_SUFFIXES = ("_fmask", "_qa", "_QA_PIXEL", "_SCL")
@@ -251,19 +255,55 @@ def group_by_grid(series: Sequence[DatedRaster]) -> list[list[DatedRaster]]:
     return list(groups.values())
 
 
+def clear_fraction(raster: DatedRaster, step: int, qa_kind: str | None = None) -> np.ndarray:
+    """The fraction of each ``step`` x ``step`` cell of a raster that is clear (observed, not a QA gap).
+
+    The rule of :func:`sees_ground`, read in strips of rows; cells cut by the raster's edge count
+    their pixels inside it.
+
+    Raises:
+        InputRasterError: If the raster or its QA band cannot be read.
+    """
+    from rasterio.windows import Window
+
+    from geonp.io.masks import read_mask_file
+    from geonp.io.observed import read_observed
+
+    with open_raster(raster.path, role="Raster") as src:
+        info = raster_info(src)
+        rows = -(-_STRIP_ROWS // step) * step  # whole cells per strip
+        strips = []
+        for row in range(0, info.height, rows):
+            window = Window(0, row, info.width, min(rows, info.height - row))
+            _, ok = read_observed(src, window, list(range(1, info.count + 1)), info=info, nodata=info.nodata)
+            clear = np.asarray(ok.any(axis=0), dtype=np.float64)
+            if raster.qa is not None and qa_kind is not None:
+                clear[read_mask_file(raster.qa, like=info, window=window, qa_kind=qa_kind)] = 0.0
+            h, w = clear.shape
+            padded = np.full((-(-h // step) * step, -(-w // step) * step), np.nan)
+            padded[:h, :w] = clear
+            strips.append(np.nanmean(padded.reshape(padded.shape[0] // step, step, -1, step), axis=(1, 3)))
+    return np.concatenate(strips)
+
+
 def neighbours_by_grid(
-    series: Sequence[DatedRaster], k: int, *, before_only: bool = False, max_days: float | None = None,
-    qa_kind: str | None = None,
+    series: Sequence[DatedRaster], k: int | CoverageRule, *, before_only: bool = False,
+    max_days: float | None = None, qa_kind: str | None = None,
 ) -> list[tuple[DatedRaster, list[DatedRaster]]]:
     """Pair every raster of a series with its ``k`` nearest dates on the same grid.
 
     This is ``geonp batch --neighbours K``: each raster is filled with the ``k`` rasters of its
     grid group nearest to it in time as references (:func:`nearest`, :func:`group_by_grid`),
-    passing over dates that see no ground (:func:`sees_ground`).
+    passing over dates that see no ground (:func:`sees_ground`). With a
+    :class:`~geonp.io.reference_choice.CoverageRule` (``--neighbours auto``), the nearest dates
+    are added until every gap of the raster is seen clear by ``views`` of them, at most ``cap``
+    (:func:`~geonp.io.reference_choice.choose_references`, as a cube's ``neighbours="auto"``),
+    judged on a grid of cells of at most :data:`_AUTO_CELLS` a side (a cell with a gap is a gap,
+    one with a clear pixel is seen).
 
     Args:
         series: The series (from :func:`scan_series`).
-        k: References per raster.
+        k: References per raster, or the coverage rule.
         before_only: Use only earlier dates.
         max_days: Use only dates at most this many days away (None: any).
         qa_kind: How the QA bands are read when deciding whether a date sees ground.
@@ -276,15 +316,26 @@ def neighbours_by_grid(
         ConfigError: If ``k`` or ``max_days`` is negative.
         InputRasterError: If a raster cannot be opened.
     """
-    if k < 0:
+    rule, count = (k, 0) if isinstance(k, CoverageRule) else (None, k)
+    if count < 0:
         raise ConfigError(f"--neighbours {k} is negative; give the number of dates to use (>= 0).")
-    nearest_dates([], datetime.date.min, k, max_days=max_days)  # refuse a negative max_days before reading files
+    nearest_dates([], datetime.date.min, 0, max_days=max_days)  # refuse a negative max_days before reading files
     picked: dict[str, list[DatedRaster]] = {}
     usable = {r.path for r in series if sees_ground(r, qa_kind)} if k else None
     for r in series:
         if usable is not None and r.path not in usable:
             logger.info("%s sees no ground (all nodata or QA gaps): not a reference of other dates", r.path)
     for group in group_by_grid(series):
+        seen: dict[str, np.ndarray] = {}
+        if rule is not None:
+            with open_raster(group[0].path, role="Raster") as src:
+                step = -(-max(src.width, src.height) // _AUTO_CELLS)
+            seen = {r.path: clear_fraction(r, step, qa_kind) for r in group}
+            count = len(group)  # every candidate, nearest first
         for r in group:
-            picked[r.path] = nearest(group, r, k, before_only=before_only, max_days=max_days, usable=usable)
+            refs = nearest(group, r, count, before_only=before_only, max_days=max_days, usable=usable)
+            if rule is not None:
+                chosen = choose_references(seen[r.path] < 1, [seen[c.path] > 0 for c in refs], rule.views, rule.cap)
+                refs = [refs[i] for i in chosen]
+            picked[r.path] = refs
     return [(r, picked[r.path]) for r in series]

@@ -189,3 +189,40 @@ def test_dates_that_see_no_ground_are_passed_over_for_the_next_nearest(tmp_path)
     assert nearest_dates(dates, D(2020, 1, 12), 2) == [1, 2]
     assert nearest_dates(dates, D(2020, 1, 12), 2, usable=[True, False, True]) == [2, 0]
     assert nearest_dates(dates, D(2020, 1, 12), 2, usable=[False, False, False]) == []
+
+
+def test_neighbours_auto_adds_the_nearest_dates_that_see_the_gaps(tmp_path):
+    """``--neighbours auto`` (a CoverageRule): the nearest dates are added until each gap is seen by
+    ``views`` of them; a date that sees none of the gaps still short is skipped; ``cap`` bounds it."""
+    from geonp.io.reference_choice import CoverageRule
+    from geonp.io.timeseries import clear_fraction
+
+    for s in SCENES[:4]:
+        shutil.copy(LSTS / f"{s}.tif", tmp_path / f"{s}.tif")
+        shutil.copy(LSTS / f"{s}_fmask.tif", tmp_path / f"{s}_fmask.tif")
+    clouds = {SCENES[0]: (slice(None), slice(0, 30)),  # the target: the left half under cloud
+              SCENES[1]: (slice(None), slice(0, 40)),  # nearest: cloudy there too, sees none of it
+              SCENES[2]: (slice(None), slice(15, 61)),  # sees the gap's left part only
+              SCENES[3]: (slice(0, 0), slice(0, 0))}  # clear: sees all of it
+    for s, cloud in clouds.items():
+        with rasterio.open(tmp_path / f"{s}_fmask.tif", "r+") as dst:
+            fmask = np.zeros((dst.height, dst.width), dst.dtypes[0])
+            fmask[cloud] = 4
+            dst.write(fmask, 1)
+        with rasterio.open(tmp_path / f"{s}.tif", "r+") as dst:  # every pixel observed, SLC-off stripes aside
+            dst.write(np.full((dst.count, dst.height, dst.width), 500, dst.dtypes[0]))
+    series = scan_series(tmp_path)
+    fraction = clear_fraction(series[2], 4, "fmask")  # clear in columns 0-14, cloud from 15 on
+    assert fraction.shape == (16, 16)  # 61 px in cells of 4: the last cells hold 1 px
+    np.testing.assert_allclose(fraction[:, :3], 1.0)
+    np.testing.assert_allclose(fraction[:, 3], 0.75)  # columns 12-15
+    np.testing.assert_allclose(fraction[:, 4:], 0.0)
+    np.testing.assert_allclose(clear_fraction(series[3], 4, "fmask"), 1.0)  # the cut cells too
+    # the raster of the first date picks, nearest first, skipping the one that sees nothing
+
+    def first_dates_refs(rule):
+        return [Path(n.path).stem for n in neighbours_by_grid(series, rule, qa_kind="fmask")[0][1]]
+
+    assert first_dates_refs(CoverageRule(1, 4)) == [SCENES[2], SCENES[3]]  # the third sees the gap's left part
+    assert first_dates_refs(CoverageRule(2, 2)) == [SCENES[2], SCENES[3]]  # capped at 2
+    assert first_dates_refs(CoverageRule(1, 1)) == [SCENES[2]]

@@ -310,6 +310,26 @@ def test_batch_neighbours_fills_each_date_from_its_nearest_dates(tmp_path):
     assert int(tags["GEONP_FILLED_PIXELS"]) > 3 * 3000 and (filled != -9999).all()
 
 
+def test_batch_neighbours_auto_takes_the_dates_that_see_each_dates_gaps(tmp_path):
+    import shutil
+
+    folder = tmp_path / "dates"
+    folder.mkdir()
+    for scene in ("LE70350322012129EDC00", "LE70350322012145EDC00", "LE70350322012161EDC00"):
+        for suffix in ("", "_fmask"):
+            shutil.copy(LSTS / f"{scene}{suffix}.tif", folder)
+    bad = _cli("-q", "batch", folder, tmp_path / "bad", "--neighbours", "many", "--qa-kind", "fmask")
+    assert bad.exit_code == 2 and "'many' is neither a count of dates (0, 1, 2, ...) nor 'auto'" in bad.output
+    assert not (tmp_path / "bad").exists()
+    res = _cli("-q", "batch", folder, tmp_path / "out", "--neighbours", "auto", "--qa-kind", "fmask", "--workers", "1")
+    assert res.exit_code == 0, res.output
+    # the cloudy middle date: each of its neighbours sees its gaps (Fmask clouds and SLC-off
+    # stripes), and the rule wants 2 views of each: both, nearest first (equal days: the earlier)
+    _, _, tags = _read(tmp_path / "out" / "LE70350322012145EDC00.tif")
+    assert tags["GEONP_REFERENCES"].startswith("LE70350322012129EDC00.tif (2012-05-08)")
+    assert "LE70350322012161EDC00.tif (2012-06-09)" in tags["GEONP_REFERENCES"]
+
+
 def test_evaluate_series_scores_geonp_beside_gdal_and_regression(tmp_path):
     import json
 
