@@ -255,8 +255,7 @@ def _neighbour_plan(in_dir: Path, pattern: str, recursive: bool, k: int | str, q
     if any(d.qa for d in series) and qa_kind is None:
         raise ConfigError("the folder holds QA files beside the rasters; say how to read them with --qa-kind")
     per_file: dict[Path, dict[str, Any]] = {}
-    rule = coverage_rule(k) if k == "auto" else None
-    for raster, refs in neighbours_by_grid(series, rule or int(k), max_days=max_days, qa_kind=qa_kind):
+    for raster, refs in neighbours_by_grid(series, coverage_rule(k) or int(k), max_days=max_days, qa_kind=qa_kind):
         read_qa = qa_kind is not None and (raster.qa is not None or any(r.qa is not None for r in refs))
         opts: dict[str, Any] = {"references": tuple(Reference(r.path, qa=r.qa if read_qa else None) for r in refs)}
         if read_qa:

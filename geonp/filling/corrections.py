@@ -76,12 +76,11 @@ class RegressionWeight:
         block = view.inputs
         if not block.references:
             return mean, std
-        r0, r1, c0, c1 = block.region
         at = np.zeros(block.values.shape[1:], dtype=bool)
-        at[r0:r1, c0:c1] = view.to_fill[:, r0:r1, c0:c1].any(axis=0)
+        at[block.region.slices] = view.to_fill[block.core].any(axis=0)
         r_mean, r_std, _ = self.lines.estimate(block.values, block.observed,
                                                [(vals, ok) for vals, ok, _ in block.references], at, block.origin)
-        r_mean, r_std = r_mean[:, r0:r1, c0:c1], r_std[:, r0:r1, c0:c1]
+        r_mean, r_std = r_mean[block.core], r_std[block.core]
         # The weighted mean of the two estimates; the same weighted mean of their stds is the std of
         # that mean when their errors are fully correlated (an upper bound otherwise).
         both = np.isfinite(r_mean) & np.isfinite(mean)

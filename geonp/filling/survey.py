@@ -107,8 +107,7 @@ def count_gaps(reader: GapReader, blocks: list[Region], tile_size: int, outside:
     """
     gap_pixels, obs_pixels, gap_tiles = 0, 0, 0
     for i, block in enumerate(blocks):
-        r0, r1, c0, c1 = block
-        ok, to_fill, inside = reader.read(Window(c0, r0, c1 - c0, r1 - r0))
+        ok, to_fill, inside = reader.read(Window.from_slices(*block.slices))
         if inside is not None:
             if outside is not None:
                 outside[0] += int((to_fill & ~inside).sum())

@@ -276,14 +276,13 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: Region,
     work = list(reversed(block_tiles(region, origin, opts)))
     while work:
         tile = work.pop()
-        o = tile.overlap
         # query window in block coordinates, clipped to the block array and to the region
-        qr0, qr1 = max(tile.row - o, 0), min(tile.row + tile.height + o, h)
-        qc0, qc1 = max(tile.col - o, 0), min(tile.col + tile.width + o, w)
+        qb = tile.query_bounds((h, w))
+        qr0, qr1, qc0, qc1 = qb
         rr0, rr1, cc0, cc1 = max(qr0, r0), min(qr1, r1), max(qc0, c0), min(qc1, c1)
         if rr0 >= rr1 or cc0 >= cc1 or not to_fill[rr0:rr1, cc0:cc1].any():
             continue
-        if tile.height > opts.min_split and _neighbours(observed, to_fill, (qr0, qr1, qc0, qc1)) > opts.max_context:
+        if tile.height > opts.min_split and _neighbours(observed, to_fill, qb) > opts.max_context:
             # Scattered gaps (dropped pixels, stripes): the gaps' own neighbours are more than the
             # context cap, so some would be left out. Split the tile in four (the rule depends on
             # this tile's pixels only, so every block splits alike).
@@ -295,17 +294,17 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: Region,
         if tt.out_rows.size == 0:  # its gaps lie beyond its margins (near data: a narrower one)
             continue
         spec = opts.context
-        near = spacing is not None and _all_near(spacing, to_fill, (qr0, qr1, qc0, qc1))
+        near = spacing is not None and _all_near(spacing, to_fill, qb)
         if near and (opts.near_far is not None or opts.near_context):
             # the near context, or more where the gaps' neighbours are more (dropped pixels: a
             # context without some of them cost 5 % RMSE, docs/benchmarks.md)
             n_near = spec.n_near if opts.near_context is None else \
-                min(spec.n_near, max(opts.near_context, _neighbours(observed, to_fill, (qr0, qr1, qc0, qc1), beyond=1)))
+                min(spec.n_near, max(opts.near_context, _neighbours(observed, to_fill, qb, beyond=1)))
             spec = dataclasses.replace(
                 spec, n_far=spec.n_far if opts.near_far is None else min(spec.n_far, opts.near_far), n_near=n_near)
         elif not near and opts.far_context is not None:
             spec = dataclasses.replace(spec, n_near=min(spec.n_near, opts.far_context))
-        yield Region(qr0, qr1, qc0, qc1), tt, spec, near
+        yield qb, tt, spec, near
 
 
 def block_tasks(

@@ -16,7 +16,7 @@ from __future__ import annotations
 import datetime
 import logging
 import os
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -198,10 +198,21 @@ def nearest(
 def sees_ground(raster: DatedRaster, qa_kind: str | None = None) -> bool:
     """Whether a date has at least one clear pixel: observed in its file and not a QA gap.
 
-    Read in strips of rows, stopping at the first clear pixel, so a usable date costs one strip;
-    a date wholly under cloud is read once in full (its QA band too), which is small beside a
-    fill. The rule is the fill's: nodata, NaN, internal masks and, with ``qa_kind``, the QA
-    band's default gap classes.
+    Read in strips of rows (:func:`clear_strips`), stopping at the first clear pixel, so a usable
+    date costs one strip; a date wholly under cloud is read once in full (its QA band too), which
+    is small beside a fill.
+
+    Raises:
+        InputRasterError: If the raster or its QA band cannot be read.
+    """
+    return any(clear.any() for clear in clear_strips(raster, qa_kind))
+
+
+def clear_strips(raster: DatedRaster, qa_kind: str | None = None, rows: int = _STRIP_ROWS) -> Iterator[np.ndarray]:
+    """Where a raster is clear, ``rows`` rows at a time: bool ``[rows, width]`` strips, top down.
+
+    The fill's rule: observed in some band (nodata, NaN, internal masks) and, with ``qa_kind``,
+    not one of the QA band's default gap classes (read only for strips with an observed pixel).
 
     Raises:
         InputRasterError: If the raster or its QA band cannot be read.
@@ -214,15 +225,13 @@ def sees_ground(raster: DatedRaster, qa_kind: str | None = None) -> bool:
     with open_raster(raster.path, role="Raster") as src:
         info = raster_info(src)
         bands = list(range(1, info.count + 1))
-        for row in range(0, info.height, _STRIP_ROWS):
-            window = Window(0, row, info.width, min(_STRIP_ROWS, info.height - row))
+        for row in range(0, info.height, rows):
+            window = Window(0, row, info.width, min(rows, info.height - row))
             _, ok = read_observed(src, window, bands, info=info, nodata=info.nodata)
-            clear = ok.any(axis=0)
+            clear = np.asarray(ok.any(axis=0))
             if clear.any() and raster.qa is not None and qa_kind is not None:
                 clear &= ~read_mask_file(raster.qa, like=info, window=window, qa_kind=qa_kind)
-            if clear.any():
-                return True
-    return False
+            yield clear
 
 
 def grid_key(info: RasterInfo) -> tuple[object, ...]:
@@ -256,34 +265,20 @@ def group_by_grid(series: Sequence[DatedRaster]) -> list[list[DatedRaster]]:
 
 
 def clear_fraction(raster: DatedRaster, step: int, qa_kind: str | None = None) -> np.ndarray:
-    """The fraction of each ``step`` x ``step`` cell of a raster that is clear (observed, not a QA gap).
+    """The fraction of each ``step`` x ``step`` cell of a raster that is clear (:func:`clear_strips`).
 
-    The rule of :func:`sees_ground`, read in strips of rows; cells cut by the raster's edge count
-    their pixels inside it.
+    Cells cut by the raster's edge count their pixels inside it.
 
     Raises:
         InputRasterError: If the raster or its QA band cannot be read.
     """
-    from rasterio.windows import Window
-
-    from geonp.io.masks import read_mask_file
-    from geonp.io.observed import read_observed
-
-    with open_raster(raster.path, role="Raster") as src:
-        info = raster_info(src)
-        rows = -(-_STRIP_ROWS // step) * step  # whole cells per strip
-        strips = []
-        for row in range(0, info.height, rows):
-            window = Window(0, row, info.width, min(rows, info.height - row))
-            _, ok = read_observed(src, window, list(range(1, info.count + 1)), info=info, nodata=info.nodata)
-            clear = np.asarray(ok.any(axis=0), dtype=np.float64)
-            if raster.qa is not None and qa_kind is not None:
-                clear[read_mask_file(raster.qa, like=info, window=window, qa_kind=qa_kind)] = 0.0
-            h, w = clear.shape
-            padded = np.full((-(-h // step) * step, -(-w // step) * step), np.nan)
-            padded[:h, :w] = clear
-            strips.append(np.nanmean(padded.reshape(padded.shape[0] // step, step, -1, step), axis=(1, 3)))
-    return np.concatenate(strips)
+    cells = []
+    for clear in clear_strips(raster, qa_kind, rows=-(-_STRIP_ROWS // step) * step):  # whole cells per strip
+        h, w = clear.shape
+        padded = np.full((-(-h // step) * step, -(-w // step) * step), np.nan)
+        padded[:h, :w] = clear
+        cells.append(np.nanmean(padded.reshape(padded.shape[0] // step, step, -1, step), axis=(1, 3)))
+    return np.concatenate(cells)
 
 
 def neighbours_by_grid(

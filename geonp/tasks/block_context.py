@@ -20,35 +20,29 @@ import numpy as np
 from geonp.tasks.context import (
     _CANDIDATES_PER_WIDTH,
     ContextSpec,
-    HaloTooSmall,
     near_set,
     ring_edges,
 )
-from geonp.tasks.tiling import pixel_hash
+from geonp.tasks.tiling import Region, pixel_hash
 
 __all__ = ["select_contexts"]
 
-Box = tuple[int, int, int, int]
 #: Hash values per cell in a sort key (:func:`~geonp.tasks.tiling.pixel_hash` is 32-bit).
 _HASHES = 1 << 32
 #: Windows whose candidates are gathered at once (bounds the memory of a ring's gather).
 _CHUNK = 128
 
 
-def select_contexts(observed: np.ndarray, query_mask: np.ndarray, boxes: Sequence[Box],
+def select_contexts(observed: np.ndarray, query_mask: np.ndarray, boxes: Sequence[Region],
                     specs: Sequence[ContextSpec], *, origin: tuple[int, int] = (0, 0), limit: int | None = None
                     ) -> list[tuple[np.ndarray, np.ndarray]]:
     """:func:`~geonp.tasks.context.select_context` of each query window of one search window.
 
     ``boxes[i]`` is a query window, ``specs[i]`` its context spec (their rings, sectors and
-    search radius must agree; counts may differ). Raises :class:`HaloTooSmall` as the
+    search radius must agree; counts may differ). Raises :class:`~geonp.tasks.context.HaloTooSmall` as the
     one-window rule does.
     """
-    near = []
-    for box, spec in zip(boxes, specs, strict=True):
-        if spec.n_far and limit is not None and limit < spec.search_radius:
-            raise HaloTooSmall(f"the far set needs the whole search radius {spec.search_radius} > {limit}")
-        near.append(near_set(observed, query_mask, box, spec, origin, limit))
+    near = [near_set(observed, query_mask, box, spec, origin, limit) for box, spec in zip(boxes, specs, strict=True)]
     want = [i for i, (_, _, reach) in enumerate(near) if specs[i].n_far and math.isfinite(reach)]
     far = _far_sets(observed, [boxes[i] for i in want], [near[i] for i in want], [specs[i] for i in want], origin)
     out = [(rows, cols) for rows, cols, _ in near]
@@ -57,7 +51,7 @@ def select_contexts(observed: np.ndarray, query_mask: np.ndarray, boxes: Sequenc
     return out
 
 
-def _far_sets(observed: np.ndarray, boxes: Sequence[Box], near: Sequence[tuple[np.ndarray, np.ndarray, float]],
+def _far_sets(observed: np.ndarray, boxes: Sequence[Region], near: Sequence[tuple[np.ndarray, np.ndarray, float]],
               specs: Sequence[ContextSpec], origin: tuple[int, int]) -> list[tuple[np.ndarray, np.ndarray]]:
     """The far set of each window (``near``: its near set and reach), as the one-window rule picks it."""
     if not boxes:

@@ -334,8 +334,6 @@ def select_context(
         )
     r0, r1, c0, c1 = (int(v) for v in query_bounds)
     qb = (r0, r1, c0, c1)
-    if spec.n_far and limit is not None and limit < spec.search_radius:
-        raise HaloTooSmall(f"the far set needs the whole search radius {spec.search_radius} > {limit}")
     rows, cols, reach = near_set(observed, query_mask, qb, spec, origin, limit)
     if spec.n_far == 0 or not math.isfinite(reach):
         return rows, cols  # no far set, or every observed pixel within the radius is already context
@@ -349,8 +347,11 @@ def near_set(observed: np.ndarray, query_mask: np.ndarray, qb: tuple[int, int, i
     """A query window's near set (int64 rows and columns) and where its far set starts.
 
     The far set starts beyond the near set's reach (inside it the near set is already dense);
-    the reach is infinite when the near set holds every observed pixel within the radius.
+    the reach is infinite when the near set holds every observed pixel within the radius. Raises
+    :class:`HaloTooSmall` when a far set is asked for and ``limit`` is short of the search radius.
     """
+    if spec.n_far and limit is not None and limit < spec.search_radius:
+        raise HaloTooSmall(f"the far set needs the whole search radius {spec.search_radius} > {limit}")
     rows, cols = _near(observed, query_mask, qb, spec.n_near, spec.search_radius, origin, limit)
     rows, cols = rows.astype(np.int64), cols.astype(np.int64)
     reach = float(_box_distance(rows, cols, qb).max()) if rows.size == spec.n_near else math.inf

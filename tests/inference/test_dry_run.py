@@ -12,6 +12,7 @@ from rasterio.windows import Window
 
 import geonp
 from geonp.filling import engine, survey
+from geonp.tasks.tiling import Region
 from tests.conftest import smooth_field
 
 SIZE = 1536  # 3 x 3 blocks of 512
@@ -85,7 +86,7 @@ def test_normalising_sample_skips_windows_without_data_and_is_the_same(sparse):
     with open_raster(sparse) as src:
         info = raster_info(src)
         counts = survey.BlockCounts(SIZE, SIZE, 512)
-        blocks = [(r, r + 512, c, c + 512) for r in range(0, SIZE, 512) for c in range(0, SIZE, 512)]
+        blocks = [Region(r, r + 512, c, c + 512) for r in range(0, SIZE, 512) for c in range(0, SIZE, 512)]
         survey.count_gaps(survey.GapReader(src, info, [1], 0.0, lambda win: None), blocks, 48, counts=counts)
         assert counts.observed.tolist() == [[0, 140 * 424 - 400, 140 * 76], [0, 0, 0], [0, 0, 0]]
         assert counts.to_fill[0, 0] == 512 * 512  # no footprint given: every nodata pixel

