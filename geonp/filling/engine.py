@@ -90,7 +90,7 @@ class BlockSource:
     out_nodata: float | None
     sources: GapSources | None = None  # --mask/--qa gaps and the data footprint
     validity: OutputValidity | None = None  # how unfilled pixels are marked (nodata, alpha, mask)
-    references: tuple[Any, ...] = ()  # other dates (geonp.io.references.Reference), multi-date models
+    references: tuple[Any, ...] = ()  # other dates (geonp.io.references.ReferenceFile), multi-date models
     reference_days: tuple[float, ...] = ()  # their date offsets from the target's date
 
 

@@ -38,15 +38,15 @@ from geonp.io.raster import (
 from geonp.io.reproject import same_grid, source_window, warp_array
 from geonp.io.windows import read_band_masks, read_window
 
-__all__ = ["RESAMPLING_METHODS", "Reference", "open_references", "read_references"]
+__all__ = ["RESAMPLING_METHODS", "ReferenceFile", "open_references", "read_references"]
 
 #: Resampling methods a reference's values may be warped with (GDAL names).
 RESAMPLING_METHODS = ("nearest", "bilinear", "cubic", "cubic_spline", "lanczos", "average")
 
 
 @dataclass(frozen=True)
-class Reference:
-    """One reference raster, checked and ready to read window by window.
+class ReferenceFile:
+    """One reference raster as the fill reads it (a :class:`geonp.Reference` file, checked), window by window.
 
     Plain fields only (no open dataset), so it pickles to worker processes whole.
 
@@ -231,7 +231,7 @@ def open_references(
     qa_kind: str | None = None,
     qa_classes: str | Sequence[str] | None = None,
     resampling: str = "bilinear",
-) -> list[Reference]:
+) -> list[ReferenceFile]:
     """Open and check reference rasters for a target, before any fill work.
 
     Args:
@@ -278,7 +278,7 @@ def open_references(
         _check_reference_qa(qa_path)
         day = raster_date(info, override=None if dates is None else dates[i], role="Reference",
                           option="--reference-date")
-        out.append(Reference(
+        out.append(ReferenceFile(
             path=name,
             date=day,
             bands=tuple(int(b) for b in bands),
@@ -337,7 +337,7 @@ def _check_reference_qa(qa_path: str | None) -> None:
 
 
 def read_references(
-    references: Sequence[Reference], like: RasterInfo, window: Window
+    references: Sequence[ReferenceFile], like: RasterInfo, window: Window
 ) -> tuple[np.ndarray, np.ndarray]:
     """Read several references for one window of the target, stacked.
 

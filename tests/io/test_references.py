@@ -13,7 +13,7 @@ from rasterio.windows import Window
 from geonp.errors import ConfigError, InputRasterError
 from geonp.io.observed import read_observed
 from geonp.io.raster import open_raster, raster_info
-from geonp.io.references import Reference, open_references, read_references
+from geonp.io.references import ReferenceFile, open_references, read_references
 
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
 TARGET = LSTS / "LE70350322012145EDC00.tif"  # cloudy: the date to fill
@@ -65,7 +65,7 @@ def _interior(mask, margin=3):
 def test_same_grid_reads_exactly_what_the_file_reads():
     like = _info(TARGET)
     (ref,) = open_references([CLEAR], like=like, bands=[1, 2, 3])
-    assert ref == Reference(path=str(CLEAR), date=datetime.date(2012, 6, 9), bands=(1, 2, 3),
+    assert ref == ReferenceFile(path=str(CLEAR), date=datetime.date(2012, 6, 9), bands=(1, 2, 3),
                             nodata=-9999.0)
     for window in (FULL, OVERHANG, Window(50, 50, 20, 20)):
         values, observed = ref.read(like, window)
