@@ -9,8 +9,8 @@ from geonp.filling import similar_pixels as sp
 def _slow_similar_pixels(spectra, error, at, origin, searches, count=sp.SIMILAR_PIXELS):
     """The rule written pixel by pixel: candidates in their order (the dense square's offsets, then
     the window's on the stride's raster lines, each row-major), the ``count`` nearest in spectra
-    (ties: the earlier candidate), weights, mean and spread; each search for the pixels the ones
-    before left with fewer than 3."""
+    (ties: the earlier candidate; squared distances summed band by band in float32), weights, mean
+    and spread; each search for the pixels the ones before left with fewer than 3."""
     bands, h, w = spectra.shape
     mean, spread = np.full(error.shape, np.nan), np.full(error.shape, np.nan)
     known = np.isfinite(error).all(axis=0)
@@ -26,12 +26,14 @@ def _slow_similar_pixels(spectra, error, at, origin, searches, count=sp.SIMILAR_
             q, p = r + dr, c + dc
             ok = (q >= 0) & (q < h) & (p >= 0) & (p < w)
             dr, dc, q, p = dr[ok], dc[ok], q[ok], p[ok]
-            d2 = ((spectra[:, q, p] - spectra[:, r, c][:, None]) ** 2).sum(0)
+            d2 = np.zeros(q.size, np.float32)
+            for b in range(bands):
+                d2 += (spectra[b, q, p].astype(np.float32) - np.float32(spectra[b, r, c])) ** 2
             ok = known[q, p] & np.isfinite(d2)
             order = np.flatnonzero(ok)[np.argsort(d2[ok], kind="stable")][:count]
             if order.size < sp._MIN_SIMILAR:
                 continue
-            d = np.sqrt(d2[order] / bands)
+            d = np.sqrt(d2[order].astype(np.float64) / bands)
             weight = 1.0 / ((d + sp._SPECTRAL_FLOOR) * (1.0 + sp._SPATIAL_WEIGHT * np.hypot(dr[order], dc[order]) / window))
             effective = weight.sum() ** 2 / (weight ** 2).sum()
             e = error[:, q[order], p[order]]  # [bands', k]
@@ -82,5 +84,23 @@ def test_similar_pixel_search_on_a_cloudy_date_equals_its_slow_twin():
     mean, spread = sp.similar_pixel_correction(spectra, error, at, searches=searches)
     slow_mean, slow_spread = _slow_similar_pixels(spectra, error, at, (0, 0), searches)
     assert 0 < np.isfinite(mean[0][at]).sum() < at.sum()
+    np.testing.assert_allclose(mean, slow_mean, rtol=1e-12, atol=1e-9)
+    np.testing.assert_allclose(spread, slow_spread, rtol=1e-12, atol=1e-9)
+
+
+@pytest.mark.parametrize(("window", "stride", "clear"), [(10, 2, 0.1), (10, 2, 0.9), (8, 4, 0.9), (30, 4, 0.05),
+                                                         (30, 4, 0.7), (120, 8, 0.3)])
+def test_one_search_equals_its_slow_twin_on_either_branch(window, stride, clear):
+    """Both ways a search gathers candidates (by phase, or a cloudy date's few clear pixels on its
+    lines) give the slow twin's result, with the arrays offset in the raster, gap pixels and
+    observed ones corrected (neither is its own similar pixel)."""
+    rng = np.random.default_rng(stride)
+    spectra = rng.normal(0.0, 1.0, (3, 30, 37))
+    error = rng.normal(0.0, 100.0, (2, 30, 37))
+    error[:, rng.random((30, 37)) > clear] = np.nan
+    at = rng.random((30, 37)) < 0.3
+    mean, spread = sp.similar_pixel_correction(spectra, error, at, origin=(3, 5), searches=((window, stride),))
+    slow_mean, slow_spread = _slow_similar_pixels(spectra, error, at, (3, 5), ((window, stride),))
+    assert np.isfinite(slow_mean).sum() > 50
     np.testing.assert_allclose(mean, slow_mean, rtol=1e-12, atol=1e-9)
     np.testing.assert_allclose(spread, slow_spread, rtol=1e-12, atol=1e-9)

@@ -175,8 +175,9 @@ class _Grid:
 
     Attributes:
         spectra: ``[bands, h, w]`` the reference's values (a pixel's own, unmasked).
-        candidates: ``[bands, n + 1]`` the values padded, NaN where the error is unknown, outside
-            the arrays and at the last index (:attr:`sentinel`).
+        candidates: ``[bands, n + 1]`` the values padded, float32 (the spectral distances are
+            float32 sums: half the memory traffic of the search's largest arrays), NaN where the
+            error is unknown, outside the arrays and at the last index (:attr:`sentinel`).
         error: ``[bands', n + 1]`` the error padded the same way.
         pad: rows and columns of padding on each side.
         width: the padded arrays' row length.
@@ -193,12 +194,13 @@ class _Grid:
         """Pad ``spectra`` (NaN where ``error`` is unknown in any band) and ``error`` by ``reach``."""
         known = np.isfinite(error).all(axis=0)
 
-        def padded(values: np.ndarray) -> np.ndarray:
-            out = np.pad(np.where(known, values, np.nan), ((0, 0), (reach, reach), (reach, reach)),
-                         constant_values=np.nan).reshape(values.shape[0], -1)
-            return np.concatenate([out, np.full((values.shape[0], 1), np.nan)], axis=1)
+        def padded(values: np.ndarray, dtype: type) -> np.ndarray:
+            out = np.pad(np.where(known, values, np.nan).astype(dtype, copy=False),
+                         ((0, 0), (reach, reach), (reach, reach)), constant_values=np.nan).reshape(values.shape[0], -1)
+            return np.concatenate([out, np.full((values.shape[0], 1), np.nan, dtype)], axis=1)
 
-        return cls(spectra, padded(spectra), padded(error), reach, spectra.shape[2] + 2 * reach)
+        return cls(spectra, padded(spectra, np.float32), padded(error, np.float64), reach,
+                   spectra.shape[2] + 2 * reach)
 
     @property
     def sentinel(self) -> int:
@@ -236,9 +238,9 @@ def _correct_chunk(grid: _Grid, pixels: tuple[np.ndarray, np.ndarray], flat: np.
     rows, cols = pixels
     bands = grid.spectra.shape[0]
     k = min(count, flat.shape[1])
-    centre = grid.spectra[:, rows, cols]
-    distance = np.zeros(flat.shape)
-    part = np.empty(flat.shape)
+    centre = grid.spectra[:, rows, cols].astype(np.float32)
+    distance = np.zeros(flat.shape, np.float32)
+    part = np.empty(flat.shape, np.float32)
     for b in range(bands):  # in place: a [pixels, candidates] array is the search's largest
         grid.candidates[b].take(flat, out=part)
         part -= centre[b][:, None]
@@ -246,7 +248,7 @@ def _correct_chunk(grid: _Grid, pixels: tuple[np.ndarray, np.ndarray], flat: np.
         distance += part
     np.copyto(distance, np.inf, where=np.isnan(distance))  # outside, unknown or unseen; squared: the root only of the best
     best = _nearest(distance, k)
-    d = np.sqrt(np.take_along_axis(distance, best, axis=1) / bands)
+    d = np.sqrt(np.take_along_axis(distance, best, axis=1).astype(np.float64) / bands)
     found = np.isfinite(d)
     spatial = 1.0 + _SPATIAL_WEIGHT * np.hypot(np.take_along_axis(dr, best, axis=1),
                                                np.take_along_axis(dc, best, axis=1)) / window
