@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from lsts import prepare_lsts
 
-from geonp.evaluation.series import evaluate_series, report_lines, summary
+from geonp.evaluation.series import SeriesProtocol, evaluate_series, report_lines, summary
 from geonp.io.timeseries import scan_series
 
 
@@ -41,8 +41,8 @@ def main() -> None:
         folder = args.data or tmp
         if not args.data:
             prepare_lsts(folder, source=args.source)
-        scores = evaluate_series(scan_series(folder), targets_from=dt.date(2012, 1, 1), model=args.model,
-                                 seed=args.seed)
+        scores = evaluate_series(scan_series(folder), SeriesProtocol(targets_from=dt.date(2012, 1, 1), seed=args.seed),
+                                 model=args.model)
     print("\n".join(report_lines(scores)))
     print(f"model {args.model}; {time.perf_counter() - t0:.0f} s")
     if args.json:

@@ -32,6 +32,7 @@ from geonp.evaluation.run import simulate_masks
 from geonp.filling.near_blend import (
     NEAR_BLEND_DISTANCE_EDGES,
     NEAR_ESTIMATES,
+    NearPixels,
     blend_pixels,
     fit_near_blend,
 )
@@ -114,8 +115,9 @@ def table(test: dict, sets: list[str], fitted_on, edges) -> None:
             if idx:  # the names stored are only labels here: "twoside" is not the package's
                 key, on = fitted_on(kind)
                 if key not in blends:
-                    blends[key] = fit_near_blend(on["y"], on["mean"], on["std"], on["estimates"][idx], on["distance"],
-                                                 on["neighbours"], names=["ring1"] * len(idx), distance_edges=edges)
+                    pixels = NearPixels(on["y"], on["mean"], on["std"], on["estimates"][idx], on["distance"],
+                                        on["neighbours"])
+                    blends[key] = fit_near_blend(pixels, names=["ring1"] * len(idx), distance_edges=edges)
                 mean, std = blend_pixels(mean, std, t["estimates"][idx], t["distance"], t["neighbours"], blends[key])
             rmse = np.sqrt(np.mean((t["y"] - mean) ** 2)) / np.sqrt(np.mean((t["y"] - t["peer"]) ** 2))
             cov = np.mean(np.abs(t["y"] - mean) < 1.959964 * std)

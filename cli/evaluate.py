@@ -10,8 +10,8 @@ from geonp_cli.options import CountBar, band_option, device_option, nodata_optio
 
 from geonp.config import DEFAULT_EVALUATION_MASKS, EVALUATION_MASK_KINDS, QA_KINDS, EvaluationConfig
 
-#: The defaults of --series options, shown in --help; geonp.evaluate_series applies them
-#: (tests/test_cli_defaults.py checks that they agree).
+#: The defaults of --series options, shown in --help; geonp.evaluate_series and geonp.SeriesProtocol
+#: apply them (tests/test_cli_defaults.py checks that they agree).
 SERIES_DEFAULTS = {"model": "multidate", "n_refs": 2, "qa_kind": "fmask"}
 
 
@@ -113,15 +113,22 @@ def _evaluate_series(folder: str, models: tuple[str, ...], targets: tuple[str | 
     import datetime as dt
     import json
 
-    from geonp import evaluate_series, parse_date, scan_series, series_report, series_summary
+    from geonp import (
+        SeriesProtocol,
+        evaluate_series,
+        parse_date,
+        scan_series,
+        series_report,
+        series_summary,
+    )
 
     start = parse_date(targets[0], option="--targets-from") if targets[0] else dt.date.min
     until = parse_date(targets[1], option="--targets-until") if targets[1] else None
-    # an option not given is left to geonp.evaluate_series
-    given = {k: v for k, v in (("model", models[0] if models else None), ("n_refs", n_refs), ("qa_kind", qa_kind),
-                               ("seed", seed)) if v is not None}
-    scores = evaluate_series(scan_series(folder), targets_from=start, targets_until=until, plot=plot,
-                             calibrate=calibrate, **given)
+    # an option not given is left to geonp.evaluate_series and geonp.SeriesProtocol
+    given = {k: v for k, v in (("n_refs", n_refs), ("qa_kind", qa_kind), ("seed", seed)) if v is not None}
+    protocol = SeriesProtocol(targets_from=start, targets_until=until, **given)
+    model = {"model": models[0]} if models else {}
+    scores = evaluate_series(scan_series(folder), protocol, plot=plot, calibrate=calibrate, **model)
     for line in series_report(scores):
         click.echo(line)
     if json_path:

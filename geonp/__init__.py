@@ -10,7 +10,7 @@ Public API (``help(geonp.NAME)`` for each):
   with ``Files`` (which), ``Cluster`` (where) and ``Neighbours`` (other dates as references).
 - ``load_model(name_or_dir)``, ``list_models()``: the built-in and trained models.
 - ``train(inputs, output, ...)``, ``train_series(...)``: train a model (single- or multi-date).
-- ``evaluate(raster, ...)``, ``evaluate_series(...)``: score a model on hidden pixels.
+- ``evaluate(raster, ...)``, ``evaluate_series(series, SeriesProtocol(...), ...)``: score a model on hidden pixels.
 - ``Gaps``, ``Outputs``, ``Reference``: a file fill's gap sources, its outputs, another date.
 - ``FillConfig``, ``TaskShape``, ``SeriesRecipe``, ``ContextSpec``: option objects.
 - ``default_uncertainty_path``, ``check_output_path``, ``check_quicklook_path``, ``parse_date``,
@@ -44,7 +44,7 @@ _LAZY = {
     "Cluster": "geonp.batch.options",
     "Neighbours": "geonp.batch.options",
     "FillConfig": "geonp.config",
-    "Gaps": "geonp.filling.inputs",
+    "Gaps": "geonp.io.gap_sources",
     "Outputs": "geonp.filling.inputs",
     "Reference": "geonp.filling.inputs",
     "TaskShape": "geonp.training.windows",
@@ -57,6 +57,7 @@ _LAZY = {
     "check_output_path": "geonp.io.paths",
     "check_quicklook_path": "geonp.io.paths",
     "evaluate_series": "geonp.evaluation.series",
+    "SeriesProtocol": "geonp.evaluation.series",
     "series_summary": "geonp.evaluation.series:summary",
     "series_report": "geonp.evaluation.series:report_lines",
 }

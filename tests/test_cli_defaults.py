@@ -115,17 +115,19 @@ def test_evaluate_cli_leaves_every_default_to_the_library(tmp_path, monkeypatch)
 
 
 def test_evaluate_series_cli_leaves_every_default_to_the_library(tmp_path, monkeypatch):
-    from geonp.evaluation.series import evaluate_series
+    from geonp.evaluation.series import SeriesProtocol, evaluate_series
 
+    protocol = {}
     seen = _run(monkeypatch, "evaluate_series", ["evaluate", tmp_path, "--series"], scan_series=lambda folder: [],
-                series_report=lambda scores: [])
-    assert set(seen) == {"targets_from", "targets_until", "plot", "calibrate"}
-    params = inspect.signature(evaluate_series).parameters
-    assert SERIES_DEFAULTS == {k: params[k].default for k in SERIES_DEFAULTS}
-    assert params["seed"].default == EvaluationConfig().seed
+                series_report=lambda scores: [], SeriesProtocol=lambda **kw: protocol.update(kw))
+    assert set(seen) == {"plot", "calibrate"} and set(protocol) == {"targets_from", "targets_until"}
+    defaults = SeriesProtocol()
+    assert SERIES_DEFAULTS == {"model": inspect.signature(evaluate_series).parameters["model"].default,
+                               "n_refs": defaults.n_refs, "qa_kind": defaults.qa_kind}
+    assert defaults.seed == EvaluationConfig().seed
     help_text = CliRunner().invoke(cli, ["evaluate", "--help"], terminal_width=200).output
-    assert f"previous dates used as references.  [default: {params['n_refs'].default}]" in help_text
-    assert f"how the QA files are read.  [default: {params['qa_kind'].default}]" in help_text
+    assert f"previous dates used as references.  [default: {defaults.n_refs}]" in help_text
+    assert f"how the QA files are read.  [default: {defaults.qa_kind}]" in help_text
 
 
 def test_batch_cli_leaves_every_default_to_the_library(tmp_path, monkeypatch):

@@ -217,12 +217,12 @@ def _sparse_raster(path: Path, size: int, data: tuple[slice, slice], gap: tuple[
 
 def _counts(path: Path, rows=None):
     from geonp.filling import pool, survey
-    from geonp.io.gap_sources import build_gap_sources
+    from geonp.io.gap_sources import Gaps, build_gap_sources
     from geonp.io.raster import open_raster, raster_info
 
     with open_raster(path) as src:
         info = raster_info(src)
-        sources = build_gap_sources(src, info=info, bands=[1], nodata=0.0, fill_outside=True)
+        sources = build_gap_sources(src, Gaps(), bands=[1], nodata=0.0, fill_outside=True)
         outside = [0]
         reader = survey.GapReader(src, info, [1], 0.0, sources.extra_gaps, sources.fillable)
         if rows is None:

@@ -163,14 +163,14 @@ def _fill_options(fill_options: Mapping[str, Any]) -> tuple[str, dict[str, Any],
     load_model(model_path)  # a corrupt model fails here, once, not once per file
     passed = {k: v for k, v in fill_options.items() if k not in ("model", "overwrite")}
     cfg = FillConfig.of(**passed)  # checks every value once, before any file
-    from geonp.io.formats import check_creation_options
+    from geonp.io.formats import OutputSpec, check_creation_options
 
     # Keys and keyword values by GDAL now, before any file; each file's types are checked by its
     # own fill.
     for options in (cfg.creation_options, cfg.std_creation_options):
         if options is not None:
-            check_creation_options(parse_creation_options(options), dtype="uint8", count=1, nodata=None,
-                                   cog=cfg.cog, names_only=True)
+            check_creation_options(parse_creation_options(options), OutputSpec("uint8", 1, None, cog=cfg.cog),
+                                   names_only=True)
     passed = {k: v for k, v in dataclasses.asdict(cfg).items() if k in passed}
     effective = {**cfg.key_values(), "model": model_path}
     return model_path, passed, effective

@@ -26,7 +26,7 @@ calibration is written by :func:`geonp.model_files.checkpoint.write_calibration`
 from geonp.config import EVALUATION_MASK_KINDS, EvaluationConfig
 from geonp.evaluation.report import EvaluationReport
 from geonp.evaluation.run import evaluate, simulate_masks
-from geonp.evaluation.series import DateScore, evaluate_series
+from geonp.evaluation.series import DateScore, SeriesProtocol, evaluate_series
 
-__all__ = ["EVALUATION_MASK_KINDS", "DateScore", "EvaluationConfig", "EvaluationReport", "evaluate",
+__all__ = ["EVALUATION_MASK_KINDS", "DateScore", "EvaluationConfig", "EvaluationReport", "SeriesProtocol", "evaluate",
            "evaluate_series", "simulate_masks"]

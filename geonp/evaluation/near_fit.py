@@ -97,7 +97,7 @@ def fit_near_blend_on_validation(
     Returns:
         The near blend written.
     """
-    from geonp.filling.near_blend import fit_near_blend
+    from geonp.filling.near_blend import NearPixels, fit_near_blend
     from geonp.io.masks import resolve_nodata
     from geonp.io.observed import read_observed
     from geonp.io.raster import open_raster, raster_info, select_bands
@@ -113,8 +113,7 @@ def fit_near_blend_on_validation(
         values, valid = read_observed(src, Window(col, row, w, h), select_bands(info, bands), info=info,
                                       nodata=resolve_nodata(info, nodata))
     kinds = near_pixels(lm, values, valid, masks=masks, seeds=seeds, coverage=coverage, device=device).values()
-    keys = ("y", "mean", "std", "estimates", "distance", "neighbours")
-    blend = fit_near_blend(*(np.concatenate([k[key] for k in kinds], axis=-1) for key in keys))
+    blend = fit_near_blend(NearPixels(*(np.concatenate([k[key] for k in kinds], axis=-1) for key in NearPixels._fields)))
     before = (calibration.fitted_on or "uncalibrated").split(_BLEND_NOTE)[0]
     fitted_on = (f"{before}{_BLEND_NOTE}{sum(map(sum, blend.pixels or ()))} "
                  f"hidden pixels (seeds {list(seeds)}, masks {', '.join(masks)} at coverage {coverage}) "

@@ -32,7 +32,7 @@ import tempfile
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 
@@ -45,7 +45,8 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["SERIES_METHODS", "DateScore", "evaluate_series", "reference_regression", "report_lines", "summary"]
+__all__ = ["SERIES_METHODS", "DateScore", "SeriesProtocol", "evaluate_series", "reference_regression", "report_lines",
+           "summary"]
 
 #: The methods of a series evaluation: key in :attr:`DateScore.binned` -> label in tables and plots.
 SERIES_METHODS = {"geonp": "geonp", "gdal": "GDAL FillNodata", "regression": "regression",
@@ -146,38 +147,54 @@ def _rmse(y: np.ndarray, p: np.ndarray) -> float:
     return float(np.sqrt(np.mean((y - p) ** 2))) if y.size else float("nan")
 
 
-def evaluate_series(
-    series: Sequence[Any],
-    *,
-    targets_from: dt.date,
-    model: str = "multidate",
-    single_model: str = "default",
-    n_refs: int = 2,
-    qa_kind: str = "fmask",
-    min_clear: float = 0.5,
-    donor_gaps: tuple[float, float] = (0.05, 0.75),
-    seed: int = 0,
-    workdir: str | None = None,
-    plot: str | os.PathLike[str] | None = None,
-    targets_until: dt.date | None = None,
-    calibrate: bool = False,
-) -> list[DateScore]:
-    """Score multi-date filling on every date from ``targets_from`` with ``min_clear`` clear pixels.
+@dataclass(frozen=True)
+class SeriesProtocol:
+    """How a series evaluation tests its dates: which are targets, and how their pixels are hidden.
 
-    Args:
-        series: dated rasters with ``path``, ``date``, ``qa`` (``geonp.io.timeseries.scan_series``).
+    Attributes:
         targets_from: first target date (earlier dates serve only as references and donors).
-        model: the multi-date model.
-        single_model: the single-date model filling without references.
+        targets_until: last target date (None: every date from ``targets_from``).
         n_refs: references per target: the previous dates.
         qa_kind: how QA files are read.
         min_clear: least clear fraction of a target date.
         donor_gaps: cloud-and-shadow fraction range of the dates whose cloud shapes are hidden.
         seed: picks the donor date of each target.
-        workdir: where the intermediate rasters go (a temporary folder by default).
+    """
+
+    targets_from: dt.date = dt.date.min
+    targets_until: dt.date | None = None
+    n_refs: int = 2
+    qa_kind: str = "fmask"
+    min_clear: float = 0.5
+    donor_gaps: tuple[float, float] = (0.05, 0.75)
+    seed: int = 0
+
+
+class _Target(NamedTuple):
+    """One target date's test: its index, its references', the donor date's and the pixels hidden."""
+
+    t: int
+    refs: list[int]
+    donor: int
+    hidden: np.ndarray
+
+
+def evaluate_series(
+    series: Sequence[Any],
+    protocol: SeriesProtocol = SeriesProtocol(),
+    *,
+    model: str = "multidate",
+    plot: str | os.PathLike[str] | None = None,
+    calibrate: bool = False,
+) -> list[DateScore]:
+    """Score multi-date filling on every target date of ``series`` (see the module docstring).
+
+    Args:
+        series: dated rasters with ``path``, ``date``, ``qa`` (``geonp.io.timeseries.scan_series``).
+        protocol: the target dates, their references and the cloud shapes hidden on them.
+        model: the multi-date model (the single-date peer is the ``default`` model).
         plot: write a PNG here: RMSE per date of every method, coverage and error against std
             by distance to data (:func:`geonp.evaluation.plot.write_series_plot`).
-        targets_until: last target date (None: every date from ``targets_from``).
         calibrate: fit the multi-date fill's std scale per band to these dates' hidden pixels
             (the 95 % rule of :func:`geonp.filling.calibration.std_factor`, on top of the model's
             present scale) and write it into the model's directory, as ``geonp evaluate
@@ -185,32 +202,28 @@ def evaluate_series(
     """
     from geonp.io.series_stack import load_series
 
+    p = protocol
     items = sorted(series, key=lambda d: (d.date, str(d.path)))
-    stack = load_series(items, qa_kind=qa_kind)
+    stack = load_series(items, qa_kind=p.qa_kind)
     gaps = 1.0 - stack.clear
-    shapes = cloud_shapes(items, qa_kind)
+    shapes = cloud_shapes(items, p.qa_kind)
     cloudy = np.array([np.nan if c is None else c.mean() for c in shapes])
-    donors = np.flatnonzero((cloudy >= donor_gaps[0]) & (cloudy <= donor_gaps[1]))
-    rng = np.random.default_rng(seed)
+    donors = np.flatnonzero((cloudy >= p.donor_gaps[0]) & (cloudy <= p.donor_gaps[1]))
+    rng = np.random.default_rng(p.seed)
     scores: list[DateScore] = []
     z2: list[list[np.ndarray]] = []  # per date and band, the squared standardised errors of geonp
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        for t, item in enumerate(items):
-            if item.date < targets_from or t < n_refs or gaps[t] > 1 - min_clear or \
-                    (targets_until is not None and item.date > targets_until):
-                continue
-            ok = stack.observed[t]
-            if not (donors != t).any():
-                continue
-            donor = int(rng.choice(donors[donors != t]))
-            hidden = shapes[donor] & ok
-            if not hidden.any():
-                continue
-            refs = list(range(t - n_refs, t))
-            score, z2_date = _score_date(items, stack, t, refs, donor, hidden, Path(tmp), model=model,
-                                         single_model=single_model, qa_kind=qa_kind)
-            scores.append(score)
-            z2.append(z2_date)
+    for t, item in enumerate(items):
+        if item.date < p.targets_from or t < p.n_refs or gaps[t] > 1 - p.min_clear or \
+                (p.targets_until is not None and item.date > p.targets_until) or not (donors != t).any():
+            continue
+        donor = int(rng.choice(donors[donors != t]))
+        hidden = shapes[donor] & stack.observed[t]
+        if not hidden.any():
+            continue
+        score, z2_date = _score_date(items, stack, _Target(t, list(range(t - p.n_refs, t)), donor, hidden),
+                                     model=model, qa_kind=p.qa_kind)
+        scores.append(score)
+        z2.append(z2_date)
     if calibrate:
         _write_calibration(model, z2, [s.date for s in scores])
     if plot is not None:
@@ -222,32 +235,35 @@ def evaluate_series(
     return scores
 
 
-def _score_date(items: Sequence[Any], stack: SeriesStack, t: int, refs: list[int], donor: int, hidden: np.ndarray,
-                tmp: Path, *, model: str, single_model: str, qa_kind: str) -> tuple[DateScore, list[np.ndarray]]:
-    """Fill date ``t`` with ``hidden`` pixels hidden, with and without references, and score the fills.
+def _score_date(items: Sequence[Any], stack: SeriesStack, target: _Target, *, model: str,
+                qa_kind: str) -> tuple[DateScore, list[np.ndarray]]:
+    """Fill a target date with its pixels hidden, with and without references, and score the fills.
 
     Returns:
         The date's score, and per band the squared standardised errors of the multi-date fill.
     """
     import geonp
 
+    t, refs, donor, hidden = target
     item = items[t]
     truth, ok = np.nan_to_num(stack.values[t]).astype(np.float64), stack.observed[t]
     shown = ok & ~hidden
-    inp = tmp / Path(item.path).name
-    _write_like(inp, item.path, truth, shown)
-    out, out1 = tmp / "filled.tif", tmp / "single.tif"
-    ref_files = [geonp.Reference(items[r].path, qa=items[r].qa) for r in refs]
-    reads_qa = any(ref.qa is not None for ref in ref_files)  # qa_kind reads the references' QA alone
-    geonp.fill_raster(inp, out, model=model, references=ref_files, overwrite=True,
-                      gaps=geonp.Gaps(qa_kind=qa_kind if reads_qa else None))
-    geonp.fill_raster(inp, out1, model=single_model, overwrite=True)  # the user's path: the default footprint
-    mean, std = _read(out), _read(tmp / "filled_std.tif")
+    with tempfile.TemporaryDirectory() as tmp_dir:
+        tmp = Path(tmp_dir)
+        inp = tmp / Path(item.path).name
+        _write_like(inp, item.path, truth, shown)
+        out, out1 = tmp / "filled.tif", tmp / "single.tif"
+        ref_files = [geonp.Reference(items[r].path, qa=items[r].qa) for r in refs]
+        reads_qa = any(ref.qa is not None for ref in ref_files)  # qa_kind reads the references' QA alone
+        geonp.fill_raster(inp, out, model=model, references=ref_files, overwrite=True,
+                          gaps=geonp.Gaps(qa_kind=qa_kind if reads_qa else None))
+        geonp.fill_raster(inp, out1, model="default", overwrite=True)  # the user's path: the default footprint
+        mean, std = _read(out), _read(tmp / "filled_std.tif")
+        single, single_std = _read(out1), _read(tmp / "single_std.tif")
     every = hidden[None].repeat(truth.shape[0], 0)
     fitted = every & (std > 0) & np.isfinite(mean)
     z2_date = [((truth[b][fitted[b]] - mean[b][fitted[b]]) / std[b][fitted[b]]) ** 2
                for b in range(truth.shape[0])]
-    single, single_std = _read(out1), _read(tmp / "single_std.tif")
     gdal = fillnodata_baseline(truth, np.broadcast_to(shown, truth.shape)).mean
     clearest = max(refs, key=lambda r: int((stack.observed[r] & shown).sum()))
     reg = reference_regression(truth, shown, np.nan_to_num(stack.values[clearest]).astype(np.float64),

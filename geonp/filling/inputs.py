@@ -1,6 +1,7 @@
 """The typed inputs of a fill: gaps, outputs and references.
 
-Where a file's gaps are (:class:`Gaps`), what a file fill writes (:class:`Outputs`) and another date
+Where a file's gaps are (:class:`Gaps`, defined beside the gap sources it makes in
+:mod:`geonp.io.gap_sources`), what a file fill writes (:class:`Outputs`) and another date
 of the same place (:class:`Reference`).
 
 A fill function takes each concept as one value: ``fill_raster(input, Outputs(...), gaps=Gaps(...),
@@ -20,39 +21,11 @@ from pathlib import Path
 from typing import Any
 
 from geonp.errors import ConfigError
+from geonp.io.gap_sources import Gaps
 
 __all__ = ["Gaps", "Outputs", "Reference"]
 
 PathLike = str | os.PathLike[str]
-
-
-@dataclass(frozen=True)
-class Gaps:
-    """Where a raster file's gaps are, beyond its nodata value, NaN/Inf and GDAL mask/alpha band.
-
-    Attributes:
-        mask: a gap mask (non-zero = missing; any grid or CRS, or GeoJSON polygons).
-        mask_values: values of ``mask`` that mean a gap (``"8,9"`` or ``(8, 9)``).
-        mask_bits: bits of ``mask`` that mean a gap when set (``"3,4"``).
-        qa: a quality band whose classes give gaps (any grid); needs ``qa_kind``.
-        qa_kind: ``landsat-c2``, ``sentinel2-scl`` or ``fmask``; it also reads the references'
-            quality bands (:attr:`Reference.qa`).
-        qa_classes: classes of ``qa_kind`` that are gaps (default: the kind's defaults).
-        footprint: the data footprint (raster, non-zero = inside, or GeoJSON) instead of
-            computing it (:mod:`geonp.io.footprint`).
-    """
-
-    mask: PathLike | None = None
-    mask_values: str | Sequence[int] | None = None
-    mask_bits: str | Sequence[int] | None = None
-    qa: PathLike | None = None
-    qa_kind: str | None = None
-    qa_classes: str | Sequence[str] | None = None
-    footprint: PathLike | None = None
-
-    def files(self) -> list[PathLike]:
-        """The files these gaps are read from (outputs must not overwrite them)."""
-        return [p for p in (self.mask, self.qa, self.footprint) if p is not None]
 
 
 @dataclass(frozen=True)

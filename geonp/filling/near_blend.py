@@ -16,6 +16,7 @@ halo. Pure numpy, and GDAL through rasterio for its estimate.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import NamedTuple
 
 import numpy as np
 from scipy import ndimage
@@ -25,8 +26,8 @@ from geonp.model_files.calibration import NearBlend
 from geonp.tasks.tiling import Region
 
 __all__ = ["NEAR_BLEND_DISTANCE_EDGES", "NEAR_BLEND_NEIGHBOUR_EDGES", "NEAR_ESTIMATES", "NEAR_ESTIMATE_REACH",
-           "apply_near_blend", "blend_pixels", "estimates_at", "fit_near_blend", "gdal_fill", "near_estimates",
-           "observed_neighbours"]
+           "NearPixels", "apply_near_blend", "blend_pixels", "estimates_at", "fit_near_blend", "gdal_fill",
+           "near_estimates", "observed_neighbours"]
 
 #: The classical estimates a near blend weighs: GDAL FillNodata's fill (``gdal``), and
 #: ``ringN``: the mean of the observed pixels at squared distance N px² (no value where none is).
@@ -199,20 +200,38 @@ def blend_pixels(mean: np.ndarray, std: np.ndarray, estimates: np.ndarray, dista
     return _corrected(mean, estimates, weights), std * factor
 
 
-def fit_near_blend(y: np.ndarray, mean: np.ndarray, std: np.ndarray, estimates: np.ndarray, distance: np.ndarray,
-                   neighbours: np.ndarray, *, names: Sequence[str] = NEAR_ESTIMATES,
+class NearPixels(NamedTuple):
+    """What a near blend is fitted on: flat arrays over validation gap pixels.
+
+    Attributes:
+        y: the truth.
+        mean: the model's (calibrated) mean without a blend.
+        std: its std.
+        estimates: ``[estimates, n]``, from :func:`near_estimates`.
+        distance: distance to data (px).
+        neighbours: observed 8-neighbours.
+    """
+
+    y: np.ndarray
+    mean: np.ndarray
+    std: np.ndarray
+    estimates: np.ndarray
+    distance: np.ndarray
+    neighbours: np.ndarray
+
+
+def fit_near_blend(pixels: NearPixels, *, names: Sequence[str] = NEAR_ESTIMATES,
                    distance_edges: Sequence[float] = NEAR_BLEND_DISTANCE_EDGES,
                    neighbour_edges: Sequence[int] = NEAR_BLEND_NEIGHBOUR_EDGES,
                    min_pixels: int = MIN_CELL_PIXELS) -> NearBlend:
     """Fit each cell's weights (least squares on ``y - mean``) and the std factor of the corrected fill.
 
-    Arguments are flat arrays over validation gap pixels (``estimates``: ``[len(names), n]``, from
-    :func:`near_estimates`): the truth, the model's (calibrated) mean and std without a blend, the
-    estimates, distance to data and observed 8-neighbours. The std factor puts 95 % of the
-    corrected fill's standardised errors within ±1.96 (:func:`geonp.filling.calibration.std_factor`).
+    ``pixels.estimates`` holds the estimates ``names``. The std factor puts 95 % of the corrected
+    fill's standardised errors within ±1.96 (:func:`geonp.filling.calibration.std_factor`).
     """
     from geonp.filling.calibration import std_factor
 
+    y, mean, std, estimates, distance, neighbours = pixels
     ok = np.isfinite(y) & np.isfinite(mean) & np.isfinite(std) & (std > 0)
     y, mean, std, distance, neighbours = (np.asarray(a, float)[ok] for a in (y, mean, std, distance, neighbours))
     estimates = np.asarray(estimates, float)[:, ok]
@@ -220,12 +239,12 @@ def fit_near_blend(y: np.ndarray, mean: np.ndarray, std: np.ndarray, estimates: 
     blank = NearBlend(tuple(names), tuple(float(e) for e in distance_edges), tuple(int(e) for e in neighbour_edges),
                       (((0.0,) * k,) * shape[1],) * shape[0], ((1.0,) * shape[1],) * shape[0])
     inside, i, j = blank.cells(distance, neighbours)
-    weights, factors, pixels = np.zeros((*shape, k)), np.ones(shape), np.zeros(shape, int)
+    weights, factors, counts = np.zeros((*shape, k)), np.ones(shape), np.zeros(shape, int)
     for a in range(shape[0]):
         for b in range(shape[1]):
             cell = inside & (i == a) & (j == b)
-            pixels[a, b] = int(cell.sum())
-            if pixels[a, b] < min_pixels:
+            counts[a, b] = int(cell.sum())
+            if counts[a, b] < min_pixels:
                 continue
             steps = np.nan_to_num(estimates[:, cell] - mean[cell]).T
             weights[a, b] = np.linalg.lstsq(steps, y[cell] - mean[cell], rcond=None)[0]
@@ -234,4 +253,4 @@ def fit_near_blend(y: np.ndarray, mean: np.ndarray, std: np.ndarray, estimates: 
     return NearBlend(blank.estimates, blank.distance_edges, blank.neighbour_edges,
                      tuple(tuple(tuple(round(float(v), 6) for v in w) for w in r) for r in weights),
                      tuple(tuple(round(float(v), 6) for v in r) for r in factors),
-                     tuple(tuple(int(v) for v in r) for r in pixels))
+                     tuple(tuple(int(v) for v in r) for r in counts))

@@ -41,7 +41,7 @@ from geonp.filling.similar_pixels import (
 )
 from geonp.filling.write_blocks import stage, write_blocks
 from geonp.io.atomic import AtomicGroup
-from geonp.io.formats import check_creation_options, output_driver
+from geonp.io.formats import OutputSpec, check_creation_options, output_driver
 from geonp.io.gap_sources import GapSources, build_gap_sources
 from geonp.io.hints import untagged_nodata_hint
 from geonp.io.masks import resolve_nodata
@@ -211,12 +211,9 @@ class _FileFill:
         """The gap sources built and the gaps counted (estimated on a huge raster's dry run)."""
         cfg, gaps, info = self.cfg, self.gaps, self.info
         only_refs = gaps.qa is None and any(r.qa is not None for r in self.refs)  # --qa-kind reads the refs' QA
-        self.sources = build_gap_sources(src, info=info, bands=self.band_list, nodata=self.nodata, mask=gaps.mask,
-                                         mask_values=gaps.mask_values, mask_bits=gaps.mask_bits, qa=gaps.qa,
-                                         qa_kind=None if only_refs else gaps.qa_kind,
-                                         qa_classes=None if only_refs else gaps.qa_classes,
-                                         footprint=gaps.footprint, fill_outside=cfg.fill_outside,
-                                         references=self.opened)
+        own = dataclasses.replace(gaps, qa_kind=None, qa_classes=None) if only_refs else gaps
+        self.sources = build_gap_sources(src, own, bands=self.band_list, nodata=self.nodata,
+                                         fill_outside=cfg.fill_outside, references=self.opened)
         self.blocks = pool.plan_blocks(info.height, info.width, cfg.block_size)
         outside = [0]
         self.sampled = survey.sample_rows(info) if self.outs.dry_run else None  # a huge raster: an estimate
@@ -362,11 +359,9 @@ def _check_creation(co: dict[str, str], std_co: dict[str, str], cfg: FillConfig,
     """Both creation profiles, checked by GDAL with the outputs' real types, before any work."""
     grid = {"cog": cfg.cog, "width": info.width, "height": info.height, "crs": src.crs,
             "transform": src.transform}
-    check_creation_options(co, dtype=info.dtype, count=validity.count, nodata=validity.nodata,
-                           driver=out_driver, **grid)
-    check_creation_options(std_co, dtype="float32", count=len(validity.bands), nodata=float("nan"),
-                           driver=std_driver, what="std raster",
-                           option="--co" if cfg.std_creation_options is None else "--std-co", **grid)
+    check_creation_options(co, OutputSpec(info.dtype, validity.count, validity.nodata, out_driver, **grid))
+    check_creation_options(std_co, OutputSpec("float32", len(validity.bands), float("nan"), std_driver, **grid),
+                           what="std raster", option="--co" if cfg.std_creation_options is None else "--std-co")
 
 
 def _absolute(path: str | os.PathLike[str]) -> str:

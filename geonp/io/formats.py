@@ -14,6 +14,7 @@ import shutil
 import tempfile
 import warnings
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -25,7 +26,8 @@ import rasterio.shutil
 from geonp.errors import ConfigError
 from geonp.io.profiles import COG_ONLY_OPTIONS, cog_options, output_profile
 
-__all__ = ["check_cog_output", "check_creation_options", "holds_float32", "output_driver", "suffix_for"]
+__all__ = ["OutputSpec", "check_cog_output", "check_creation_options", "holds_float32", "output_driver",
+           "suffix_for"]
 
 
 #: Drivers geonp writes directly (everything else is converted from a GeoTIFF at the end).
@@ -161,20 +163,39 @@ def check_cog_output(path: str | os.PathLike[str], driver: str, *, role: str = "
     )
 
 
+@dataclass(frozen=True)
+class OutputSpec:
+    """What an output raster will be, as far as GDAL's creation options care.
+
+    Attributes:
+        dtype: Numpy name of its data type.
+        count: Band count.
+        nodata: Nodata value, or None.
+        driver: GDAL driver of the final file.
+        cog: Whether it becomes a COG.
+        width: Its columns (a trial write uses at most 512).
+        height: Its rows (a trial write uses at most 512).
+        crs: Its CRS (some COG options need one).
+        transform: Its transform (None: 30 m pixels).
+    """
+
+    dtype: str
+    count: int
+    nodata: float | None
+    driver: str = "GTiff"
+    cog: bool = False
+    width: int = 256
+    height: int = 256
+    crs: Any = "EPSG:3857"
+    transform: Any = None
+
+
 def check_creation_options(
     creation_options: Mapping[str, str],
+    output: OutputSpec,
     *,
-    dtype: str,
-    count: int,
-    nodata: float | None,
-    driver: str = "GTiff",
-    cog: bool = False,
-    width: int = 256,
-    height: int = 256,
     what: str = "OUTPUT",
     option: str = "--co",
-    crs: Any = "EPSG:3857",
-    transform: Any = None,
     names_only: bool = False,
 ) -> None:
     """Ask GDAL whether an output can be written with these options, before any work.
@@ -185,17 +206,9 @@ def check_creation_options(
 
     Args:
         creation_options: Parsed ``--co`` (or ``--std-co``) options.
-        dtype: Numpy name of the output's data type.
-        count: Band count.
-        nodata: Nodata value, or None.
-        driver: GDAL driver of the final file.
-        cog: Whether the output becomes a COG.
-        width: Columns of the real output (the trial uses at most 512).
-        height: Rows of the real output (the trial uses at most 512).
+        output: The output's type, bands, nodata, driver and grid.
         what: What the output is, for the message (``"OUTPUT"``, ``"std raster"``).
         option: The option the user gave them with, for the message.
-        crs: The output's CRS (some COG options need one).
-        transform: The output's transform (default: 30 m pixels).
         names_only: Only check that GDAL knows every key and keyword value (for options that
             will serve rasters of several types, as in ``geonp batch``).
 
@@ -203,16 +216,16 @@ def check_creation_options(
         ConfigError: If GDAL refuses the options, the type or the driver.
     """
     opts = {k.upper(): v for k, v in creation_options.items()}
-    side_w, side_h = max(1, min(int(width), _TRIAL_MAX_SIDE)), max(1, min(int(height), _TRIAL_MAX_SIDE))
+    driver, cog = output.driver, output.cog
+    trial = replace(output, width=max(1, min(int(output.width), _TRIAL_MAX_SIDE)),
+                    height=max(1, min(int(output.height), _TRIAL_MAX_SIDE)))
     token = secrets.token_hex(6)
     # GTiff and COG are tried in memory; other drivers (netCDF, for one) need a real file.
     scratch = None if driver in DIRECT_DRIVERS or cog else tempfile.mkdtemp(prefix="geonp-trial-")
     where = "/vsimem" if scratch is None else scratch
     tmp, final = f"{where}/geonp-trial-{token}.tif", f"{where}/geonp-trial-{token}-final"
     try:
-        grid = {"width": side_w, "height": side_h, "crs": crs, "transform": transform}
-        problems = _trial_problems(opts, grid, tmp, final, dtype=dtype, count=count, nodata=nodata, driver=driver,
-                                   cog=cog, names_only=names_only)
+        problems = _trial_problems(opts, trial, tmp, final, names_only=names_only)
     finally:
         for name in (tmp, final + ".tif", final + suffix_for(driver)):
             with contextlib.suppress(Exception):
@@ -220,26 +233,24 @@ def check_creation_options(
         if scratch is not None:
             shutil.rmtree(scratch, ignore_errors=True)
     if problems:
-        raise ConfigError(_refusal(problems, opts, dtype=dtype, driver=driver, cog=cog, what=what, option=option))
+        raise ConfigError(_refusal(problems, opts, output, what=what, option=option))
 
 
-def _trial_problems(opts: dict[str, str], grid: dict[str, Any], tmp: str, final: str, *, dtype: str, count: int,
-                    nodata: float | None, driver: str, cog: bool, names_only: bool) -> list[str]:
-    """Write the trial file ``tmp`` (and its ``final`` copy); what GDAL reported against it.
-
-    ``grid`` holds the trial's ``width``, ``height``, ``crs`` and ``transform`` (None: 30 m pixels).
-    """
+def _trial_problems(opts: dict[str, str], trial: OutputSpec, tmp: str, final: str, *, names_only: bool) -> list[str]:
+    """Write the ``trial`` file ``tmp`` (and its ``final`` copy); what GDAL reported against it."""
+    driver, cog, count, dtype = trial.driver, trial.cog, trial.count, trial.dtype
     convert = cog or driver not in DIRECT_DRIVERS
-    side_w, side_h = grid["width"], grid["height"]
+    side_w, side_h = trial.width, trial.height
     problems: list[str] = []
     with _capture_gdal() as messages, warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
             from affine import Affine
 
-            grid = {**grid, "transform": grid["transform"] or Affine(30.0, 0.0, 0.0, 0.0, -30.0, 0.0)}
+            grid = {"width": side_w, "height": side_h, "crs": trial.crs,
+                    "transform": trial.transform or Affine(30.0, 0.0, 0.0, 0.0, -30.0, 0.0)}
             profile = output_profile(grid, count=count, dtype=dtype,
-                                     nodata=nodata, creation_options={} if convert else opts,
+                                     nodata=trial.nodata, creation_options={} if convert else opts,
                                      cog=convert)
             with rasterio.open(tmp, "w", **profile) as dst:
                 dst.write(np.zeros((count, side_h, side_w), dtype=dtype))
@@ -269,9 +280,9 @@ def _trial_problems(opts: dict[str, str], grid: dict[str, Any], tmp: str, final:
     return problems
 
 
-def _refusal(problems: list[str], opts: dict[str, str], *, dtype: str, driver: str, cog: bool, what: str,
-             option: str) -> str:
+def _refusal(problems: list[str], opts: dict[str, str], output: OutputSpec, *, what: str, option: str) -> str:
     """The one-line message of a refused trial: the options, GDAL's reasons and a fix."""
+    dtype, driver, cog = output.dtype, output.driver, output.cog
     shown = " ".join(f"{k}={v}" for k, v in opts.items()) or "the default options"
     target = "COG" if cog else driver
     text = "; ".join(dict.fromkeys(p.split(" in ", 1)[1] if p.startswith("CPLE_") and " in " in p else p

@@ -1,9 +1,8 @@
 """Everything besides the raster itself that decides which pixels are gaps and which may be filled.
 
 One :class:`GapSources` is built per fill (picklable, so Dask workers get it whole) from the
-user's options: ``--mask`` (with ``--mask-values``/``--mask-bits``), ``--qa`` with
-``--qa-kind``/``--qa-classes``, and the footprint (computed, ``--footprint FILE`` or
-``--fill-outside``). The fill engine asks it two things per window:
+user's :class:`Gaps` (``geonp.Gaps``: ``--mask`` with ``--mask-values``/``--mask-bits``, ``--qa``
+with ``--qa-kind``/``--qa-classes``, ``--footprint FILE``) and ``--fill-outside``. The fill engine asks it two things per window:
 
 - :meth:`GapSources.extra_gaps`: pixels the masks call gaps (clouds, shadows...), added to
   the raster's own nodata/NaN/alpha gaps;
@@ -28,9 +27,40 @@ from geonp.errors import ConfigError
 from geonp.io.footprint import Footprint, compute_footprint, footprint_everywhere, load_footprint
 from geonp.io.masks import read_mask_file
 from geonp.io.qa import QA_KINDS, parse_int_list, resolve_classes
-from geonp.io.raster import RasterInfo
+from geonp.io.raster import RasterInfo, raster_info
 
-__all__ = ["GapSources", "build_gap_sources"]
+__all__ = ["GapSources", "Gaps", "build_gap_sources"]
+
+PathLike = str | os.PathLike[str]
+
+
+@dataclass(frozen=True)
+class Gaps:
+    """Where a raster file's gaps are, beyond its nodata value, NaN/Inf and GDAL mask/alpha band.
+
+    Attributes:
+        mask: a gap mask (non-zero = missing; any grid or CRS, or GeoJSON polygons).
+        mask_values: values of ``mask`` that mean a gap (``"8,9"`` or ``(8, 9)``).
+        mask_bits: bits of ``mask`` that mean a gap when set (``"3,4"``).
+        qa: a quality band whose classes give gaps (any grid); needs ``qa_kind``.
+        qa_kind: ``landsat-c2``, ``sentinel2-scl`` or ``fmask``; it also reads the references'
+            quality bands (:attr:`geonp.filling.inputs.Reference.qa`).
+        qa_classes: classes of ``qa_kind`` that are gaps (default: the kind's defaults).
+        footprint: the data footprint (raster, non-zero = inside, or GeoJSON) instead of
+            computing it (:mod:`geonp.io.footprint`).
+    """
+
+    mask: PathLike | None = None
+    mask_values: str | Sequence[int] | None = None
+    mask_bits: str | Sequence[int] | None = None
+    qa: PathLike | None = None
+    qa_kind: str | None = None
+    qa_classes: str | Sequence[str] | None = None
+    footprint: PathLike | None = None
+
+    def files(self) -> list[PathLike]:
+        """The files these gaps are read from (outputs must not overwrite them)."""
+        return [p for p in (self.mask, self.qa, self.footprint) if p is not None]
 
 
 @dataclass(frozen=True)
@@ -111,17 +141,10 @@ class GapSources:
 
 def build_gap_sources(
     src: DatasetReader,
+    gaps: Gaps,
     *,
-    info: RasterInfo,
     bands: Sequence[int],
     nodata: float | None,
-    mask: str | os.PathLike[str] | None = None,
-    mask_values: str | Sequence[int] | None = None,
-    mask_bits: str | Sequence[int] | None = None,
-    qa: str | os.PathLike[str] | None = None,
-    qa_kind: str | None = None,
-    qa_classes: str | Sequence[str] | None = None,
-    footprint: str | os.PathLike[str] | None = None,
     fill_outside: bool = False,
     references: Sequence[Any] = (),
 ) -> GapSources:
@@ -129,16 +152,10 @@ def build_gap_sources(
 
     Args:
         src: The open input.
-        info: Its description.
+        gaps: Its gap mask, quality band and footprint file (``--mask``, ``--mask-values``,
+            ``--mask-bits``, ``--qa``, ``--qa-kind``, ``--qa-classes``, ``--footprint``).
         bands: 1-based bands being filled (a pixel has data when any of them is observed).
         nodata: The nodata value in force.
-        mask: ``--mask FILE`` (a raster on any grid, or GeoJSON polygons).
-        mask_values: ``--mask-values``: values of the mask that mean a gap.
-        mask_bits: ``--mask-bits``: bits of the mask that mean a gap.
-        qa: ``--qa FILE``, a quality band.
-        qa_kind: ``--qa-kind``: how to read ``qa``.
-        qa_classes: ``--qa-classes``: which classes are gaps (default: the kind's defaults).
-        footprint: ``--footprint FILE``: the data footprint, instead of computing it.
         fill_outside: ``--fill-outside``: fill every gap, the collar too.
         references: Other dates (:class:`geonp.io.references.Reference`), evidence that the
             pixels they observe are inside the scene.
@@ -150,21 +167,19 @@ def build_gap_sources(
         ConfigError: Conflicting or incomplete options.
         InputRasterError: A mask or footprint file that cannot be used.
     """
-    _check_gap_options(mask=mask, mask_values=mask_values, mask_bits=mask_bits, qa=qa, qa_kind=qa_kind,
-                       qa_classes=qa_classes, footprint=footprint, fill_outside=fill_outside)
-    values = parse_int_list(mask_values, option="--mask-values", low=-(2**63))
-    bits = parse_int_list(mask_bits, option="--mask-bits", high=63)
-    classes = resolve_classes(qa_kind, qa_classes) if qa_kind is not None else ()
-    fp = _footprint(src, info=info, bands=bands, nodata=nodata, qa=qa, qa_kind=qa_kind, footprint=footprint,
-                    fill_outside=fill_outside)
+    _check_gap_options(gaps, fill_outside)
+    info = raster_info(src)
+    values = parse_int_list(gaps.mask_values, option="--mask-values", low=-(2**63))
+    bits = parse_int_list(gaps.mask_bits, option="--mask-bits", high=63)
+    classes = resolve_classes(gaps.qa_kind, gaps.qa_classes) if gaps.qa_kind is not None else ()
     sources = GapSources(
         info=info,
-        footprint=fp,
-        mask=None if mask is None else os.fspath(mask),
+        footprint=_footprint(src, info, gaps, bands=bands, nodata=nodata, fill_outside=fill_outside),
+        mask=None if gaps.mask is None else os.fspath(gaps.mask),
         mask_values=values,
         mask_bits=bits,
-        qa=None if qa is None else os.fspath(qa),
-        qa_kind=qa_kind,
+        qa=None if gaps.qa is None else os.fspath(gaps.qa),
+        qa_kind=gaps.qa_kind,
         qa_classes=classes,
         references=tuple(references),
     )
@@ -172,55 +187,37 @@ def build_gap_sources(
     return sources
 
 
-def _check_gap_options(
-    *,
-    mask: str | os.PathLike[str] | None,
-    mask_values: str | Sequence[int] | None,
-    mask_bits: str | Sequence[int] | None,
-    qa: str | os.PathLike[str] | None,
-    qa_kind: str | None,
-    qa_classes: str | Sequence[str] | None,
-    footprint: str | os.PathLike[str] | None,
-    fill_outside: bool,
-) -> None:
+def _check_gap_options(gaps: Gaps, fill_outside: bool) -> None:
     """Refuse conflicting or incomplete mask, QA and footprint options (see :func:`build_gap_sources`)."""
-    if mask_values is not None and mask_bits is not None:
+    if gaps.mask_values is not None and gaps.mask_bits is not None:
         raise ConfigError(
             "--mask-values and --mask-bits read the mask in two ways; give one of them."
         )
-    if (mask_values is not None or mask_bits is not None) and mask is None:
+    if (gaps.mask_values is not None or gaps.mask_bits is not None) and gaps.mask is None:
         raise ConfigError(
             "--mask-values/--mask-bits say how to read a --mask FILE; give the mask too."
         )
-    if qa is not None and qa_kind is None:
+    if gaps.qa is not None and gaps.qa_kind is None:
         raise ConfigError(f"--qa needs --qa-kind ({', '.join(QA_KINDS)}) to know how to read it.")
-    if qa is None and (qa_kind is not None or qa_classes is not None):
+    if gaps.qa is None and (gaps.qa_kind is not None or gaps.qa_classes is not None):
         raise ConfigError(
             "--qa-kind/--qa-classes say how to read a --qa FILE; give the QA band too."
         )
-    if footprint is not None and fill_outside:
+    if gaps.footprint is not None and fill_outside:
         raise ConfigError("--footprint and --fill-outside contradict each other; give one of them.")
 
 
-def _footprint(
-    src: DatasetReader,
-    *,
-    info: RasterInfo,
-    bands: Sequence[int],
-    nodata: float | None,
-    qa: str | os.PathLike[str] | None,
-    qa_kind: str | None,
-    footprint: str | os.PathLike[str] | None,
-    fill_outside: bool,
-) -> Footprint:
-    """The data footprint: everywhere, loaded from ``footprint``, or computed (QA fill = no data)."""
+def _footprint(src: DatasetReader, info: RasterInfo, gaps: Gaps, *, bands: Sequence[int], nodata: float | None,
+               fill_outside: bool) -> Footprint:
+    """The data footprint: everywhere, loaded from ``gaps.footprint``, or computed (QA fill = no data)."""
     if fill_outside:
         return footprint_everywhere(info.width, info.height)
-    if footprint is not None:
-        return load_footprint(footprint, like=info)
+    if gaps.footprint is not None:
+        return load_footprint(gaps.footprint, like=info)
     no_data = None
-    if qa is not None and qa_kind is not None:  # every kind has a fill class: no data there
-        qa_name = os.fspath(qa)
+    qa_kind = gaps.qa_kind
+    if gaps.qa is not None and qa_kind is not None:  # every kind has a fill class: no data there
+        qa_name = os.fspath(gaps.qa)
 
         def no_data(window: Window) -> np.ndarray:
             return read_mask_file(

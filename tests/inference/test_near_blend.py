@@ -14,6 +14,7 @@ from geonp.filling.calibration import distance_to_observed
 from geonp.filling.near_blend import (
     NEAR_ESTIMATE_REACH,
     NEAR_ESTIMATES,
+    NearPixels,
     apply_near_blend,
     fit_near_blend,
     near_estimates,
@@ -99,8 +100,8 @@ def test_fit_recovers_the_weights_of_a_known_mixture_per_cell():
     truth = np.stack([np.where(distance < 1.5, 0.4, np.where(distance < 3, 0.1, 0.0)),
                       np.where(distance < 1.5, -0.7, 0.0)])
     y = mean + np.sum(truth * np.nan_to_num(estimates - mean), axis=0) + rng.normal(scale=0.05, size=n)
-    blend = fit_near_blend(y, mean, np.full(n, 0.05), estimates, distance, neighbours, names=("gdal", "ring1"),
-                           min_pixels=500)
+    blend = fit_near_blend(NearPixels(y, mean, np.full(n, 0.05), estimates, distance, neighbours),
+                           names=("gdal", "ring1"), min_pixels=500)
     w = np.asarray(blend.weights)
     np.testing.assert_allclose(w[0, :, 0], 0.4, atol=0.01)  # every neighbour bin of the first distance bin
     np.testing.assert_allclose(w[0, :, 1], -0.7, atol=0.01)

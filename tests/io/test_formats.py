@@ -13,7 +13,7 @@ from geonp.errors import ConfigError
 from geonp.io.atomic import (
     AtomicRasterWriter,
 )
-from geonp.io.formats import check_creation_options, output_driver
+from geonp.io.formats import OutputSpec, check_creation_options, output_driver
 from geonp.io.profiles import output_profile
 from tests.io.output_helpers import src_profile
 
@@ -34,8 +34,9 @@ from tests.io.output_helpers import src_profile
 )
 def test_check_creation_options_refused_by_gdal(options, kw, pattern) -> None:
     args = {"dtype": "uint16", "count": 3, "nodata": 0} | kw
+    what = args.pop("what", "OUTPUT")
     with pytest.raises(ConfigError, match=pattern) as info:
-        check_creation_options(options, **args)
+        check_creation_options(options, OutputSpec(**args), what=what)
     assert "\n" not in str(info.value)
 
 
@@ -49,7 +50,7 @@ def test_check_creation_options_refused_by_gdal(options, kw, pattern) -> None:
     ],
 )
 def test_check_creation_options_accepted_by_gdal(options, kw) -> None:
-    check_creation_options(options, **({"dtype": "uint16", "count": 3, "nodata": 0} | kw))  # no error
+    check_creation_options(options, OutputSpec(**({"dtype": "uint16", "count": 3, "nodata": 0} | kw)))  # no error
 
 
 def test_output_driver_from_extension_and_format() -> None:

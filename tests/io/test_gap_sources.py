@@ -9,18 +9,17 @@ import pytest
 from rasterio.windows import Window
 
 from geonp.errors import ConfigError
-from geonp.io.gap_sources import build_gap_sources
-from geonp.io.raster import open_raster, raster_info
+from geonp.io.gap_sources import Gaps, build_gap_sources
+from geonp.io.raster import open_raster
 from tests.conftest import write_raster
 
 
-def _sources(tmp_path: Path, **kw):
+def _sources(tmp_path: Path, fill_outside: bool = False, **kw):
     arr = np.full((1, 32, 32), 500, "uint16")
     arr[0, :, 20:] = 0  # a collar on the right, 12 px deep
     path = write_raster(tmp_path / "in.tif", arr)
     with open_raster(path) as src:
-        info = raster_info(src)
-        return build_gap_sources(src, info=info, bands=[1], nodata=0, **kw)
+        return build_gap_sources(src, Gaps(**kw), bands=[1], nodata=0, fill_outside=fill_outside)
 
 
 @pytest.mark.parametrize(
