@@ -26,6 +26,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
+from geonp.config import ModelConfig
 from geonp.models.attention.constant_memory import CrossAttentionState, cross_attention_update
 from geonp.models.attention.dense import dense_attention
 from geonp.models.base import NeuralProcess
@@ -123,39 +124,34 @@ class CMANPState:
 class CMANP(NeuralProcess):
     """Constant Memory Attentive Neural Process with the call signature of ``TNPKR``.
 
+    Built from a :class:`~geonp.config.ModelConfig`: ``dim_y`` value channels, ``dim_x``
+    coordinates, ``depth`` CMABs (and query decoding layers) of width ``dim`` with ``num_heads``
+    heads, ``ff_dim`` feed-forward width and residual ``dropout``; ``num_latents`` latents per set
+    (``|L_0| = |L_B|``); a Gaussian head whose std is at least ``sigma_min``. Coordinates are
+    divided by ``pos_scale = 4 * bias_length_scale`` (coordinate units) before embedding.
+
     Args:
-        dim_y: value channels.
-        dim_x: coordinate dimension.
-        dim: model width.
-        depth: number of CMABs (and of query decoding layers).
-        num_heads: attention heads.
-        ff_dim: feed-forward width.
-        num_latents: latents per set (``|L_0| = |L_B|``).
-        pos_scale: coordinates are divided by this before embedding (coordinate units).
-        sigma_min: lower bound of the predicted std.
-        dropout: residual dropout.
-        context_chunk: context points folded in per update step (memory ``O(context_chunk · L)``).
+        cfg: the architecture.
     """
 
-    def __init__(
-        self, *, dim_y: int = 1, dim_x: int = 2, dim: int = 64, depth: int = 4, num_heads: int = 4,
-        ff_dim: int = 256, num_latents: int = 64, pos_scale: float = 16.0, sigma_min: float = 0.01,
-        dropout: float = 0.0, context_chunk: int = 1024,
-    ) -> None:
-        """Build the module; the arguments are described in the class docstring."""
-        super().__init__(dim_y=dim_y, dim_x=dim_x)
-        self.pos_scale = float(pos_scale)
-        self.context_chunk = context_chunk
-        self.latents = nn.Parameter(torch.randn(num_latents, dim) * 0.02)  # L_0
-        self.embed_context = MLP([dim_x + dim_y, 2 * dim, dim])
-        self.embed_query = MLP([dim_x, 2 * dim, dim])
+    #: Context points folded in per update step unless told (memory ``O(context_chunk · L)``).
+    context_chunk = 1024
+
+    def __init__(self, cfg: ModelConfig) -> None:
+        """Build the module; the argument is described in the class docstring."""
+        super().__init__(dim_y=cfg.dim_y, dim_x=cfg.dim_x)
+        dim, heads = cfg.dim, cfg.num_heads
+        self.pos_scale = float(cfg.bias_length_scale * 4)
+        self.latents = nn.Parameter(torch.randn(cfg.num_latents, dim) * 0.02)  # L_0
+        self.embed_context = MLP([cfg.dim_x + cfg.dim_y, 2 * dim, dim])
+        self.embed_query = MLP([cfg.dim_x, 2 * dim, dim])
         self.blocks = nn.ModuleList(
-            CMAB(dim, num_heads, num_latents, ff_dim=ff_dim, dropout=dropout) for _ in range(depth)
+            CMAB(dim, heads, cfg.num_latents, ff_dim=cfg.ff_dim, dropout=cfg.dropout) for _ in range(cfg.depth)
         )
         self.decoder = nn.ModuleList(
-            _AttentionLayer(dim, num_heads, ff_dim, dropout, cross=True) for _ in range(depth)
+            _AttentionLayer(dim, heads, cfg.ff_dim, cfg.dropout, cross=True) for _ in range(cfg.depth)
         )
-        self.add_head(dim, sigma_min=sigma_min)
+        self.add_head(dim, sigma_min=cfg.sigma_min)
 
     @property
     def _cmabs(self) -> Sequence[CMAB]:

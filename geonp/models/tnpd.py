@@ -10,6 +10,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from geonp.config import ModelConfig
 from geonp.models.attention.dense import dense_attention
 from geonp.models.base import NeuralProcess
 from geonp.models.layers import MLP, MultiHeadProjection
@@ -35,25 +36,22 @@ class TNPD(NeuralProcess):
     The context cannot be encoded apart from the targets (they share one sequence), so its
     conditioning state is the context itself and every decoding runs the whole sequence.
 
+    Built from a :class:`~geonp.config.ModelConfig`: ``dim_y`` value channels, ``dim_x``
+    coordinates, ``depth`` encoder layers of width ``dim`` with ``num_heads`` heads, ``ff_dim``
+    feed-forward width and residual ``dropout``; a Gaussian head whose std is at least
+    ``sigma_min``.
+
     Args:
-        dim_y: value channels.
-        dim_x: coordinate dimension.
-        dim: model width.
-        depth: encoder layers.
-        num_heads: attention heads.
-        ff_dim: feed-forward width.
-        sigma_min: lower bound of the predicted std.
-        dropout: residual dropout.
+        cfg: the architecture.
     """
 
-    def __init__(self, *, dim_y: int = 1, dim_x: int = 2, dim: int = 64, depth: int = 6,
-                 num_heads: int = 4, ff_dim: int = 256, sigma_min: float = 0.01,
-                 dropout: float = 0.0) -> None:
-        """Build the module; the arguments are described in the class docstring."""
-        super().__init__(dim_y=dim_y, dim_x=dim_x)
-        self.embed = MLP([dim_x + dim_y, 2 * dim, dim])
-        self.layers = nn.ModuleList(_EncoderLayer(dim, num_heads, ff_dim, dropout) for _ in range(depth))
-        self.add_head(dim, sigma_min=sigma_min)
+    def __init__(self, cfg: ModelConfig) -> None:
+        """Build the module; the argument is described in the class docstring."""
+        super().__init__(dim_y=cfg.dim_y, dim_x=cfg.dim_x)
+        self.embed = MLP([cfg.dim_x + cfg.dim_y, 2 * cfg.dim, cfg.dim])
+        self.layers = nn.ModuleList(_EncoderLayer(cfg.dim, cfg.num_heads, cfg.ff_dim, cfg.dropout)
+                                    for _ in range(cfg.depth))
+        self.add_head(cfg.dim, sigma_min=cfg.sigma_min)
 
     def encode_context(
         self, xc: torch.Tensor, yc: torch.Tensor, context_valid: torch.Tensor | None = None

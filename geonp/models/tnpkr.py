@@ -9,6 +9,7 @@ from typing import cast
 import torch
 from torch import nn
 
+from geonp.config import ModelConfig
 from geonp.models.attention import make_attention
 from geonp.models.attention.bias import DistanceCache
 from geonp.models.base import NeuralProcess
@@ -101,63 +102,40 @@ class TokenEmbedding(nn.Module):
 class TNPKR(NeuralProcess):
     """Transformer Neural Process with Kernel Regression blocks.
 
+    Built from a :class:`~geonp.config.ModelConfig`, whose checks it relies on: ``dim_y`` value
+    channels and ``dim_x`` coordinates; ``depth`` KRBlocks of width ``dim`` with ``num_heads``
+    heads, ``ff_dim`` feed-forward width and residual ``dropout``, each attending by
+    :func:`~geonp.models.attention.make_attention` (``attention``, ``bias``, ``num_basis``,
+    ``bias_length_scale``, ``time_length_scale``); a Gaussian head whose std is at least
+    ``sigma_min``. With ``embed_coords`` the coordinates enter the tokens (which breaks
+    translation invariance). A ``temporal`` (multi-date) model reads its last coordinate as the
+    date offset in days (0 on the target's date): a temporal kernel bias joins the spatial one and
+    reference tokens get their own flag (:mod:`geonp.models.attention.temporal`).
+
+    ``query_prior`` gives each query an inverse-distance estimate of the context at its place and
+    its distance to the nearest context point (:func:`idw_prior`); the mean is predicted as a
+    learned gain times that estimate plus a correction. Both enter through zero-initialised
+    weights, so a model without the prior loads into one with it and predicts the same until
+    trained (single-date models only).
+
     Args:
-        dim_y: value channels ``dy`` (bands modelled jointly).
-        dim_x: coordinate dimension ``P``.
-        dim: model width ``E``.
-        depth: number of KRBlocks.
-        num_heads: attention heads.
-        ff_dim: feed-forward hidden width.
-        attention: ``"scan"``, ``"dense"``, ``"dka"`` or ``"performer"``.
-        query_prior: give each query an inverse-distance estimate of the context at its place and
-            its distance to the nearest context point (:func:`idw_prior`); the mean is predicted as a
-            learned gain times that estimate plus a correction. Both enter through zero-initialised
-            weights, so a model without the prior loads into one with it and predicts the same
-            until trained (single-date models only).
-        bias: kernel bias name (``"rbf"``) or None; used by ``scan`` and ``dense``.
-        num_basis: basis functions of the RBF bias.
-        bias_length_scale: typical distance in coordinate units (initialises the bias).
-        embed_coords: put coordinates into the tokens (breaks translation invariance).
-        temporal: multi-date model: the last coordinate is the date offset in days (0 on the
-            target's date); a temporal kernel bias joins the spatial one and reference tokens
-            get their own flag (:mod:`geonp.models.attention.temporal`).
-        time_length_scale: typical date difference in days (initialises the temporal bias).
-        sigma_min: lower bound of the predicted std.
-        dropout: residual dropout.
-        q_chunk: scan tile rows.
-        k_chunk: scan tile columns.
+        cfg: the architecture.
     """
 
-    def __init__(
-        self, *, dim_y: int = 1, dim_x: int = 2, dim: int = 64, depth: int = 6, num_heads: int = 4,
-        ff_dim: int = 256, attention: str = "scan", bias: str | None = "rbf", num_basis: int = 5,
-        bias_length_scale: float = 4.0, embed_coords: bool = False, temporal: bool = False,
-        time_length_scale: float = 32.0, sigma_min: float = 0.01, dropout: float = 0.0,
-        q_chunk: int = 1024, k_chunk: int = 1024, query_prior: bool = False,
-    ) -> None:
-        """Build the module; the arguments are described in the class docstring."""
-        super().__init__(dim_y=dim_y, dim_x=dim_x)
-        if temporal and (dim_x < 2 or attention not in ("scan", "dense") or bias is None):
-            raise ValueError("a temporal model needs dim_x >= 2 (space, then days), scan or dense "
-                             "attention and a kernel bias")
-        if temporal and query_prior:
-            raise ValueError("query_prior is for single-date models (a temporal model's context mixes dates)")
-        self.temporal = temporal
-        self.embed = TokenEmbedding(dim, dim_y, dim_x, embed_coords=embed_coords, hidden=2 * dim,
-                                    temporal=temporal)
-        blocks = [
-            KRBlock(dim, make_attention(attention, dim, num_heads, dim_x=dim_x, bias=bias, num_basis=num_basis,
-                                        bias_length_scale=bias_length_scale, q_chunk=q_chunk, k_chunk=k_chunk,
-                                        time_length_scale=time_length_scale if temporal else None),
-                    ff_dim=ff_dim, dropout=dropout)
-            for _ in range(depth)
-        ]
+    def __init__(self, cfg: ModelConfig) -> None:
+        """Build the module; the argument is described in the class docstring."""
+        super().__init__(dim_y=cfg.dim_y, dim_x=cfg.dim_x)
+        self.temporal = cfg.temporal
+        self.embed = TokenEmbedding(cfg.dim, cfg.dim_y, cfg.dim_x, embed_coords=cfg.embed_coords,
+                                    hidden=2 * cfg.dim, temporal=cfg.temporal)
+        blocks = [KRBlock(cfg.dim, make_attention(cfg), ff_dim=cfg.ff_dim, dropout=cfg.dropout)
+                  for _ in range(cfg.depth)]
         self.blocks = nn.ModuleList(blocks)
-        self.add_head(dim, sigma_min=sigma_min)
-        self.query_prior = query_prior
-        if query_prior:
-            self.prior_proj = nn.Linear(dim_y + 1, dim)
-            self.prior_gain = nn.Parameter(torch.zeros(dim_y))
+        self.add_head(cfg.dim, sigma_min=cfg.sigma_min)
+        self.query_prior = cfg.query_prior
+        if cfg.query_prior:
+            self.prior_proj = nn.Linear(cfg.dim_y + 1, cfg.dim)
+            self.prior_gain = nn.Parameter(torch.zeros(cfg.dim_y))
             nn.init.zeros_(self.prior_proj.weight)
             nn.init.zeros_(self.prior_proj.bias)
 

@@ -173,9 +173,11 @@ def test_dka_equals_naive_quadratic_evaluation():
 
 def test_dka_kernel_sees_fourier_features_of_the_coordinates():
     """make_attention's DKA embeds the scaled coordinates by 32 fixed Fourier features as well; fourier=0: raw only."""
+    from geonp.config import ModelConfig
     from geonp.models.attention import DKA_FOURIER, DeepKernelAttention, make_attention
 
-    dka = make_attention("dka", 64, 4, dim_x=2, bias_length_scale=0.5)
+    cfg = ModelConfig(attention="dka", dim=64, num_heads=4, dim_x=2, bias_length_scale=0.5)
+    dka = make_attention(cfg)
     assert DKA_FOURIER == 32 and dka.freqs.shape == (2, 32) and dka.pos_scale == 2.0
     assert dka.phi[0].in_features == 64 + 2 + 2 * 32
     plain = DeepKernelAttention(64, 4, pos_dim=2)
@@ -185,7 +187,7 @@ def test_dka_kernel_sees_fourier_features_of_the_coordinates():
     pos = torch.tensor([[[0.0, 0.0], [0.1, 0.0]]])
     f = dka._features(x, pos)  # [1, H, 2, R]
     assert float((f[0, :, 0] - f[0, :, 1]).abs().max()) > 1e-3
-    torch.testing.assert_close(dka.freqs, make_attention("dka", 64, 4, dim_x=2, bias_length_scale=0.5).freqs)
+    torch.testing.assert_close(dka.freqs, make_attention(cfg).freqs)
 
 
 def test_dka_kernel_holds_a_distance_kernel_per_head():
@@ -234,18 +236,20 @@ def test_scan_matches_dense_on_cuda():
 
 
 def test_make_attention_builds_every_configured_name():
-    from geonp.config import ATTENTION_NAMES
+    from geonp.config import ATTENTION_NAMES, ModelConfig
     from geonp.models.attention import ATTENTIONS, make_attention
 
     assert ATTENTION_NAMES == tuple(ATTENTIONS)
     x = torch.randn(2, 7, 16)
     pos = torch.randint(0, 9, (2, 7, 2)).float()
     for name in ATTENTION_NAMES:
-        attn = make_attention(name, 16, 2)
+        attn = make_attention(ModelConfig(attention=name, dim=16, num_heads=2))
         assert type(attn) is ATTENTIONS[name]
         assert attn(x, x, q_pos=pos, k_pos=pos).shape == (2, 7, 16)
+    bypassed = ModelConfig(dim=16, num_heads=2)
+    object.__setattr__(bypassed, "attention", "flash")  # a config that skipped its checks
     with pytest.raises(ValueError, match=r"attention='flash' is not one of \['scan', 'dense', 'dka', 'performer'\]"):
-        make_attention("flash", 16, 2)
+        make_attention(bypassed)
 
 
 def test_a_raster_wide_basis_keeps_its_table_across_passes_and_reads_it_exactly():

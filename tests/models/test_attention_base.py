@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from geonp.config import ModelConfig
 from geonp.models.attention import ATTENTIONS, make_attention
 from geonp.models.attention.base import (
     AttentionGeometry,
@@ -58,7 +59,7 @@ def test_split_and_merge_heads_are_inverse_and_lay_heads_side_by_side():
 @pytest.mark.parametrize("name", sorted(ATTENTIONS))
 def test_every_attention_module_has_the_same_forward_and_zero_for_a_keyless_query(name):
     torch.manual_seed(0)
-    att = make_attention(name, E, H, bias_length_scale=3.0).eval()
+    att = make_attention(ModelConfig(attention=name, dim=E, num_heads=H, bias_length_scale=3.0)).eval()
     x_q, x_kv, q_pos, k_pos, key_valid = _inputs()
     with torch.no_grad():
         out = att(x_q, x_kv, q_pos=q_pos, k_pos=k_pos, key_valid=key_valid, cache=DistanceCache())
@@ -75,7 +76,7 @@ def test_every_attention_module_has_the_same_forward_and_zero_for_a_keyless_quer
 @pytest.mark.parametrize("name", sorted(ATTENTIONS))
 def test_invalid_keys_do_not_reach_the_output(name):
     torch.manual_seed(0)
-    att = make_attention(name, E, H).eval()
+    att = make_attention(ModelConfig(attention=name, dim=E, num_heads=H)).eval()
     x_q, x_kv, q_pos, k_pos, key_valid = _inputs()
     key_valid[1, :4] = True
     other = torch.randn(x_kv.shape, generator=torch.Generator().manual_seed(5))

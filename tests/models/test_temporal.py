@@ -61,10 +61,21 @@ def test_time_bias_is_skipped_when_no_point_has_another_date():
     torch.testing.assert_close(tiles.full(), bias.space.tiles(q[..., :2], k[..., :2]).full())
 
 
+def _temporal(**kw):
+    return TNPKR(ModelConfig(dim_x=3, temporal=True, **kw))
+
+
+def _chunked(model, chunk):
+    """``model`` with scan tiles of ``chunk`` queries by ``chunk`` keys."""
+    for block in model.blocks:
+        block.attn.q_chunk = block.attn.k_chunk = chunk
+    return model
+
+
 def test_scan_equals_dense_with_dates_forward_and_backward():
     torch.manual_seed(0)
-    scan = TNPKR(dim_x=3, temporal=True, depth=2, dim=32, q_chunk=16, k_chunk=16)
-    dense = TNPKR(dim_x=3, temporal=True, depth=2, dim=32, attention="dense")
+    scan = _chunked(_temporal(depth=2, dim=32), 16)
+    dense = _temporal(depth=2, dim=32, attention="dense")
     with torch.no_grad():
         for blk in scan.blocks:
             blk.attn.bias.time.a.normal_()
@@ -82,7 +93,7 @@ def test_scan_equals_dense_with_dates_forward_and_backward():
 
 def test_reference_tokens_get_their_own_flag():
     torch.manual_seed(0)
-    m = TNPKR(dim_x=3, temporal=True, depth=1, dim=16)
+    m = _temporal(depth=1, dim=16)
     with torch.no_grad():
         m.embed.flag.weight[2] += 5.0  # make the reference flag differ from the observed one
     x = _points(n=6, days=(0, -16))
@@ -104,7 +115,7 @@ def test_temporal_config_is_checked():
 
 def test_distance_cache_does_not_change_a_multi_date_forward():
     torch.manual_seed(0)
-    m = TNPKR(dim_x=3, temporal=True, depth=2, dim=16, q_chunk=8, k_chunk=8).eval()
+    m = _chunked(_temporal(depth=2, dim=16), 8).eval()
     with torch.no_grad():
         for blk in m.blocks:
             blk.attn.bias.time.a.normal_()

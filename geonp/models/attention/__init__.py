@@ -13,11 +13,13 @@ Conventions, stated once for the whole package:
 - A kernel bias is a function of coordinates, evaluated tile by tile: see :mod:`.bias`.
 - Every attention module is an :class:`~.base.AttentionModule`, with the one
   ``forward(x_q, x_kv, *, q_pos, k_pos, key_valid=None, cache=None)`` returning ``[B, Nq, E]``;
-  :func:`make_attention` builds any of them by name, the one place where names become modules.
+  :func:`make_attention` builds any of them by name (``ModelConfig.attention``), the one place
+  where names become modules.
 """
 
 from __future__ import annotations
 
+from geonp.config import ModelConfig
 from geonp.errors import UnknownNameError
 from geonp.models.attention.base import AttentionGeometry, AttentionModule
 from geonp.models.attention.bias import BIASES, BiasTiles, RBFNetworkBias
@@ -43,51 +45,34 @@ ATTENTIONS: dict[str, type[AttentionModule]] = {
 DKA_FOURIER = 32
 
 
-def make_attention(
-    name: str,
-    dim: int,
-    num_heads: int,
-    *,
-    dim_x: int = 2,
-    bias: str | None = "rbf",
-    num_basis: int = 5,
-    bias_length_scale: float = 4.0,
-    q_chunk: int = 1024,
-    k_chunk: int = 1024,
-    time_length_scale: float | None = None,
-) -> AttentionModule:
-    """An attention module by name (``scan``, ``dense``, ``dka`` or ``performer``).
+def make_attention(cfg: ModelConfig) -> AttentionModule:
+    """The attention module of one block of a model of this configuration.
 
-    Args:
-        name: the kernel.
-        dim: model width ``E``.
-        num_heads: heads ``H``.
-        dim_x: coordinate dimension (DKA's positional features).
-        bias: kernel bias name (``"rbf"``) or None; used by ``scan`` and ``dense``.
-        num_basis: basis functions of the RBF bias.
-        bias_length_scale: typical distance in coordinate units (initialises the bias; sets DKA's
-            positional scale).
-        q_chunk: scan tile rows.
-        k_chunk: scan tile columns.
-        time_length_scale: days; when given (``scan``/``dense`` with a bias), the last coordinate
-            is a date offset and the bias is :class:`SpaceTimeBias` (space + time kernels).
+    ``cfg.attention`` names the kernel (``scan``, ``dense``, ``dka`` or ``performer``), at width
+    ``cfg.dim`` with ``cfg.num_heads`` heads. ``scan`` and ``dense`` add the kernel bias
+    ``cfg.bias`` (none when None): ``num_basis`` basis functions initialised at
+    ``bias_length_scale`` coordinate units, and in a temporal model (the last coordinate is a date
+    offset) a :class:`SpaceTimeBias` (space + time kernels, ``time_length_scale`` days). DKA
+    embeds the ``dim_x`` coordinates divided by ``4 * bias_length_scale``. Scan tiles hold 1024
+    queries by 1024 keys (:class:`ScanAttention`'s ``q_chunk``, ``k_chunk``).
 
     Raises:
         UnknownNameError: an unknown name (a ``ValueError``; the message lists the valid ones).
     """
-    UnknownNameError.check("attention", name, ATTENTIONS)
+    UnknownNameError.check("attention", cfg.attention, ATTENTIONS)
+    name, dim, heads = cfg.attention, cfg.dim, cfg.num_heads
     if name in ("scan", "dense"):
-        b: SpaceTimeBias | RBFNetworkBias | None
-        if bias and time_length_scale is not None:
-            b = SpaceTimeBias(num_heads, num_basis=num_basis, length_scale=bias_length_scale,
-                              time_length_scale=time_length_scale)
-        else:
-            b = BIASES[bias](num_heads, num_basis=num_basis, length_scale=bias_length_scale) if bias else None
-        extra = {"q_chunk": q_chunk, "k_chunk": k_chunk} if name == "scan" else {}
-        return ATTENTIONS[name](dim, num_heads, bias=b, **extra)
+        b: SpaceTimeBias | RBFNetworkBias | None = None
+        if cfg.bias and cfg.temporal:
+            b = SpaceTimeBias(heads, num_basis=cfg.num_basis, length_scale=cfg.bias_length_scale,
+                              time_length_scale=cfg.time_length_scale)
+        elif cfg.bias:
+            b = BIASES[cfg.bias](heads, num_basis=cfg.num_basis, length_scale=cfg.bias_length_scale)
+        return ATTENTIONS[name](dim, heads, bias=b)
     if name == "dka":
-        return DeepKernelAttention(dim, num_heads, pos_dim=dim_x, pos_scale=bias_length_scale * 4, fourier=DKA_FOURIER)
-    return PerformerAttention(dim, num_heads)
+        return DeepKernelAttention(dim, heads, pos_dim=cfg.dim_x, pos_scale=cfg.bias_length_scale * 4,
+                                   fourier=DKA_FOURIER)
+    return PerformerAttention(dim, heads)
 
 
 __all__ = [
