@@ -76,7 +76,7 @@ class GapSources:
         qa: ``--qa`` path, or None.
         qa_kind: ``--qa-kind``.
         qa_classes: ``--qa-classes`` (resolved; the kind's defaults when not given).
-        references: Other dates (:class:`geonp.io.references.Reference`): a pixel one of them
+        references: Other dates (:class:`geonp.io.references.ReferenceFile`): a pixel one of them
             observes is inside the scene, where the footprint is only the collar's shape.
     """
 
@@ -157,7 +157,7 @@ def build_gap_sources(
         bands: 1-based bands being filled (a pixel has data when any of them is observed).
         nodata: The nodata value in force.
         fill_outside: ``--fill-outside``: fill every gap, the collar too.
-        references: Other dates (:class:`geonp.io.references.Reference`), evidence that the
+        references: Other dates (:class:`geonp.io.references.ReferenceFile`), evidence that the
             pixels they observe are inside the scene.
 
     Returns:
