@@ -24,6 +24,7 @@ import numpy as np
 import rasterio
 
 import geonp
+from geonp.config import EvaluationConfig
 from geonp.model_files.registry import resolve_model_path
 from geonp.training.calibrate import (
     CALIBRATION_MASKS,
@@ -63,14 +64,14 @@ def main() -> None:
     ap.add_argument("--score-seed", type=int, default=4)
     ap.add_argument("--score-draws", type=int, default=3)
     args = ap.parse_args()
-    split = {k: v for k, v in recipe_calibration().items() if k != "seed"}  # the shipped models' columns
+    split, _ = recipe_calibration()  # the shipped models' columns
     with rasterio.open(SCENE) as src:
-        window = validation_window(src.width, src.height, **split)
+        window = validation_window(src.width, src.height, split)
     with tempfile.TemporaryDirectory() as tmp:
         fits = {}
         for k in (int(v) for v in args.fit_draws.split(",")):
             d = uncalibrated_copy(args.model, Path(tmp) / f"fit{k}")
-            calibrate_on_validation(d, SCENE, nodata=0, bands=None, seed=args.fit_seed, device="cpu", draws=k, **split)
+            calibrate_on_validation(d, SCENE, split, EvaluationConfig(nodata=0, seed=args.fit_seed, device="cpu", draws=k))
             factors = json.loads((d / "config.json").read_text())["calibration"]["distance_bins"]["factors"]
             print(f"fit on {k} draw(s) from seed {args.fit_seed}: distance factors {[round(f, 3) for f in factors]}")
             fits[k] = d

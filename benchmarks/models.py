@@ -80,7 +80,7 @@ def train_and_score(name: str, length_scale: float, sample: Callable, val: list,
 
     from geonp.config import TrainConfig
     from geonp.models import attention, build_model
-    from geonp.training.loop import fit
+    from geonp.training.loop import FitHooks, fit
 
     fourier = attention.DKA_FOURIER
     if name == "TNP-KR (dka-raw)":
@@ -97,7 +97,7 @@ def train_and_score(name: str, length_scale: float, sample: Callable, val: list,
         print(f"  {name}: step {record['step']}/{args.steps}, validation NLL {record['val_nll']:.3f}"
               f"{' (best)' if is_best else ''}, {record['seconds']:.0f} s", file=sys.stderr, flush=True)
 
-    result = fit(model, sample, val, cfg, on_validate=report)
+    result = fit(model, sample, val, cfg, hooks=FitHooks(on_validate=report))
     seconds = time.perf_counter() - t0
     if result.best_state is not None:
         model.load_state_dict(result.best_state)
@@ -170,17 +170,16 @@ def gp_part(args, names: list[str]) -> None:
 def raster_part(args, names: list[str]) -> None:
     import numpy as np
 
-    from geonp.data.datasets import sample_patches
+    from geonp.data.datasets import ColumnSplit, PatchSpec, sample_patches
     from geonp.tasks.normalize import Normalizer
     from geonp.training.windows import TaskRecipe, TaskShape, WindowGroup, make_batch, raster_tasks
 
     shape = TaskShape()
     recipe = TaskRecipe(shape, None, None)  # the 64-px patch gap mix
     rng = np.random.default_rng(args.seed)
-    common = {"patch_size": shape.patch_size, "nodata": 0, "bands": None, "val_fraction": 0.15,
-              "test_fraction": 0.0, "min_valid_fraction": 0.5}
-    train_pool = sample_patches([args.raster], region="train", count=args.pool, rng=rng, **common)
-    test_pool = sample_patches([args.raster], region="val", count=max(16, args.test_batches * 4), rng=rng, **common)
+    spec = PatchSpec(shape.patch_size, nodata=0, bands=None, split=ColumnSplit(0.15, 0.0), min_valid_fraction=0.5)
+    train_pool = sample_patches([args.raster], spec, region="train", count=args.pool, rng=rng)
+    test_pool = sample_patches([args.raster], spec, region="val", count=max(16, args.test_batches * 4), rng=rng)
     flat = np.moveaxis(train_pool.values, 1, 0).reshape(train_pool.values.shape[1], -1)
     norm = Normalizer.fit(flat, np.isfinite(flat), seed=args.seed)
     test_rng = np.random.default_rng([args.seed, 10**6])

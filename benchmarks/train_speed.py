@@ -35,6 +35,7 @@ import numpy as np
 import torch
 
 from geonp.config import ModelConfig, TrainConfig, load_recipe
+from geonp.data.datasets import ColumnSplit
 from geonp.data.gaps import WINDOW_KIND_WEIGHTS
 from geonp.models import build_model
 from geonp.models.attention import bias as bias_module
@@ -42,10 +43,11 @@ from geonp.models.attention import scan as scan_module
 from geonp.models.attention.gather import gather_table_reference
 from geonp.models.heads import gaussian_nll
 from geonp.training.allocator import keep_freed_memory
-from geonp.training.loop import fit
+from geonp.training.loop import FitHooks, fit
 from geonp.training.parallel import GradientAverager, run_data_parallel, shard_size
 from geonp.training.prefetch import PrefetchedBatches
 from geonp.training.windows import (
+    PoolOptions,
     TaskRecipe,
     TaskShape,
     gp_tasks,
@@ -97,9 +99,9 @@ def main() -> None:
     data = recipe["data"]
     shape = TaskShape(**{k: data[k] for k in ("patch_size", "core_size", "max_context", "max_targets", "n_far",
                                                "search_radius", "sectors", "tasks_per_window")})
-    train_groups, _ = window_groups(rasters, shape, np.random.default_rng(0), nodata=data.get("nodata"), bands=None,
-                                    val_fraction=0.15, test_fraction=0.2, pool_size=128, val_count=16,
-                                    pool_megabytes=128, seed=0)
+    pools = PoolOptions(data.get("nodata"), None, ColumnSplit(0.15, 0.2), pool_size=128, val_count=16,
+                        pool_megabytes=128)
+    train_groups, _ = window_groups(rasters, shape, pools, seed=0)
     task_recipe = TaskRecipe(shape, dict(WINDOW_KIND_WEIGHTS), None)
     batch_size, gp_fraction = data["batch_size"], data["gp_fraction"]
 
@@ -152,7 +154,7 @@ def train_steps(model: torch.nn.Module, sample_for, tcfg: TrainConfig, workers: 
 
     def run(rank: int) -> None:
         with PrefetchedBatches(sample_for(rank, processes), range(tcfg.steps), workers) as batches_of:
-            fit(model, batches_of, [], tcfg, average_gradients=partial(averager.average, rank))
+            fit(model, batches_of, [], tcfg, hooks=FitHooks(average_gradients=partial(averager.average, rank)))
 
     run_data_parallel(processes, run, averager)
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from geonp.data.tasks import PRIOR_COUNT, context_points, standardize, window_task
+from geonp.data.tasks import PRIOR_COUNT, TaskWindow, context_points, standardize, window_task
 from geonp.filling.calibration import (
     DISTANCE_BIN_EDGES,
     apply_std_calibration,
@@ -148,9 +148,8 @@ def test_training_and_fill_share_select_context():
     is_gap[40:170, 50:180] = True
     core = (80, 128, 90, 138)
     spec = ContextSpec(n_near=100, n_far=48, search_radius=150, rings=5, sectors=8)
-    task = window_task(
-        values, valid, is_gap, core=core, spec=spec, max_targets=64, rng=rng, origin=(300, 400)
-    )
+    task = window_task(TaskWindow(values, valid, is_gap, origin=(300, 400)), core=core, spec=spec, max_targets=64,
+                       rng=rng)
     hidden = np.zeros_like(valid)
     hidden[80:128, 90:138] = (is_gap & valid)[80:128, 90:138]
     rows, cols = select_context(valid & ~is_gap, hidden, core, spec, origin=(300, 400))

@@ -7,6 +7,7 @@ validation patches never share a pixel.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 from collections.abc import Sequence
@@ -53,6 +54,47 @@ def split_columns(width: int, *, val_fraction: float, test_fraction: float,
     )
 
 
+@dataclass(frozen=True)
+class ColumnSplit:
+    """How each raster's columns are split into train | val | test (:func:`split_columns`).
+
+    Attributes:
+        val_fraction: share of the columns for validation, right of the training columns.
+        test_fraction: share held out for testing, at the right edge (0: none).
+        min_val_columns: narrowest validation region, as long as the training region keeps as
+            many columns (training widens it to one patch).
+    """
+
+    val_fraction: float
+    test_fraction: float
+    min_val_columns: int = 0
+
+    def regions(self, width: int) -> Regions:
+        """The column ranges of a raster ``width`` columns wide."""
+        return split_columns(width, val_fraction=self.val_fraction, test_fraction=self.test_fraction,
+                             min_val_columns=self.min_val_columns)
+
+
+@dataclass(frozen=True)
+class PatchSpec:
+    """The patches :func:`sample_patches` reads.
+
+    Attributes:
+        patch_size: edge in pixels.
+        nodata: nodata value overriding the rasters' tags, or None.
+        bands: 1-based bands read (None: all).
+        split: the columns of each region; the validation region is at least one patch wide
+            where the raster allows.
+        min_valid_fraction: fewest valid pixels a patch holds.
+    """
+
+    patch_size: int
+    nodata: float | None
+    bands: Sequence[int] | None
+    split: ColumnSplit
+    min_valid_fraction: float
+
+
 #: Windows tried before giving up on rasters where none has enough valid pixels.
 _FIRST_TRIES = 400
 
@@ -69,29 +111,20 @@ class PatchPool:
         return self.values.shape[0]
 
 
-def sample_patches(
-    paths: Sequence[str | os.PathLike[str]],
-    *,
-    region: str,
-    patch_size: int,
-    count: int,
-    nodata: float | None,
-    bands: Sequence[int] | None,
-    val_fraction: float,
-    test_fraction: float,
-    min_valid_fraction: float,
-    rng: np.random.Generator,
-) -> PatchPool:
-    """Read ``count`` random patches from one region of the rasters.
+def sample_patches(paths: Sequence[str | os.PathLike[str]], spec: PatchSpec, *, region: str, count: int,
+                   rng: np.random.Generator) -> PatchPool:
+    """Read ``count`` random patches of ``spec`` from one region (``train``, ``val``, ``test``) of the rasters.
 
     Raises:
         InputRasterError: rasters with different band counts, or too small for a patch.
-        NoValidPixelsError: not enough patches with ``min_valid_fraction`` valid pixels.
+        NoValidPixelsError: not enough patches with ``spec.min_valid_fraction`` valid pixels.
     """
+    patch_size = spec.patch_size
+    split = dataclasses.replace(spec.split, min_val_columns=max(spec.split.min_val_columns, patch_size))
     sources = [open_raster(p) for p in paths]
     try:
         infos = [raster_info(s) for s in sources]
-        band_lists = [select_bands(i, bands) for i in infos]
+        band_lists = [select_bands(i, spec.bands) for i in infos]
         counts = {len(b) for b in band_lists}
         if len(counts) > 1:
             listing = ", ".join(f"{i.path}: {len(b)}" for i, b in zip(infos, band_lists, strict=True))
@@ -107,18 +140,17 @@ def sample_patches(
             attempts += 1
             i = int(rng.integers(len(sources)))
             info = infos[i]
-            cols = getattr(split_columns(info.width, val_fraction=val_fraction, test_fraction=test_fraction,
-                                         min_val_columns=patch_size), region)
+            cols = getattr(split.regions(info.width), region)
             if cols is None or cols[1] - cols[0] < patch_size or info.height < patch_size:
                 continue
             r = int(rng.integers(0, info.height - patch_size + 1))
             c = int(rng.integers(cols[0], cols[1] - patch_size + 1))
             arr, valid = read_observed(
                 sources[i], Window(c, r, patch_size, patch_size), band_lists[i],
-                info=info, nodata=resolve_nodata(info, nodata),
+                info=info, nodata=resolve_nodata(info, spec.nodata),
             )
             ok = valid.all(0)
-            if ok.mean() < min_valid_fraction:
+            if ok.mean() < spec.min_valid_fraction:
                 continue
             arr[:, ~ok] = np.nan
             out.append(arr.astype(np.float32))
@@ -127,7 +159,7 @@ def sample_patches(
             names = ", ".join(str(i.path) for i in infos)
             raise NoValidPixelsError(
                 f"found only {len(out)} {patch_size}x{patch_size} {region} patches with at least "
-                f"{min_valid_fraction:.0%} valid pixels in {names}; check --nodata, use a smaller "
+                f"{spec.min_valid_fraction:.0%} valid pixels in {names}; check --nodata, use a smaller "
                 "--patch-size, or give rasters with more valid data"
             )
         if len(out) < count:

@@ -206,48 +206,54 @@ def standardize(yc: np.ndarray, yt: np.ndarray | None, n_stats: int | None = Non
     return (yc - shift) / scale, None if yt is None else (yt - shift) / scale, shift, scale
 
 
-def window_task(
-    values: np.ndarray,
-    valid: np.ndarray,
-    is_gap: np.ndarray,
-    *,
-    core: tuple[int, int, int, int],
-    spec: ContextSpec,
-    max_targets: int,
-    rng: np.random.Generator,
-    origin: tuple[int, int] = (0, 0),
-    references: tuple[ReferenceBand, ...] | list[ReferenceBand] | None = None,
-    targets: np.ndarray | None = None,
-) -> Task | None:
-    """Build a training task from a window, as ``geonp fill`` builds one from a tile.
+@dataclass(frozen=True, eq=False)
+class TaskWindow:
+    """A window of one date that training tasks are cut from, with its hidden pixels.
 
-    Args:
+    Attributes:
         values: ``[dy, h, w]`` values in globally normalised units.
         valid: bool ``[h, w]``, True where the ground truth exists (outside = neither context
             nor target).
         is_gap: bool ``[h, w]``, True where a pixel is hidden.
+        targets: bool ``[h, w]``: only the hidden pixels marked here are targets (the rest are
+            hidden all the same); None: every hidden pixel of a query window.
+        origin: the window's offset in its raster (positions are hashed absolutely).
+        references: other dates of the window (multi-date models); None for single-date models
+            (2-D coordinates), a sequence (possibly empty) for multi-date ones (a date column).
+    """
+
+    values: np.ndarray
+    valid: np.ndarray
+    is_gap: np.ndarray
+    targets: np.ndarray | None = None
+    origin: tuple[int, int] = (0, 0)
+    references: Sequence[ReferenceBand] | None = None
+
+
+def window_task(window: TaskWindow, *, core: tuple[int, int, int, int], spec: ContextSpec, max_targets: int,
+                rng: np.random.Generator) -> Task | None:
+    """Build a training task from a window, as ``geonp fill`` builds one from a tile.
+
+    Args:
+        window: the window, its hidden pixels and its other dates.
         core: ``(r0, r1, c0, c1)`` query window; targets are its hidden valid pixels.
         spec: context geometry (:func:`geonp.tasks.context.select_context`).
         max_targets: cap on targets (a random subset; targets are independent given the context).
         rng: generator for the target subset.
-        origin: the window's offset in its raster (positions are hashed absolutely).
-        references: other dates of the window (multi-date models); None for single-date models
-            (2-D coordinates), a sequence (possibly empty) for multi-date ones (a date column).
-        targets: bool ``[h, w]``: only the hidden pixels marked here are targets (the rest are
-            hidden all the same); None: every hidden pixel of the query window.
 
     Returns:
         The task (coordinates relative to the query window's corner), or None when it has no
         context or no target.
     """
+    values, valid, is_gap, references = window.values, window.valid, window.is_gap, window.references
     r0, r1, c0, c1 = core
     hidden = np.zeros_like(valid)
     hidden[r0:r1, c0:c1] = (is_gap & valid)[r0:r1, c0:c1]
-    if targets is not None:
-        hidden &= targets
+    if window.targets is not None:
+        hidden &= window.targets
     if not hidden.any():
         return None
-    cr, cc, days, yc_raw, n_target = context_points(values, valid & ~is_gap, hidden, core, spec, origin=origin,
+    cr, cc, days, yc_raw, n_target = context_points(values, valid & ~is_gap, hidden, core, spec, origin=window.origin,
                                                     references=references or ())
     if cr.size == 0:
         return None

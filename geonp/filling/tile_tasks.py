@@ -22,7 +22,7 @@ from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import TileTargets, spacing_map, tile_targets
 from geonp.tasks.tiling import Region, Tile
 
-__all__ = ["BlockReference", "TileOptions", "TileTask", "band_tasks", "block_tasks", "block_tiles"]
+__all__ = ["BandGroup", "BlockReference", "TileOptions", "TileTask", "band_tasks", "block_tasks", "block_tiles"]
 
 
 @dataclass(frozen=True)
@@ -189,45 +189,52 @@ def block_tiles(region: Region, origin: tuple[int, int], opts: TileOptions) -> l
     ]
 
 
-def band_tasks(
-    values: np.ndarray,
-    observed: np.ndarray,
-    to_fill: np.ndarray,
-    region: Region,
-    *,
-    origin: tuple[int, int],
-    opts: TileOptions,
-    band: int | Sequence[int] = 0,
-    limit: int | None = None,
-    references: Sequence[ReferenceBand] = (),
-    spacing: np.ndarray | None = None,
-) -> list[TileTask]:
-    """The tasks of one band of a block, or of bands that share one gap pattern.
+@dataclass(frozen=True, eq=False)
+class BandGroup:
+    """One band of a block, or bands that share one gap pattern (tiles, context and targets worked out once).
 
-    Args:
+    Attributes:
         values: ``[h, w]`` normalised values of the block (anything where not observed), or
-            ``[len(band), h, w]`` for bands that share ``observed`` and ``to_fill``: their tiles,
-            context pixels and targets are worked out once; the block stops at the raster's edge,
-            since tiles clip their query windows to it.
+            ``[len(bands), h, w]``; the block stops at the raster's edge, since tiles clip their
+            query windows to it.
         observed: bool ``[h, w]``, True where a pixel may serve as context.
         to_fill: bool ``[h, w]``, True where a prediction is wanted (halo included: it shapes the
             context choice and the splits of tiles near the region's edge as in the neighbouring
             block).
+        bands: the band's index in the block (for the output index), or the indices of the bands
+            of ``values [bands, h, w]``.
+        references: these bands of other dates (multi-date models; ``TileOptions.temporal``; one band).
+    """
+
+    values: np.ndarray
+    observed: np.ndarray
+    to_fill: np.ndarray
+    bands: int | Sequence[int] = 0
+    references: Sequence[ReferenceBand] = ()
+
+
+def band_tasks(group: BandGroup, region: Region, *, origin: tuple[int, int], opts: TileOptions,
+               limit: int | None = None) -> list[TileTask]:
+    """The tasks of one band of a block, or of bands that share one gap pattern.
+
+    Args:
+        group: the band or bands, their gap pattern and other dates.
         region: ``(r0, r1, c0, c1)`` of the block's own pixels (the rest is halo).
         origin: the block's offset in the full raster.
-        opts: tiling options.
-        band: the band's index in the block (for the output index), or the indices of the bands
-            of ``values [bands, h, w]``.
+        opts: tiling options; their lattice is laid by the distance to the pixels the group or its
+            references observe (:func:`geonp.tasks.lattice.spacing_map`).
         limit: the largest context search radius the block array holds
             (:func:`geonp.tasks.context.select_context`).
-        references: this band of other dates (multi-date models; ``opts.temporal``; one band).
-        spacing: lattice spacing per pixel (:func:`geonp.tasks.lattice.spacing_map`), or None.
 
     Returns:
         Per tile (or split tile) with gap pixels in the region and some context, one task per band.
     """
-    bands = [band] if isinstance(band, int | np.integer) else list(band)
-    values = values[None] if values.ndim == 2 else values
+    observed, to_fill, references = group.observed, group.to_fill, group.references
+    # a pixel a reference observes is near data too
+    seen = functools.reduce(np.logical_or, [r.observed for r in references], observed)
+    spacing = spacing_map(seen, opts.lattice)
+    bands = [group.bands] if isinstance(group.bands, int | np.integer) else list(group.bands)
+    values = group.values[None] if group.values.ndim == 2 else group.values
     r0, r1, c0, c1 = region
     rh, rw = r1 - r0, c1 - c0
     out: list[TileTask] = []
@@ -330,10 +337,8 @@ def block_tasks(
         b = group[0]
         refs = [ReferenceBand(r.values[group], r.observed[b], r.days) for r in references]
         if to_fill[b].any() and (observed[b].any() or any(r.observed.any() for r in refs)):
-            # a pixel a reference observes is near data too
-            seen = functools.reduce(np.logical_or, [r.observed for r in refs], observed[b])
-            tasks += band_tasks(values[group], observed[b], to_fill[b], region, origin=origin, opts=opts,
-                                band=group, limit=limit, references=refs, spacing=spacing_map(seen, opts.lattice))
+            tasks += band_tasks(BandGroup(values[group], observed[b], to_fill[b], group, refs), region,
+                                origin=origin, opts=opts, limit=limit)
     return tasks
 
 

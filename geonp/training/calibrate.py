@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import logging
 import os
-from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from geonp.data.datasets import split_columns
+from geonp.config import EvaluationConfig
+from geonp.data.datasets import ColumnSplit
 from geonp.errors import GeonpError
 
 if TYPE_CHECKING:
@@ -33,49 +34,48 @@ CALIBRATION_MASKS = ("cloud", "stripe", "random", "scene_cloud")
 _MAX_PIXELS = 1 << 18
 
 
-def validation_window(width: int, height: int, *, val_fraction: float, test_fraction: float,
-                      min_val_columns: int, max_pixels: int = _MAX_PIXELS) -> tuple[int, int, int, int]:
+def validation_window(width: int, height: int, split: ColumnSplit,
+                      max_pixels: int = _MAX_PIXELS) -> tuple[int, int, int, int]:
     """``(col_off, row_off, width, height)``: the validation columns, rows centred and capped to ``max_pixels``."""
-    region = split_columns(width, val_fraction=val_fraction, test_fraction=test_fraction,
-                           min_val_columns=min_val_columns).val
+    region = split.regions(width).val
     w = region[1] - region[0]
     h = max(1, min(height, max_pixels // max(w, 1)))
     return region[0], (height - h) // 2, w, h
 
 
-def recipe_calibration(recipe: str = "default") -> dict[str, float | int]:
-    """The column split and seed that ``geonp train --recipe RECIPE`` calibrates with.
+def recipe_calibration(recipe: str = "default") -> tuple[ColumnSplit, EvaluationConfig]:
+    """The column split and evaluation settings that ``geonp train --recipe RECIPE`` calibrates with.
 
-    As keywords of :func:`calibrate_on_validation` (``val_fraction``, ``test_fraction``,
-    ``min_val_columns``, ``seed``): the shipped models' calibration, for scripts that refit it.
+    The arguments of :func:`calibrate_on_validation` (the evaluation's seed is the recipe's; its nodata,
+    bands and device are the defaults): the shipped models' calibration, for scripts that refit it.
     """
     from geonp.config.recipes import load_recipe
 
     r = load_recipe(recipe)
     data = r["data"]
-    return {"val_fraction": data["val_fraction"], "test_fraction": data["test_fraction"],
-            "min_val_columns": data["patch_size"], "seed": r["training"]["seed"]}
+    split = ColumnSplit(data["val_fraction"], data["test_fraction"], min_val_columns=data["patch_size"])
+    return split, EvaluationConfig(seed=r["training"]["seed"])
 
 
 def calibrate_on_validation(
     model_dir: str | os.PathLike[str],
     raster: str | os.PathLike[str],
+    split: ColumnSplit,
+    evaluation: EvaluationConfig | None = None,
     *,
-    val_fraction: float,
-    test_fraction: float,
-    min_val_columns: int,
-    nodata: float | None,
-    bands: Sequence[int] | None,
-    seed: int = 0,
-    device: str = "auto",
-    draws: int = 1,
     near_blend: bool = False,
 ) -> CalibrationFit | None:
     """Fit and store the std calibration of ``model_dir`` on ``raster``'s validation columns.
 
-    ``draws``: masks of each kind fitted on (seeds ``seed``, ``seed + 1``, ...; ``EvaluationConfig.draws``).
-    ``near_blend``: then fit the near blend on the same window, on as many other draws
-    (:func:`geonp.evaluation.near_fit.fit_near_blend_on_validation`; single-date models).
+    Args:
+        model_dir: the model directory; its ``config.json`` takes the calibration.
+        raster: the raster (training's first).
+        split: the columns training split it into (``min_val_columns``: its patch size).
+        evaluation: the evaluation that fits it, for its ``nodata``, ``bands``, ``seed``, ``draws``
+            (masks of each kind fitted on, seeds ``seed``, ``seed + 1``, ...), ``coverage`` and
+            ``device``; its models, masks, window and methods are set here. None: the defaults.
+        near_blend: then fit the near blend on the same window, on as many other draws
+            (:func:`geonp.evaluation.near_fit.fit_near_blend_on_validation`; single-date models).
 
     Returns:
         The calibration entry of the evaluation report (what was written, and how), or
@@ -87,12 +87,11 @@ def calibrate_on_validation(
 
     with open_raster(raster) as src:
         width, height = int(src.width), int(src.height)
-    window = validation_window(width, height, val_fraction=val_fraction, test_fraction=test_fraction,
-                               min_val_columns=min_val_columns)
+    window = validation_window(width, height, split)
+    cfg = replace(evaluation or EvaluationConfig(), models=(Path(model_dir),), masks=CALIBRATION_MASKS,
+                  mask_file=None, window=window, calibrate=True, fillnodata=False, kriging=False)
     try:
-        report = evaluate(raster, models=(Path(model_dir),), masks=CALIBRATION_MASKS, window=window,
-                          calibrate=True, fillnodata=False, nodata=nodata, bands=bands, seed=seed,
-                          device=device, draws=draws)
+        report = evaluate(raster, cfg)
     except GeonpError as err:
         logger.warning("the model is left uncalibrated: the validation window %s of %s could not be "
                        "evaluated (%s); run geonp evaluate --calibrate on held-out data", window,
@@ -104,7 +103,8 @@ def calibrate_on_validation(
         if near_blend:
             from geonp.evaluation.near_fit import fit_near_blend_on_validation
 
-            fit_near_blend_on_validation(model_dir, raster, window=window, nodata=nodata, bands=bands,
-                                         masks=CALIBRATION_MASKS, seeds=[seed + draws + k for k in range(draws)],
-                                         device=device)
+            fit_near_blend_on_validation(model_dir, raster, window=window, nodata=cfg.nodata, bands=cfg.bands,
+                                         masks=CALIBRATION_MASKS,
+                                         seeds=[cfg.seed + cfg.draws + k for k in range(cfg.draws)],
+                                         coverage=cfg.coverage, device=cfg.device)
     return entry

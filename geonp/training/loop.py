@@ -59,18 +59,32 @@ def evaluate_nll(model: nn.Module, batches: Sequence[Batch], device: torch.devic
     return total / max(count, 1.0)
 
 
+@dataclass(frozen=True)
+class FitHooks:
+    """What :func:`fit` calls back as it trains.
+
+    Attributes:
+        on_validate: called after each validation with ``(record, is_best, result)``; use it to
+            save checkpoints and write metrics.
+        progress: called every step with ``(step, total, train_nll)``.
+        average_gradients: data-parallel training (:mod:`geonp.training.parallel`): called after
+            each backward pass with this process's loss; averages the gradients over the
+            processes in place and returns the mean loss.
+    """
+
+    on_validate: Callable[[dict[str, float], bool, FitResult], None] | None = None
+    progress: Callable[[int, int, float], None] | None = None
+    average_gradients: Callable[[float], float] | None = None
+
+
 def fit(
     model: nn.Module,
     sample_batch: Callable[[int], Batch],
     val_batches: Sequence[Batch],
     cfg: TrainConfig,
     *,
-    start_step: int = 0,
-    optimizer_state: dict[str, Any] | None = None,
-    best_val_nll: float = math.inf,
-    on_validate: Callable[[dict[str, float], bool, FitResult], None] | None = None,
-    progress: Callable[[int, int, float], None] | None = None,
-    average_gradients: Callable[[float], float] | None = None,
+    start: FitResult | None = None,
+    hooks: FitHooks | None = None,
 ) -> FitResult:
     """Train ``model`` on the Gaussian NLL of its target points.
 
@@ -79,15 +93,9 @@ def fit(
         sample_batch: ``step -> Batch`` (deterministic in the step for reproducible runs).
         val_batches: fixed validation batches.
         cfg: optimisation settings.
-        start_step: resume from this step (the schedule continues where it stopped).
-        optimizer_state: optimiser state to resume from.
-        best_val_nll: best validation NLL so far (when resuming).
-        on_validate: called after each validation with ``(record, is_best, result)``; use it to
-            save checkpoints and write metrics.
-        progress: called every step with ``(step, total, train_nll)``.
-        average_gradients: data-parallel training (:mod:`geonp.training.parallel`): called after
-            each backward pass with this process's loss; averages the gradients over the
-            processes in place and returns the mean loss.
+        start: where a resumed run stands: its ``step`` (the schedule continues from there),
+            ``optimizer_state`` and ``best_val_nll``; None: from step 0.
+        hooks: what to call back (validation, progress, gradient averaging); None: nothing.
 
     Returns:
         A :class:`FitResult`; the model keeps its *last* weights, ``best_state`` the best ones.
@@ -95,12 +103,13 @@ def fit(
     device = resolve_device(cfg.device)
     model.to(device)
     opt = make_optimizer(model.parameters(), cfg.optimizer, lr=cfg.lr, weight_decay=cfg.weight_decay)
-    if optimizer_state is not None:
-        opt.load_state_dict(optimizer_state)
-    result = FitResult(best_val_nll=best_val_nll, step=start_step)
+    start, hooks = start or FitResult(), hooks or FitHooks()
+    if start.optimizer_state is not None:
+        opt.load_state_dict(start.optimizer_state)
+    result = FitResult(best_val_nll=start.best_val_nll, step=start.step)
     teacher = load_teacher(cfg.distill_from, device) if cfg.distill_from else None
     running, n_running, t0 = 0.0, 0, time.perf_counter()
-    for step in range(start_step, cfg.steps):
+    for step in range(start.step, cfg.steps):
         model.train()
         lr = cfg.lr * cosine_lr(step, total=cfg.steps, warmup=cfg.warmup_steps, min_ratio=cfg.min_lr_ratio)
         for group in opt.param_groups:
@@ -112,15 +121,15 @@ def fit(
         opt.zero_grad(set_to_none=True)
         loss.backward()
         value = float(nll.detach())  # the data NLL: the curve compares with runs without a teacher
-        if average_gradients is not None:
-            value = average_gradients(value)
+        if hooks.average_gradients is not None:
+            value = hooks.average_gradients(value)
         nn.utils.clip_grad_norm_(model.parameters(), cfg.grad_clip)
         opt.step()
         running += value
         n_running += 1
         result.step = step + 1
-        if progress is not None:
-            progress(step + 1, cfg.steps, value)
+        if hooks.progress is not None:
+            hooks.progress(step + 1, cfg.steps, value)
         if (step + 1) % cfg.val_every == 0 or step + 1 == cfg.steps:
             val = evaluate_nll(model, val_batches, device) if val_batches else math.nan
             record = {
@@ -135,8 +144,8 @@ def fit(
                 result.best_state = {k: v.detach().cpu().clone() for k, v in model.state_dict().items()}
             result.optimizer_state = opt.state_dict()
             logger.info("step %d train_nll %.4f val_nll %.4f", step + 1, record["train_nll"], val)
-            if on_validate is not None:
-                on_validate(record, is_best, result)
+            if hooks.on_validate is not None:
+                hooks.on_validate(record, is_best, result)
     result.optimizer_state = opt.state_dict()
     return result
 

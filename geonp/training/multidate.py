@@ -37,7 +37,7 @@ from geonp.config import ModelConfig, TrainConfig, load_recipe
 from geonp.data.batch import Batch
 from geonp.data.gaps import sample_window_mask
 from geonp.data.synthetic import gp_grid_field
-from geonp.data.tasks import ReferenceBand, Task, window_task
+from geonp.data.tasks import ReferenceBand, Task, TaskWindow, window_task
 from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.io.series_stack import Dated, SeriesStack, load_series
 from geonp.model_files.checkpoint import load_checkpoint
@@ -47,7 +47,7 @@ from geonp.tasks.context import ContextSpec
 from geonp.tasks.normalize import Normalizer
 from geonp.training.cards import best_of, series_card
 from geonp.training.checkpoints import SeriesSaver, series_stopped_message
-from geonp.training.loop import FitResult, MetricsWriter, fit
+from geonp.training.loop import FitHooks, FitResult, MetricsWriter, fit
 from geonp.training.windows import make_batch
 
 logger = logging.getLogger(__name__)
@@ -120,8 +120,8 @@ def series_task(stack: SeriesStack, norm: Normalizer, targets: np.ndarray, recip
     references = [ReferenceBand(scaled(r), obs[r], float(stack.days[r] - stack.days[t])) for r in refs]
     c = min(recipe.core_size, h, w)
     r0, c0 = int(rng.integers(0, h - c + 1)), int(rng.integers(0, w - c + 1))
-    return window_task(scaled(t), valid, is_gap, core=(r0, r0 + c, c0, c0 + c),
-                       spec=recipe.spec, max_targets=recipe.max_targets, rng=rng, references=references)
+    return window_task(TaskWindow(scaled(t), valid, is_gap, references=references), core=(r0, r0 + c, c0, c0 + c),
+                       spec=recipe.spec, max_targets=recipe.max_targets, rng=rng)
 
 
 def spacetime_task(recipe: SeriesRecipe, rng: np.random.Generator, size: int = 64) -> Task | None:
@@ -148,8 +148,8 @@ def spacetime_task(recipe: SeriesRecipe, rng: np.random.Generator, size: int = 6
     is_gap, _ = sample_window_mask((size, size), rng=rng, weights=SERIES_GAP_MIX, footprint_probability=0.0)
     c = min(recipe.core_size, size)
     r0, c0 = int(rng.integers(0, size - c + 1)), int(rng.integers(0, size - c + 1))
-    return window_task(target[None], np.ones((size, size), bool), is_gap, core=(r0, r0 + c, c0, c0 + c),
-                       spec=recipe.spec, max_targets=recipe.max_targets, rng=rng, references=references)
+    return window_task(TaskWindow(target[None], np.ones((size, size), bool), is_gap, references=references),
+                       core=(r0, r0 + c, c0, c0 + c), spec=recipe.spec, max_targets=recipe.max_targets, rng=rng)
 
 
 def temporal_from(single: torch.nn.Module, cfg: ModelConfig) -> tuple[torch.nn.Module, ModelConfig]:
@@ -342,9 +342,9 @@ def _fit_phases(module: torch.nn.Module, phases: Sequence[tuple[int, int, _Draw]
             continue
         sample = partial(_sample, draw, batch_size, tcfg.seed)
         result = fit(module, sample, val_batches, TrainConfig(**{**tcfg.__dict__, "steps": end}),
-                     start_step=begin, optimizer_state=opt_state, best_val_nll=result.best_val_nll,
-                     on_validate=saver,
-                     progress=None if progress is None else lambda s, n, v: progress(s, total, v))
+                     start=FitResult(best_val_nll=result.best_val_nll, optimizer_state=opt_state, step=begin),
+                     hooks=FitHooks(on_validate=saver,
+                                    progress=None if progress is None else lambda s, n, v: progress(s, total, v)))
         opt_state = result.optimizer_state
 
 

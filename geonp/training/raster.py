@@ -29,8 +29,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from geonp.config import ModelConfig, TrainConfig
+from geonp.config import EvaluationConfig, ModelConfig, TrainConfig
 from geonp.data.batch import Batch
+from geonp.data.datasets import ColumnSplit
 from geonp.data.tasks import Task
 from geonp.errors import ConfigError, InputRasterError
 from geonp.model_files.checkpoint import load_checkpoint
@@ -44,11 +45,12 @@ from geonp.training.allocator import keep_freed_memory
 from geonp.training.calibrate import calibrate_on_validation
 from geonp.training.cards import best_of, raster_card
 from geonp.training.checkpoints import BestSaver, Reached, stopped_message
-from geonp.training.loop import FitResult, MetricsWriter, fit
+from geonp.training.loop import FitHooks, FitResult, MetricsWriter, fit
 from geonp.training.parallel import GradientAverager, run_data_parallel, shard_size
 from geonp.training.prefetch import PrefetchedBatches, default_workers
 from geonp.training.settings import RunSettings, from_recipe, settle
 from geonp.training.windows import (
+    PoolOptions,
     TaskRecipe,
     TaskShape,
     WindowGroup,
@@ -216,11 +218,9 @@ def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path
         resolve_model_path(tcfg.distill_from)  # a missing teacher fails before anything is written
     keep_freed_memory()  # a step's large tensors reuse the last step's memory (no page faults)
     t0 = time.perf_counter()
-    rng = np.random.default_rng(tcfg.seed)
-    train_groups, val_groups = window_groups(inputs, shape, rng, nodata=opts.nodata, bands=opts.bands,
-                                             val_fraction=opts.val_fraction, test_fraction=opts.test_fraction,
-                                             pool_size=opts.pool_size, val_count=max(opts.val_tasks, 16),
-                                             pool_megabytes=opts.pool_megabytes, seed=tcfg.seed)
+    pools = PoolOptions(opts.nodata, opts.bands, ColumnSplit(opts.val_fraction, opts.test_fraction), opts.pool_size,
+                        max(opts.val_tasks, 16), opts.pool_megabytes)
+    train_groups, val_groups = window_groups(inputs, shape, pools, tcfg.seed)
     out.mkdir(parents=True, exist_ok=True)  # only once the data is usable: no empty model directory
     task_recipe = TaskRecipe(shape, opts.gap_mix, gap_source_mask(opts.gap_source), opts.footprint_probability)
     # a near model (every batch a near batch) is validated on near tasks
@@ -253,9 +253,9 @@ def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path
     if opts.calibrate:
         if status is not None:
             status(f"Calibrating the std on the validation columns of {Path(inputs[0]).name}...")
-        calibrate_on_validation(out, inputs[0], val_fraction=opts.val_fraction, test_fraction=opts.test_fraction,
-                                min_val_columns=shape.patch_size, nodata=opts.nodata, bands=opts.bands,
-                                seed=tcfg.seed, device=tcfg.device, near_blend=True)
+        calibrate_on_validation(out, inputs[0], ColumnSplit(opts.val_fraction, opts.test_fraction, shape.patch_size),
+                                EvaluationConfig(nodata=opts.nodata, bands=opts.bands, seed=tcfg.seed,
+                                                 device=tcfg.device), near_blend=True)
     return TrainReport(out, run.total_steps, *best_of(load_checkpoint(out).card), time.perf_counter() - t0,
                        begun.history, begun.step)
 
@@ -346,13 +346,13 @@ class _Trainer:
             first = max(first_step, begin)
             with PrefetchedBatches(partial(self._sample, rank, draw), range(first, end), self.workers) as batches:
                 result = fit(self.module, batches, self.val_batches if lead else [],
-                             TrainConfig(**{**run.tcfg.__dict__, "steps": end}), start_step=first,
-                             optimizer_state=state, best_val_nll=result.best_val_nll,
-                             on_validate=self.saver if lead else None,
-                             progress=None if progress is None or not lead else
-                             lambda s, n, v: progress(s, run.total_steps, v),
-                             average_gradients=None if self.averager is None else
-                             partial(self.averager.average, rank))
+                             TrainConfig(**{**run.tcfg.__dict__, "steps": end}),
+                             start=FitResult(best_val_nll=result.best_val_nll, optimizer_state=state, step=first),
+                             hooks=FitHooks(on_validate=self.saver if lead else None,
+                                            progress=None if progress is None or not lead else
+                                            lambda s, n, v: progress(s, run.total_steps, v),
+                                            average_gradients=None if self.averager is None else
+                                            partial(self.averager.average, rank)))
             state, first_step = result.optimizer_state, end
         return result
 

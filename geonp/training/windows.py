@@ -16,16 +16,15 @@ import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 from scipy import ndimage
 
 from geonp.data.batch import Batch
-from geonp.data.datasets import PatchPool, sample_patches, split_columns
+from geonp.data.datasets import ColumnSplit, PatchPool, PatchSpec, sample_patches
 from geonp.data.gaps import sample_training_mask, sample_window_mask
 from geonp.data.synthetic import KernelName, gp_grid_field
-from geonp.data.tasks import Task, collate, window_task
+from geonp.data.tasks import Task, TaskWindow, collate, window_task
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import NEAR_DISTANCE
@@ -41,8 +40,8 @@ NEAR_BATCH_FRACTION = 0.5
 #: (stripes, dropped pixels) and stay 48 px along cloud edges.
 NEAR_CORES = (16, 24, 48)
 
-__all__ = ["DEFAULT_TASK_SHAPE", "GP_KERNELS", "TaskRecipe", "TaskShape", "WindowGroup", "cut_tasks", "gap_source_mask", "gp_tasks",
-           "is_near_batch", "make_batch", "raster_tasks", "window_groups"]
+__all__ = ["DEFAULT_TASK_SHAPE", "GP_KERNELS", "PoolOptions", "TaskRecipe", "TaskShape", "WindowGroup", "cut_tasks",
+           "gap_source_mask", "gp_tasks", "is_near_batch", "make_batch", "raster_tasks", "window_groups"]
 
 GP_KERNELS: tuple[KernelName, ...] = ("rbf", "matern32", "matern52")
 
@@ -193,9 +192,9 @@ def cut_tasks(values: Sequence[np.ndarray], valid: np.ndarray, recipe: TaskRecip
             r0, c0 = int(rng.integers(0, h - c + 1)), int(rng.integers(0, w - c + 1))
             if targets[r0:r0 + c, c0:c0 + c].any():
                 break
-        task = window_task(vals, valid, is_gap, core=(r0, r0 + c, c0, c0 + c), spec=shape.context,
-                           max_targets=shape.max_targets, rng=rng, origin=origin,
-                           targets=targets if recipe.near_only else None)
+        window = TaskWindow(vals, valid, is_gap, targets if recipe.near_only else None, origin)
+        task = window_task(window, core=(r0, r0 + c, c0, c0 + c), spec=shape.context, max_targets=shape.max_targets,
+                           rng=rng)
         if task is not None:
             tasks.append(task)
     return tasks
@@ -239,33 +238,54 @@ def gap_source_mask(path: str | os.PathLike[str] | None) -> np.ndarray | None:
     return ~valid_mask(vals, nodata=None if info.nodata is None else info.nodata, source_dtype=info.dtype)
 
 
-def window_groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rng: np.random.Generator, *,
-            nodata: float | None, bands: Sequence[int] | None, val_fraction: float, test_fraction: float,
-            pool_size: int, val_count: int, pool_megabytes: float, seed: int) -> tuple[list[WindowGroup], list[WindowGroup]]:
+@dataclass(frozen=True)
+class PoolOptions:
+    """How :func:`window_groups` reads the training rasters' windows, and how many it keeps.
+
+    Attributes:
+        nodata: nodata value overriding the rasters' tags, or None.
+        bands: 1-based bands read (None: all).
+        split: the columns of each region (a group's windows widen the validation region to their edge).
+        pool_size: most training windows of a group.
+        val_count: validation windows of a group.
+        pool_megabytes: most memory of a group's training windows (fewer of them when they are large).
+    """
+
+    nodata: float | None
+    bands: Sequence[int] | None
+    split: ColumnSplit
+    pool_size: int
+    val_count: int
+    pool_megabytes: float
+
+
+def window_groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, pools: PoolOptions,
+                  seed: int) -> tuple[list[WindowGroup], list[WindowGroup]]:
     """Training and validation windows, one group per folder and band count (in the order of the inputs).
 
     Each folder of inputs is a *source* (``benchmarks/corpus.py`` writes one folder per source) and
     gets an equal share of the task draw, so no source dominates; within a folder a group's share
     grows with the square root of its pixels. A group's windows are ``patch_size`` pixels, or less
-    when its rasters' training columns are narrower.
+    when its rasters' training columns are narrower. ``seed`` draws the windows and seeds the
+    normalisation's subsample.
     """
     from geonp.io.raster import open_raster, raster_info, select_bands
 
+    rng = np.random.default_rng(seed)
     by_key: dict[tuple[str, int], list[tuple[str | os.PathLike[str], int, int]]] = {}
     for path in inputs:
         with open_raster(path) as src:
             info = raster_info(src)
-            key = (str(Path(path).resolve().parent), len(select_bands(info, bands)))
+            key = (str(Path(path).resolve().parent), len(select_bands(info, pools.bands)))
             by_key.setdefault(key, []).append((path, info.width, info.height))
     root_pixels: dict[str, float] = {}
     for (folder, _), members in by_key.items():
-        root_pixels[folder] = root_pixels.get(folder, 0.0) + math.sqrt(_train_pixels(members, val_fraction, test_fraction))
+        root_pixels[folder] = root_pixels.get(folder, 0.0) + math.sqrt(_train_pixels(members, pools.split))
     train_groups: list[WindowGroup] = []
     val_groups: list[WindowGroup] = []
     for n, ((folder, count), members) in enumerate(by_key.items()):
         paths = [m[0] for m in members]
-        fits = min(min(m[2] for m in members), min(
-            split_columns(m[1], val_fraction=val_fraction, test_fraction=test_fraction).train[1] for m in members))
+        fits = min(min(m[2] for m in members), min(pools.split.regions(m[1]).train[1] for m in members))
         size = min(shape.patch_size, fits)
         if size < min(shape.core_size, 32):
             if n == 0:
@@ -273,19 +293,17 @@ def window_groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rn
             logger.warning("skipping %s: too small for training windows", paths)
             continue
         per_window = count * size * size * 4
-        n_pool = max(16, min(pool_size, int(pool_megabytes * 2**20 // per_window)))
-        common: dict[str, Any] = {"patch_size": size, "nodata": nodata, "bands": bands, "val_fraction": val_fraction,
-                  "test_fraction": test_fraction, "min_valid_fraction": 0.5 if n == 0 else 0.3}
-        pool = sample_patches(paths, region="train", count=n_pool, rng=rng, **common)
+        n_pool = max(16, min(pools.pool_size, int(pools.pool_megabytes * 2**20 // per_window)))
+        spec = PatchSpec(size, pools.nodata, pools.bands, pools.split, 0.5 if n == 0 else 0.3)
+        pool = sample_patches(paths, spec, region="train", count=n_pool, rng=rng)
         flat = np.moveaxis(pool.values, 1, 0).reshape(pool.values.shape[1], -1)
         norm = Normalizer.fit(flat, np.isfinite(flat), seed=seed)
-        share = math.sqrt(_train_pixels(members, val_fraction, test_fraction)) / root_pixels[folder] / len(root_pixels)
+        share = math.sqrt(_train_pixels(members, pools.split)) / root_pixels[folder] / len(root_pixels)
         train_groups.append(WindowGroup(pool, norm, share))
-        val_width = min(int(np.diff(split_columns(m[1], val_fraction=val_fraction,
-                                                  test_fraction=test_fraction).val)[0]) for m in members)
+        val_width = min(int(np.diff(pools.split.regions(m[1]).val)[0]) for m in members)
         try:
-            val_pool = sample_patches(paths, region="val", count=val_count, rng=rng,
-                                      **{**common, "patch_size": max(8, min(size, val_width))})
+            val_pool = sample_patches(paths, dataclasses.replace(spec, patch_size=max(8, min(size, val_width))),
+                                      region="val", count=pools.val_count, rng=rng)
         except NoValidPixelsError:
             if n == 0:
                 raise
@@ -295,8 +313,6 @@ def window_groups(inputs: Sequence[str | os.PathLike[str]], shape: TaskShape, rn
     return train_groups, val_groups
 
 
-def _train_pixels(members: Sequence[tuple[str | os.PathLike[str], int, int]], val_fraction: float,
-                  test_fraction: float) -> float:
+def _train_pixels(members: Sequence[tuple[str | os.PathLike[str], int, int]], split: ColumnSplit) -> float:
     """Pixels in the training columns of ``(path, width, height)`` rasters."""
-    return float(sum(h * split_columns(w, val_fraction=val_fraction, test_fraction=test_fraction).train[1]
-                     for _, w, h in members))
+    return float(sum(h * split.regions(w).train[1] for _, w, h in members))

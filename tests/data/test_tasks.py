@@ -12,6 +12,7 @@ from geonp.data.tasks import (
     PRIOR_COUNT,
     STD_FLOOR,
     Task,
+    TaskWindow,
     collate,
     standardize,
     task_scale,
@@ -50,7 +51,7 @@ def test_window_task_targets_the_hidden_valid_pixels_of_the_core():
     is_gap[3:6, 4:8] = True  # inside the core
     is_gap[0:2, 0:2] = True  # outside the core: hidden but not a target
     core = (2, 8, 2, 10)
-    task = window_task(values, valid, is_gap, core=core, spec=ContextSpec(n_near=20), max_targets=100,
+    task = window_task(TaskWindow(values, valid, is_gap), core=core, spec=ContextSpec(n_near=20), max_targets=100,
                        rng=np.random.default_rng(0))
     assert task is not None
     rows, cols = task.xt[:, 0] + core[0], task.xt[:, 1] + core[2]
@@ -60,10 +61,10 @@ def test_window_task_targets_the_hidden_valid_pixels_of_the_core():
     assert task.xc.shape == (20, 2) and task.yc.shape == (20, 2) and task.yt.shape == (12, 2)
     assert (valid & ~is_gap)[crow, ccol].all()  # context: observed pixels only
     np.testing.assert_allclose(task.yc * task.scale + task.shift, values[:, crow, ccol].T, rtol=1e-6)
-    capped = window_task(values, valid, is_gap, core=core, spec=ContextSpec(n_near=20), max_targets=5,
+    capped = window_task(TaskWindow(values, valid, is_gap), core=core, spec=ContextSpec(n_near=20), max_targets=5,
                          rng=np.random.default_rng(0))
     assert capped is not None and capped.xt.shape == (5, 2)
-    none_hidden = window_task(values, valid, np.zeros_like(is_gap), core=core, spec=ContextSpec(n_near=20),
+    none_hidden = window_task(TaskWindow(values, valid, np.zeros_like(is_gap)), core=core, spec=ContextSpec(n_near=20),
                               max_targets=5, rng=np.random.default_rng(0))
     assert none_hidden is None
 

@@ -9,7 +9,7 @@ import rasterio
 import geonp
 from geonp.data.gap_shapes import cloud_mask
 from geonp.filling.predict import Predictor, geometry_units, pack, reference_predict
-from geonp.filling.tile_tasks import TileOptions, band_tasks, block_tasks
+from geonp.filling.tile_tasks import BandGroup, TileOptions, band_tasks, block_tasks
 from geonp.model_files.registry import load_model
 from geonp.tasks.context import ContextSpec, HaloTooSmall
 from geonp.tasks.tiling import Region
@@ -154,7 +154,7 @@ def test_narrow_halo_reads_give_the_same_fill_as_full_halo_reads(tmp_path, tiny_
     opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=160))
     obs = np.isfinite(arr)
     with pytest.raises(HaloTooSmall):
-        band_tasks(np.nan_to_num(arr), obs, ~obs, (96, 120, 96, 120), origin=(0, 0), opts=opts, limit=64)
+        band_tasks(BandGroup(np.nan_to_num(arr), obs, ~obs), (96, 120, 96, 120), origin=(0, 0), opts=opts, limit=64)
     src = write_raster(tmp_path / "in.tif", arr, nodata=float("nan"))
     kw = {"model": str(tiny_model), "tile_size": 24, "overlap": 6, "max_context": 64, "search_radius": 160, "workers": 1,
               "block_size": 64}

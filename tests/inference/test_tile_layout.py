@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from geonp.filling.tile_tasks import TileOptions, band_tasks
+from geonp.filling.tile_tasks import BandGroup, TileOptions, band_tasks
 from geonp.tasks.context import ContextSpec
 
 
@@ -86,7 +86,7 @@ def test_tasks_match_the_brute_force_layout_and_every_gap_is_on_one_core(origin,
     values, observed, to_fill = _scene()
     opts = TileOptions(tile_size=32, overlap=5, context=ContextSpec(n_near=60, search_radius=40),
                        min_split=min_split)
-    tasks = band_tasks(values, observed, to_fill, region, origin=origin, opts=opts)
+    tasks = band_tasks(BandGroup(values, observed, to_fill), region, origin=origin, opts=opts)
     ref = reference_layout(observed, to_fill, region, origin, opts)
     r0, r1, c0, c1 = region
     rw = c1 - c0

@@ -10,7 +10,7 @@ from geonp_cli.main import cli
 from rasterio.warp import Resampling, calculate_default_transform, reproject
 
 import geonp
-from geonp.data.tasks import ReferenceBand, context_points, window_task
+from geonp.data.tasks import ReferenceBand, TaskWindow, context_points, window_task
 from geonp.errors import ConfigError, InputRasterError
 from geonp.evaluation.baselines import fillnodata_baseline
 from geonp.evaluation.series import reference_regression
@@ -211,8 +211,8 @@ def test_training_and_filling_choose_the_same_reference_pixels():
     opts = TileOptions(tile_size=16, overlap=0, context=ContextSpec(n_near=40, search_radius=32, n_ref=100, ref_margin=1), temporal=True)
     tasks = block_tasks(values, observed[None], is_gap[None], (16, 32, 16, 32), origin=(0, 0), opts=opts,
                         references=[BlockReference(ref_vals, ref_ok[None], -16.0)])
-    task = window_task(values, observed | is_gap, is_gap, core=(16, 32, 16, 32), spec=opts.context,
-                       max_targets=10_000, rng=rng, references=[ReferenceBand(ref_vals, ref_ok, -16.0)])
+    window = TaskWindow(values, observed | is_gap, is_gap, references=[ReferenceBand(ref_vals, ref_ok, -16.0)])
+    task = window_task(window, core=(16, 32, 16, 32), spec=opts.context, max_targets=10_000, rng=rng)
     fill = next(t.task for t in tasks if t.task.xt.shape[0] == task.xt.shape[0])
     np.testing.assert_array_equal(fill.xc, task.xc)
     np.testing.assert_allclose(fill.yc, task.yc, rtol=1e-6)

@@ -8,7 +8,7 @@ from geonp.config import ModelConfig, TrainConfig
 from geonp.data.gp_tasks import oracle_scores, sample_gp_batch
 from geonp.errors import ConfigError
 from geonp.models import build_model
-from geonp.training.loop import evaluate_nll, fit
+from geonp.training.loop import FitHooks, evaluate_nll, fit
 from geonp.training.optim import Yogi, cosine_lr
 
 
@@ -32,7 +32,7 @@ def test_fit_lowers_nll_and_keeps_the_best(optimizer):
     seen = []
     res = fit(model, _wave_batch, val,
               TrainConfig(steps=20, val_every=5, lr=3e-3, warmup_steps=2, optimizer=optimizer, device="cpu"),
-              on_validate=lambda rec, best, r: seen.append((rec["step"], best)))
+              hooks=FitHooks(on_validate=lambda rec, best, r: seen.append((rec["step"], best))))
     assert [s for s, _ in seen] == [5, 10, 15, 20]
     assert res.best_val_nll < before - 0.1, (before, res.best_val_nll)
     assert res.best_val_nll == min(h["val_nll"] for h in res.history)

@@ -7,7 +7,7 @@ import pytest
 from scipy import ndimage
 
 from geonp.config import ModelConfig, TrainConfig
-from geonp.data.tasks import window_task
+from geonp.data.tasks import TaskWindow, window_task
 from geonp.errors import ConfigError
 from geonp.filling.plan import tile_options
 from geonp.filling.tile_tasks import TileOptions, block_tasks
@@ -33,8 +33,8 @@ def test_window_task_targets_only_the_marked_hidden_pixels_and_hides_all_of_them
     gap = np.zeros((32, 32), bool)
     gap[8:24, 8:24] = True
     marked = ndimage.distance_transform_edt(gap) <= 2  # a 2-px rim of the hole
-    task = window_task(values, valid, gap, core=(0, 32, 0, 32), spec=ContextSpec(n_near=64), max_targets=1000,
-                       rng=rng, targets=marked)
+    task = window_task(TaskWindow(values, valid, gap, targets=marked), core=(0, 32, 0, 32), spec=ContextSpec(n_near=64),
+                       max_targets=1000, rng=rng)
     got = {tuple(p) for p in task.xt.astype(int)}
     assert got == {tuple(p) for p in np.argwhere(gap & marked)}
     assert len(got) == 16 * 16 - 12 * 12

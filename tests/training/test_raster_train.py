@@ -7,7 +7,7 @@ from click.testing import CliRunner
 from geonp_cli.main import cli
 
 from geonp.config import ModelConfig, TrainConfig
-from geonp.data.datasets import sample_patches, split_columns
+from geonp.data.datasets import ColumnSplit, PatchSpec, sample_patches, split_columns
 from geonp.errors import NoValidPixelsError
 from geonp.model_files.checkpoint import load_checkpoint
 from geonp.training.raster import train
@@ -61,9 +61,9 @@ def test_resume_continues_from_the_saved_step(raster, tmp_path):
 def test_training_and_validation_patches_do_not_overlap(raster):
     regions = split_columns(160, val_fraction=0.2, test_fraction=0.1)
     assert regions.train == (0, 112) and regions.val == (112, 144) and regions.test == (144, 160)
-    common = {"patch_size": 24, "nodata": 0, "bands": None, "val_fraction": 0.2, "test_fraction": 0.1, "min_valid_fraction": 0.5}
-    tr = sample_patches([raster], region="train", count=50, rng=np.random.default_rng(0), **common)
-    va = sample_patches([raster], region="val", count=20, rng=np.random.default_rng(1), **common)
+    spec = PatchSpec(24, nodata=0, bands=None, split=ColumnSplit(0.2, 0.1), min_valid_fraction=0.5)
+    tr = sample_patches([raster], spec, region="train", count=50, rng=np.random.default_rng(0))
+    va = sample_patches([raster], spec, region="val", count=20, rng=np.random.default_rng(1))
     assert max(c + 24 for _, _, c in tr.offsets) <= 112
     assert min(c for _, _, c in va.offsets) >= 112 and max(c + 24 for _, _, c in va.offsets) <= 144
 

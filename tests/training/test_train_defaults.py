@@ -81,7 +81,7 @@ def test_init_from_default_fine_tunes_the_shipped_weights(raster, tmp_path):
 
 
 def test_a_trained_model_ships_calibrated_on_its_validation_columns(raster, tmp_path):
-    from geonp.data.datasets import split_columns
+    from geonp.data.datasets import ColumnSplit, split_columns
     from geonp.training.calibrate import validation_window
 
     shape = TaskShape(patch_size=24, core_size=12, max_context=32, max_targets=16)
@@ -91,7 +91,7 @@ def test_a_trained_model_ships_calibrated_on_its_validation_columns(raster, tmp_
     loaded = load_checkpoint(tmp_path / "m")
     cal = loaded.calibration
     assert cal is not None and len(cal.std_scale) == 2 and all(0.05 < f < 20 for f in cal.std_scale)
-    col, row, w, h = validation_window(128, 64, val_fraction=0.2, test_fraction=0.2, min_val_columns=24)
+    col, row, w, h = validation_window(128, 64, ColumnSplit(0.2, 0.2, min_val_columns=24))
     assert (col, w) == (split_columns(128, val_fraction=0.2, test_fraction=0.2, min_val_columns=24).val[0], 26)
     assert f"window {col} {row} {w} {h}" in cal.fitted_on  # validation columns, not training or test ones
     # then the near blend, on the same window and another draw of the masks
