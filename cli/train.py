@@ -119,15 +119,17 @@ def train(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: str 
                               + ", ".join(f"--{k.replace('_', '-')}" for k in overrides["model"]))
         _train_series(ctx, inputs, output, merge_recipe(sections, overrides), overwrite=opts["overwrite"])
         return
-    update, close = progress_bar(ctx.obj.get("quiet", False), "training")
     command = "geonp " + " ".join(shlex.quote(a) for a in sys.argv[1:])
-    bands = overrides["data"].pop("bands", None)
-    processes = overrides["data"].pop("processes", None)
+    given = overrides["data"]
+    data = geonp.TrainingData(expand_rasters(inputs), **_take(given, "nodata", "bands", "val_fraction",
+                                                              "test_fraction", "gap_source"))
+    out = geonp.TrainOutput(output, resume=opts["resume"], overwrite=opts["overwrite"], command=command,
+                            **_take(given, "metrics", "name"))
+    update, close = progress_bar(ctx.obj.get("quiet", False), "training")
     try:
-        report = geonp.train(expand_rasters(inputs), output, recipe=merge_recipe(sections, overrides),
-                             bands=None if bands is None else tuple(bands), resume=opts["resume"],
-                             overwrite=opts["overwrite"], processes=processes, command=command,
-                             progress=update, status=_status(ctx, close))
+        report = geonp.train(data, out, recipe=merge_recipe(sections, overrides),
+                             run=geonp.TrainRun(progress=update, status=_status(ctx, close),
+                                                **_take(given, "processes")))
     finally:
         close()
     resumed = f" (resumed at step {report.first_step} of {report.steps})" if report.first_step else ""
@@ -148,28 +150,29 @@ def _status(ctx: click.Context, close_bar: Callable[[], None]) -> Callable[[str]
     return status
 
 
+def _take(options: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """The entries ``keys`` of ``options`` that were given, taken out of it."""
+    return {k: options.pop(k) for k in keys if k in options}
+
+
 def _train_series(ctx: click.Context, inputs: tuple[str, ...], output: str, recipe: dict[str, dict[str, Any]],
                   *, overwrite: bool) -> None:
     """``geonp train --series``: a multi-date model from a folder of dated rasters (``geonp.train_series``)."""
-    from geonp import parse_date, scan_series, train_series
+    from geonp import SeriesData, TrainOutput, parse_date, scan_series, train_series
     from geonp.errors import ConfigError
 
     if len(inputs) != 1 or not Path(inputs[0]).is_dir():
         raise ConfigError("--series takes one folder of dated rasters (RASTER_OR_DIR)")
-    data = dict(recipe["data"])
+    given = dict(recipe["data"])
     # options of the run, not entries of a recipe
-    before, qa_kind, metrics = data.pop("before", None), data.pop("qa_kind", None), data.pop("metrics", None)
-    kwargs = {} if qa_kind is None else {"qa_kind": qa_kind}
-    if metrics is not None:
-        kwargs["metrics"] = metrics
-    if overwrite:
-        kwargs["overwrite"] = True
+    before = given.pop("before", None)
+    data = SeriesData(scan_series(inputs[0]), before=None if before is None else parse_date(before, option="--before"),
+                      **_take(given, "qa_kind"))
+    out = TrainOutput(output, overwrite=overwrite, command="geonp " + " ".join(shlex.quote(a) for a in sys.argv[1:]),
+                      **_take(given, "metrics"))
     update, close = progress_bar(ctx.obj.get("quiet", False), "training")
-    command = "geonp " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     try:
-        report = train_series(scan_series(inputs[0]), output, recipe={**recipe, "data": data},
-                              before=None if before is None else parse_date(before, option="--before"),
-                              command=command, progress=update, **kwargs)
+        report = train_series(data, out, recipe={**recipe, "data": given}, progress=update)
     finally:
         close()
     click.echo(

@@ -9,7 +9,9 @@ Public API (``help(geonp.NAME)`` for each):
 - ``fill_many(input_dir, output_dir, ...)``: fill every raster of a directory (``geonp batch``),
   with ``Files`` (which), ``Cluster`` (where) and ``Neighbours`` (other dates as references).
 - ``load_model(name_or_dir)``, ``list_models()``: the built-in and trained models.
-- ``train(inputs, output, ...)``, ``train_series(...)``: train a model (single- or multi-date).
+- ``train(data, output, recipe, run=...)``, ``train_series(data, output, recipe, ...)``: train a
+  model (single- or multi-date): ``TrainingData`` or ``SeriesData`` (what on), ``TrainOutput``
+  (where to), ``TrainRecipe`` (model, optimisation, tasks), ``TrainRun`` (processes, callbacks).
 - ``evaluate(raster, ...)``, ``evaluate_series(series, SeriesProtocol(...), ...)``: score a model on hidden pixels.
 - ``Gaps``, ``Outputs``, ``Reference``: a file fill's gap sources, its outputs, another date.
 - ``FillConfig``, ``TaskShape``, ``SeriesRecipe``, ``ContextSpec``: option objects.
@@ -48,8 +50,13 @@ _LAZY = {
     "Outputs": "geonp.filling.inputs",
     "Reference": "geonp.filling.inputs",
     "TaskShape": "geonp.training.windows",
+    "TrainingData": "geonp.training.settings",
+    "TrainOutput": "geonp.training.settings",
+    "TrainRecipe": "geonp.training.settings",
+    "TrainRun": "geonp.training.settings",
     "train_series": "geonp.training.multidate",
-    "SeriesRecipe": "geonp.training.multidate",
+    "SeriesData": "geonp.training.series_settings",
+    "SeriesRecipe": "geonp.training.series_settings",
     "ContextSpec": "geonp.tasks.context",
     "parse_date": "geonp.io.dates",
     "scan_series": "geonp.io.timeseries",

@@ -7,6 +7,7 @@ library's own resolution of them must give what it gives when called with nothin
 import dataclasses
 import inspect
 from dataclasses import asdict, fields
+from unittest.mock import ANY
 
 import pytest
 from click.testing import CliRunner
@@ -16,10 +17,6 @@ from geonp_cli.main import cli
 
 import geonp
 from geonp.config import EvaluationConfig, FillConfig, TrainConfig
-
-#: The keywords of train_series a recipe's data section may hold, none given.
-SERIES_OPTIONS = dict.fromkeys(("init_from", "batch_size", "spacetime_fraction", "pretrain_steps", "bands", "nodata",
-                                "name"))
 
 
 class _Report:
@@ -40,11 +37,18 @@ class _Report:
         return []
 
 
+class _Seen(dict):
+    """The keywords of a library call; ``args`` its positional arguments."""
+
+    args: tuple = ()
+
+
 def _run(monkeypatch, name, args, **stubs):
-    seen = {}
+    seen = _Seen()
 
     def record(*a, **kwargs):
         seen.update(kwargs)
+        seen.args = a
         return [] if name == "evaluate_series" else _Report()
 
     monkeypatch.setattr(geonp, name, record, raising=False)
@@ -56,16 +60,17 @@ def _run(monkeypatch, name, args, **stubs):
 
 
 def test_train_series_cli_and_library_train_the_same_model_by_default(tmp_path, monkeypatch):
-    from geonp.training.multidate import _from_series_recipe, train_series
+    from geonp.training.series_settings import SeriesData, from_series_recipe
 
     seen = _run(monkeypatch, "train_series", ["train", tmp_path, "--series", "-o", tmp_path / "m"],
                 scan_series=lambda folder: [])
-    assert set(seen) == {"recipe", "before", "command", "progress"} and seen["before"] is None
-    from_cli = _from_series_recipe(seen["recipe"], None, SERIES_OPTIONS)
-    from_library = _from_series_recipe(None, None, SERIES_OPTIONS)
+    assert set(seen) == {"recipe", "progress"}
+    assert seen.args == (SeriesData([]), geonp.TrainOutput(str(tmp_path / "m"), command=ANY))
+    from_cli = from_series_recipe(seen["recipe"], None, {})
+    from_library = from_series_recipe(None, None, {})
     assert from_cli == from_library
     # ... and that is the shipped multi-date model's recipe (its card records how it was trained)
-    training, geometry, options = from_library
+    training, geometry = from_library.training, from_library.geometry
     card = geonp.load_model("multidate").card
     # settings added after the model was trained are at their defaults (no distillation)
     later = {k: v for k, v in asdict(training).items() if k not in card.train_config}
@@ -76,26 +81,26 @@ def test_train_series_cli_and_library_train_the_same_model_by_default(tmp_path, 
         shape["core_size"], shape["max_targets"], shape["max_references"]) == (12, 144, 2)
     assert {k: v for k, v in geometry.spec.to_dict().items() if k in shape} == {
         k: shape[k] for k in geometry.spec.to_dict() if k in shape}
-    assert options["batch_size"] == card.batch_size == 8 and options["init_from"] == "default"
+    assert from_library.batch_size == card.batch_size == 8 and from_library.init_from == "default"
     # the library's own defaults for the options a recipe does not hold
-    params = inspect.signature(train_series).parameters
-    assert params["qa_kind"].default == "fmask"
+    assert SeriesData([]).qa_kind == "fmask"
     help_text = CliRunner().invoke(cli, ["train", "--help"], terminal_width=200).output
-    assert f"how the QA files are read [default: {params['qa_kind'].default}]" in help_text
+    assert f"how the QA files are read [default: {SeriesData([]).qa_kind}]" in help_text
 
 
 def test_train_series_cli_options_reach_the_library(tmp_path, monkeypatch):
-    from geonp.training.multidate import _from_series_recipe
+    from geonp.training.series_settings import from_series_recipe
 
     seen = _run(monkeypatch, "train_series", ["train", tmp_path, "--series", "-o", tmp_path / "m", "--steps", 5,
                                              "--core-size", 8, "--qa-kind", "landsat-c2", "--before", "2012-01-01"],
                 scan_series=lambda folder: [])
-    assert seen["qa_kind"] == "landsat-c2" and str(seen["before"]) == "2012-01-01"
-    training, geometry, _ = _from_series_recipe(seen["recipe"], None, SERIES_OPTIONS)
-    assert training.steps == 5 and geometry.core_size == 8 and geometry.max_targets == 64
+    data, _ = seen.args
+    assert data.qa_kind == "landsat-c2" and str(data.before) == "2012-01-01"
+    run = from_series_recipe(seen["recipe"], None, {})
+    assert run.training.steps == 5 and run.geometry.core_size == 8 and run.geometry.max_targets == 64
     with pytest.raises(geonp.errors.ConfigError, match=r"takes no gap_source \(geonp train --series: drop "
                                                        r"--gap-source\)"):
-        _from_series_recipe({"data": {"gap_source": "x.tif"}}, None, SERIES_OPTIONS)
+        from_series_recipe({"data": {"gap_source": "x.tif"}}, None, {})
 
 
 def test_evaluate_cli_leaves_every_default_to_the_library(tmp_path, monkeypatch):

@@ -1,8 +1,8 @@
 """Training recipes: the shipped ones by name, YAML files and mappings, merged section by section.
 
 A recipe is a YAML file with up to three sections: ``model`` (ModelConfig fields), ``training``
-(TrainConfig fields) and ``data`` (task shape and the data keywords of geonp.train, or of
-geonp.train_series for ``multidate``). The shipped ones live in geonp/training/recipes/:
+(TrainConfig fields) and ``data`` (task shape and the data options of geonp.train, the fields of its
+TrainingData, TrainRecipe and TrainOutput; or of geonp.train_series for ``multidate``). The shipped ones live in geonp/training/recipes/:
 ``default.yaml`` is the default model's and holds every default of ``geonp train``, for the
 library and the CLI alike; ``multidate.yaml`` is the multi-date model's (``--series``). A file's
 entries override those of the shipped recipe it builds on.

@@ -195,7 +195,7 @@ class _Grid:
         known = np.isfinite(error).all(axis=0)
 
         def padded(values: np.ndarray, dtype: type) -> np.ndarray:
-            out = np.pad(np.where(known, values, np.nan).astype(dtype, copy=False),
+            out: np.ndarray = np.pad(np.where(known, values, np.nan).astype(dtype, copy=False),
                          ((0, 0), (reach, reach), (reach, reach)), constant_values=np.nan).reshape(values.shape[0], -1)
             return np.concatenate([out, np.full((values.shape[0], 1), np.nan, dtype)], axis=1)
 

@@ -7,24 +7,24 @@ best model.
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 import os
 import platform
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import torch
 
 from geonp._version import __version__
-from geonp.config import TrainConfig
 from geonp.data.datasets import split_columns
-from geonp.io.series_stack import Dated, SeriesStack
+from geonp.io.series_stack import SeriesStack
 from geonp.model_files.card import ModelCard
 from geonp.model_files.checkpoint import LoadedModel
 from geonp.models import MODEL_FAMILIES
-from geonp.training.settings import RunSettings
+from geonp.training.series_settings import SeriesSettings
+from geonp.training.settings import RunSettings, TrainOutput
 
 __all__ = ["best_of", "hardware", "raster_card", "series_card"]
 
@@ -75,37 +75,36 @@ def raster_card(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out:
     )
 
 
-def series_card(start: LoadedModel, recipe_shape: dict[str, Any], tcfg: TrainConfig, stack: SeriesStack,
-                chosen: Sequence[Dated], val_targets: np.ndarray, out: Path, *, name: str | None,
-                command: str | None, init_from: str | os.PathLike[str], pretrain_steps: int, batch_size: int,
-                spacetime_fraction: float) -> ModelCard:
-    """The card of a ``geonp train --series`` run from the model ``start`` (before any validation).
+def series_card(start: LoadedModel, run: SeriesSettings, stack: SeriesStack, val_targets: np.ndarray,
+                output: TrainOutput) -> ModelCard:
+    """The card of a ``geonp train --series`` run from the model ``start`` on ``stack`` (before any validation).
 
-    Its task shape is ``start``'s, less the single-date window settings, updated by ``recipe_shape``.
+    Its task shape is ``start``'s, less the single-date window settings, updated by ``run``'s geometry.
     """
     shape = {k: v for k, v in (start.card.task_shape or {}).items()
              if k not in ("patch_size", "tasks_per_window")}  # single-date window settings
+    first, last = (dt.date(1970, 1, 1) + dt.timedelta(days=int(d)) for d in (stack.days.min(), stack.days.max()))
     return ModelCard(
-        name=name or out.name,
+        name=run.name or Path(output.directory).name,
         description="multi-date TNP-KR (space + time kernel bias) fine-tuned by geonp train --series "
-                    f"from {start.name} on {len(chosen)} dates",
+                    f"from {start.name} on {len(stack.names)} dates",
         geonp_version=__version__,
-        command=command,
+        command=output.command,
         training_data=stack.names,
-        init_from=str(init_from),
+        init_from=str(run.init_from),
         band_count=int(stack.values.shape[1]),
         any_band_count=True,
         coord_unit="pixel",
-        task_shape={**shape, **recipe_shape},
-        pretrain_steps=pretrain_steps,
-        steps=tcfg.steps,
-        batch_size=batch_size,
-        train_config=tcfg.__dict__,
+        task_shape={**shape, **run.geometry.card_shape()},
+        pretrain_steps=run.pretrain_steps,
+        steps=run.training.steps,
+        batch_size=run.batch_size,
+        train_config=run.training.__dict__,
         hardware=hardware(),
         extra={
-            "date_range": [str(min(i.date for i in chosen)), str(max(i.date for i in chosen))],
+            "date_range": [str(first), str(last)],
             "validation_targets": [stack.names[i] for i in val_targets],
-            "spacetime_fraction": spacetime_fraction,
+            "spacetime_fraction": run.spacetime_fraction,
         },
     )
 

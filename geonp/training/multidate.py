@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from geonp.config import ModelConfig, TrainConfig, load_recipe
+from geonp.config import ModelConfig, TrainConfig
 from geonp.data.batch import Batch
 from geonp.data.gaps import sample_window_mask
 from geonp.data.synthetic import gp_grid_field
@@ -43,11 +43,12 @@ from geonp.io.series_stack import Dated, SeriesStack, load_series
 from geonp.model_files.checkpoint import load_checkpoint
 from geonp.model_files.train_state import check_training_output
 from geonp.models import build_model
-from geonp.tasks.context import ContextSpec
 from geonp.tasks.normalize import Normalizer
 from geonp.training.cards import best_of, series_card
 from geonp.training.checkpoints import SeriesSaver, series_stopped_message
 from geonp.training.loop import FitHooks, FitResult, MetricsWriter, fit
+from geonp.training.series_settings import SeriesData, SeriesRecipe, from_series_recipe
+from geonp.training.settings import TrainOutput
 from geonp.training.windows import make_batch
 
 logger = logging.getLogger(__name__)
@@ -55,36 +56,8 @@ logger = logging.getLogger(__name__)
 #: Gap kinds hidden on a target date (borrowed = a real cloud shape from another date's QA).
 SERIES_GAP_MIX = {"cloud": 0.3, "scene_cloud": 0.1, "stripe": 0.1, "random": 0.1}
 BORROW_PROBABILITY = 0.4
-#: Tile blend margin of fills with a multi-date model (its card's ``task_shape.overlap``): small
-#: tiles with a wide margin would carry each reference pixel into many tiles.
-FILL_OVERLAP = 2
-
-
-@dataclass(frozen=True)
-class SeriesRecipe:
-    """How tasks are cut from a series.
-
-    Attributes:
-        spec: context geometry (near, far and reference pixels).
-        core_size: query window edge (the fill's tile size for this model).
-        max_targets: cap on targets per task.
-        max_references: references per task are drawn from 1..this.
-        previous_probability: chance the references are the nearest earlier dates (else the
-            nearest dates on either side, in random order).
-        min_observed: least fraction of observed pixels for a date to be a target.
-    """
-
-    spec: ContextSpec
-    core_size: int = 32
-    max_targets: int = 256
-    max_references: int = 3
-    previous_probability: float = 0.6
-    min_observed: float = 0.3
-
-    def card_shape(self) -> dict[str, Any]:
-        """The task shape a model card states for this geometry (with the fills' tile overlap)."""
-        return {**self.spec.to_dict(), "max_context": self.spec.n_near, "core_size": self.core_size,
-                "max_targets": self.max_targets, "overlap": FILL_OVERLAP, "max_references": self.max_references}
+#: Fixed validation tasks of a run (8 per batch).
+VAL_TASKS = 64
 
 
 def series_task(stack: SeriesStack, norm: Normalizer, targets: np.ndarray, recipe: SeriesRecipe,
@@ -182,146 +155,68 @@ class SeriesTrainReport:
 
 _Draw = Callable[[np.random.Generator], Task | None]
 
-#: ``data`` entries of a multi-date recipe that set the task geometry (:func:`series_geometry`).
-GEOMETRY_KEYS = ("core_size", "max_context", "n_far", "search_radius", "rings", "sectors", "n_ref", "ref_margin",
-                 "max_references")
-
-
-def series_geometry(data: Mapping[str, Any]) -> SeriesRecipe:
-    """The task geometry set by a multi-date recipe's ``data`` entries (:data:`GEOMETRY_KEYS`).
-
-    ``max_context`` is the near context; each task has at most ``core_size²`` targets (its whole
-    query window).
-
-    Raises:
-        ConfigError: an entry is missing.
-    """
-    try:
-        spec = ContextSpec(n_near=data["max_context"], n_far=data["n_far"], search_radius=data["search_radius"],
-                           rings=data["rings"], sectors=data["sectors"], n_ref=data["n_ref"],
-                           ref_margin=data["ref_margin"])
-        return SeriesRecipe(spec=spec, core_size=data["core_size"], max_targets=data["core_size"] ** 2,
-                            max_references=data["max_references"])
-    except KeyError as err:
-        raise ConfigError(f"the multi-date recipe lacks the data entry {err}") from err
-
-
-def _from_series_recipe(
-    recipe: SeriesRecipe | str | os.PathLike[str] | Mapping[str, Mapping[str, Any]] | None,
-    training: TrainConfig | None,
-    explicit: dict[str, Any],
-) -> tuple[TrainConfig, SeriesRecipe, dict[str, Any]]:
-    """The run's settings: each argument given to :func:`train_series`, else the recipe's entry.
-
-    Returns ``(training, geometry, options)`` with ``options`` in the order of ``explicit``.
-    """
-    rec = load_recipe("multidate" if recipe is None or isinstance(recipe, SeriesRecipe) else recipe, base="multidate")
-    if rec["model"]:
-        raise ConfigError(f"the multi-date recipe takes no model section (the architecture is init_from's), "
-                          f"got {sorted(rec['model'])}")
-    data = dict(rec["data"])
-    geometry = {k: data.pop(k) for k in list(data) if k in GEOMETRY_KEYS}
-    unknown = sorted(set(data) - set(explicit))
-    if unknown:
-        flags = ", ".join("--" + k.replace("_", "-") for k in unknown)
-        raise ConfigError(f"a multi-date model takes no {', '.join(unknown)} (geonp train --series: drop {flags}); "
-                          f"valid data options: {sorted(set(explicit) | set(GEOMETRY_KEYS))}")
-    options = {k: data.get(k) if v is None else v for k, v in explicit.items()}
-    try:
-        tcfg = training or TrainConfig.from_dict(rec["training"])
-    except TypeError as err:
-        raise ConfigError(f"invalid recipe: {err}") from err
-    return tcfg, recipe if isinstance(recipe, SeriesRecipe) else series_geometry(geometry), options
-
-
 def train_series(
-    items: Sequence[Dated],
-    output: str | os.PathLike[str],
-    *,
-    init_from: str | os.PathLike[str] | None = None,
-    training: TrainConfig | None = None,
+    data: SeriesData | Sequence[Dated],
+    output: TrainOutput | str | os.PathLike[str],
     recipe: SeriesRecipe | str | os.PathLike[str] | Mapping[str, Mapping[str, Any]] | None = None,
-    batch_size: int | None = None,
-    before: dt.date | None = None,
-    val_from: dt.date | None = None,
-    spacetime_fraction: float | None = None,
-    pretrain_steps: int | None = None,
-    bands: Sequence[int] | None = None,
-    nodata: float | None = None,
-    qa_kind: str | None = "fmask",
-    val_tasks: int = 64,
-    name: str | None = None,
-    command: str | None = None,
+    *,
+    training: TrainConfig | None = None,
     progress: Callable[[int, int, float], None] | None = None,
-    metrics: str | os.PathLike[str] | None = None,
-    overwrite: bool = False,
 ) -> SeriesTrainReport:
-    """Train a multi-date model on a time series and write it to ``output``.
+    """Train a multi-date model on a time series and write it to a model directory.
 
     Every setting left as None takes the entry of the shipped ``multidate`` recipe
     (``recipes/multidate.yaml``, the multi-date model's), as ``geonp train --series`` does: the
     defaults of both live there.
 
     Args:
-        items: dated rasters (``geonp.io.timeseries.scan_series``), co-registered.
-        output: model directory.
-        init_from: single-date (or multi-date) model whose weights start training.
+        data: what to train on (:class:`~geonp.training.series_settings.SeriesData`: dated
+            rasters, the dates used and validated on, bands, nodata, QA files), or the dated rasters
+            alone (``geonp.scan_series``).
+        output: where to write (:class:`~geonp.training.settings.TrainOutput`: the model directory,
+            overwrite, the card's name and command, a metrics file: the run's learning curve), or
+            the directory alone. A multi-date run does not resume.
+        recipe: the task geometry (a :class:`~geonp.training.series_settings.SeriesRecipe`), or a
+            recipe: a shipped recipe's name, a YAML file or a mapping of ``training``/``data``
+            sections overriding ``multidate``'s entries (the ``data`` entries
+            :data:`~geonp.training.series_settings.GEOMETRY_KEYS` set the geometry, the others
+            ``init_from``, ``batch_size``, ``spacetime_fraction``, ``pretrain_steps``, ``bands``,
+            ``nodata`` and ``name``: :class:`~geonp.training.series_settings.SeriesSettings`).
+            None: ``multidate``.
         training: optimisation settings (default: the recipe's ``training`` section).
-        recipe: the task geometry (a :class:`SeriesRecipe`), or a recipe: a shipped recipe's name,
-            a YAML file or a mapping of ``training``/``data`` sections overriding ``multidate``'s
-            entries (the ``data`` entries :data:`GEOMETRY_KEYS` set the geometry,
-            :func:`series_geometry`). None: ``multidate``.
-        batch_size: tasks per step.
-        before: use only dates before this one (targets and references alike).
-        val_from: dates from this one on (and before ``before``) are validation targets only;
-            default: the last 20 % of the dates.
-        spacetime_fraction: fraction of tasks drawn from simulated space-time fields.
-        pretrain_steps: steps on simulated space-time fields first.
-        bands: 1-based bands.
-        nodata: nodata when the files lack a tag.
-        qa_kind: how the series' QA files are read (None: they are not read).
-        val_tasks: fixed validation tasks.
-        name: model name for its card.
-        command: the command line, for the card.
         progress: ``(step, total, loss)`` callback.
-        metrics: write every validation record (step, train and validation NLL, learning rate,
-            seconds) to this ``.csv`` or ``.jsonl`` file: the run's learning curve.
-        overwrite: replace the model already in ``output`` (otherwise a non-empty ``output`` is
-            refused before any data is read). ``output`` is never inside the installed geonp package.
     """
     from geonp.model_files.registry import load_model
 
-    check_training_output(output, overwrite=overwrite, resume=False)
-    created = not Path(output).exists()
+    data = data if isinstance(data, SeriesData) else SeriesData(data)
+    output = TrainOutput.of(output)
+    if output.resume:
+        raise ConfigError("a multi-date run cannot resume; train it again")
+    check_training_output(output.directory, overwrite=output.overwrite, resume=False)
+    created = not Path(output.directory).exists()
     t0 = time.perf_counter()
-    explicit = {"init_from": init_from, "batch_size": batch_size, "spacetime_fraction": spacetime_fraction,
-                "pretrain_steps": pretrain_steps, "bands": bands, "nodata": nodata, "name": name}
-    tcfg, recipe, opts = _from_series_recipe(recipe, training, explicit)
-    init_from, batch_size, spacetime_fraction, pretrain_steps, bands, nodata, name = opts.values()
-    chosen = [i for i in items if before is None or i.date < before]
+    run = from_series_recipe(recipe, training, {"bands": data.bands, "nodata": data.nodata, "name": output.name})
+    tcfg, pretrain_steps = run.training, run.pretrain_steps
+    chosen = [i for i in data.items if data.before is None or i.date < data.before]
     if len(chosen) < 3:
         raise ConfigError(f"{len(chosen)} date(s) to train on; a time series needs at least 3")
-    stack = load_series(chosen, bands=bands, nodata=nodata, qa_kind=qa_kind)
+    stack = load_series(chosen, bands=run.bands, nodata=run.nodata, qa_kind=data.qa_kind)
     flat = np.moveaxis(stack.values, 1, 0).reshape(stack.values.shape[1], -1)
     norm = Normalizer.fit(flat, np.isfinite(flat), seed=tcfg.seed)
-    start = load_model(init_from)
+    start = load_model(run.init_from)
     module, mcfg = (start.module, start.config) if start.config.temporal else temporal_from(start.module, start.config)
-    train_targets, val_targets = _split_targets(stack, recipe.min_observed, val_from)
-    draw = partial(_task_draw, stack, norm, recipe)
+    train_targets, val_targets = _split_targets(stack, run.geometry.min_observed, data.val_from)
+    draw = partial(_task_draw, stack, norm, run.geometry)
     val_rng = np.random.default_rng(tcfg.seed + 10_000)
-    val_batches = [make_batch(draw(val_targets, 0.0), min(8, val_tasks), val_rng)
-                   for _ in range(max(1, val_tasks // 8))]
-    (out := Path(output)).mkdir(parents=True, exist_ok=True)
-    card = series_card(start, recipe.card_shape(), tcfg, stack, chosen, val_targets, out, name=name,
-                       command=command, init_from=init_from, pretrain_steps=pretrain_steps,
-                       batch_size=batch_size, spacetime_fraction=spacetime_fraction)
-    saver = SeriesSaver(out, module, mcfg, norm, card, started=t0,
-                         metrics=MetricsWriter(None if metrics is None else Path(metrics), resume=False))
+    val_batches = [make_batch(draw(val_targets, 0.0), 8, val_rng) for _ in range(VAL_TASKS // 8)]
+    (out := Path(output.directory)).mkdir(parents=True, exist_ok=True)
+    saver = SeriesSaver(out, module, mcfg, norm, series_card(start, run, stack, val_targets, output), started=t0,
+                         metrics=MetricsWriter(None if output.metrics is None else Path(output.metrics), resume=False))
     total = pretrain_steps + tcfg.steps
     phases = ((0, pretrain_steps, draw(train_targets, 1.0)),
-              (pretrain_steps, total, draw(train_targets, spacetime_fraction)))
+              (pretrain_steps, total, draw(train_targets, run.spacetime_fraction)))
     try:
-        _fit_phases(module, phases, val_batches, tcfg, saver, batch_size=batch_size, progress=progress)
+        _fit_phases(module, phases, val_batches, tcfg, saver, batch_size=run.batch_size, progress=progress)
     except KeyboardInterrupt as err:
         err.detail = series_stopped_message(out, saver.best_step, created=created)  # type: ignore[attr-defined]
         raise

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from geonp.config import EvaluationConfig, ModelConfig, TrainConfig
+from geonp.config import EvaluationConfig, TrainConfig
 from geonp.data.batch import Batch
 from geonp.data.datasets import ColumnSplit
 from geonp.data.tasks import Task
@@ -48,11 +48,19 @@ from geonp.training.checkpoints import BestSaver, Reached, stopped_message
 from geonp.training.loop import FitHooks, FitResult, MetricsWriter, fit
 from geonp.training.parallel import GradientAverager, run_data_parallel, shard_size
 from geonp.training.prefetch import PrefetchedBatches, default_workers
-from geonp.training.settings import RunSettings, from_recipe, settle
+from geonp.training.settings import (
+    RunSettings,
+    TrainingData,
+    TrainOutput,
+    TrainRecipe,
+    TrainRun,
+    from_recipe,
+    given_options,
+    settle,
+)
 from geonp.training.windows import (
     PoolOptions,
     TaskRecipe,
-    TaskShape,
     WindowGroup,
     gap_source_mask,
     gp_tasks,
@@ -85,135 +93,63 @@ class TrainReport:
 
 
 def train(
-    inputs: Sequence[str | os.PathLike[str]],
-    output: str | os.PathLike[str],
+    data: TrainingData | Sequence[str | os.PathLike[str]],
+    output: TrainOutput | str | os.PathLike[str],
+    recipe: TrainRecipe | str | os.PathLike[str] | Mapping[str, Mapping[str, Any]] = "default",
     *,
-    model: ModelConfig | None = None,
-    training: TrainConfig | None = None,
-    nodata: float | None = None,
-    bands: Sequence[int] | None = None,
-    batch_size: int | None = None,
-    task_shape: TaskShape | None = None,
-    val_fraction: float | None = None,
-    test_fraction: float | None = None,
-    val_tasks: int | None = None,
-    pool_size: int | None = None,
-    pretrain_steps: int | None = None,
-    gap_source: str | os.PathLike[str] | None = None,
-    resume: bool = False,
-    overwrite: bool = False,
-    metrics: str | os.PathLike[str] | None = None,
-    name: str | None = None,
-    command: str | None = None,
-    progress: Callable[[int, int, float], None] | None = None,
-    status: Callable[[str], None] | None = None,
-    n_far: int | None = None,
-    search_radius: int | None = None,
-    rings: int | None = None,
-    sectors: int | None = None,
-    tasks_per_window: int | None = None,
-    gap_mix: dict[str, float] | None = None,
-    footprint_probability: float | None = None,
-    gp_fraction: float | None = None,
-    init_from: str | os.PathLike[str] | None = None,
-    pool_megabytes: float | None = None,
-    data_workers: int | None = None,
-    processes: int | None = None,
-    calibrate: bool | None = None,
-    recipe: str | os.PathLike[str] | Mapping[str, Mapping[str, Any]] = "default",
+    run: TrainRun | None = None,
 ) -> TrainReport:
-    """Train a model on rasters and write it to ``output`` (a model directory).
+    """Train a model on rasters and write it to a model directory.
+
+    Example::
+
+        train(TrainingData(["a.tif", "b.tif"], nodata=0), TrainOutput("my_model", metrics="curve.csv"),
+              TrainRecipe(training=TrainConfig(steps=400), init_from="default"), run=TrainRun(processes=2))
 
     Args:
-        inputs: raster files; rasters of different band counts are grouped, each group with
-            its own normalisation and windows (the model card stores the first group's).
-        output: model directory to write (best model by validation NLL, plus resume state).
-        model: architecture (default: the recipe's ``model`` section).
-        training: optimisation settings (default: the recipe's ``training`` section; ``steps``
-            counts raster steps, after any pre-training).
-        nodata: nodata value when the files lack (or have a wrong) tag.
-        bands: 1-based bands to train on (default all).
-        batch_size: tasks per step.
-        task_shape: patch, core and context sizes (default: the recipe's ``data`` entries of them).
-        val_fraction: fraction of columns (right of the training region) for validation.
-        test_fraction: fraction of columns (rightmost) held out entirely, for later evaluation.
-        val_tasks: fixed validation tasks.
-        pool_size: training patches read into memory.
-        pretrain_steps: steps on simulated GP fields before the raster steps.
-        gap_source: a mask raster (non-zero = gap) or a raster whose missing pixels give real gap
-            shapes to borrow.
-        resume: continue from the training state in ``output``.
-        overwrite: replace the model already in ``output`` (otherwise a non-empty ``output`` is
-            refused unless ``resume``). ``output`` is never inside the installed geonp package.
-        metrics: write one record per validation to this ``.csv`` or ``.jsonl`` file.
-        name: model name for its card.
-        command: the command line, for the card.
-        progress: ``(step, total, loss)`` callback.
-        status: called with a line saying what the run does after its last step (calibrating).
-        n_far: far context points per task (overrides ``task_shape.n_far``).
-        search_radius: farthest context pixel (overrides ``task_shape.search_radius``).
-        rings: distance rings of the far set (overrides the task shape's).
-        sectors: angular sectors of the far set (overrides the task shape's).
-        tasks_per_window: tasks cut from one window and mask (overrides the task shape's).
-        gap_mix: gap kind -> weight for window masks (:func:`geonp.data.gaps.sample_window_mask`),
-            e.g. ``{"cloud": 0.3, "scene_cloud": 0.25, "stripe": 0.15, "random": 0.15,
-            "borrowed": 0.15}``; None keeps the 64-px patch mix for ``patch_size < 128`` and uses
-            :data:`geonp.data.gaps.WINDOW_KIND_WEIGHTS` for larger windows.
-        footprint_probability: chance that a window mask also gets a straight nodata collar.
-        gp_fraction: fraction of the raster steps' windows drawn from simulated GP fields.
-        init_from: a built-in model name (``default``) or a model directory whose weights start
-            the training (fine-tuning; same architecture).
-        pool_megabytes: memory budget of the training windows held in memory (caps ``pool_size``
-            for large windows).
-        data_workers: processes cutting tasks ahead of the trainer (None: one where two or more
-            cores are available, else none); the batches are the same with any number.
-        processes: training processes sharing each step's batch (data parallel, one thread
-            each; :mod:`geonp.training.parallel`); 2 on a 2-core CPU is about twice as fast as
-            one. Each cuts its own share of the tasks, so the tasks depend on this number: resume
-            with the same. None: 1.
-        calibrate: fit the std calibration on the first raster's validation columns once trained
-            (:mod:`geonp.training.calibrate`), as ``geonp evaluate --calibrate`` does.
-        recipe: a shipped recipe's name (:func:`geonp.config.recipe_names`), a YAML
-            file or a mapping of ``model``/``training``/``data`` sections (a file or mapping
-            overrides the ``default`` recipe's entries). Every data keyword left as None takes
-            the recipe's value: the defaults of ``geonp train`` live in ``recipes/default.yaml``.
+        data: what to train on (:class:`~geonp.training.settings.TrainingData`: rasters, nodata,
+            bands, validation and test columns, borrowed gap shapes), or the raster files alone.
+        output: where to write (:class:`~geonp.training.settings.TrainOutput`: the model directory,
+            resume or overwrite, the card's name and command, a metrics file), or the directory alone.
+        recipe: the model, its optimisation and its tasks
+            (:class:`~geonp.training.settings.TrainRecipe`), or the recipe it builds on alone: a
+            shipped recipe's name (:func:`geonp.config.recipe_names`), a YAML file or a mapping of
+            ``model``/``training``/``data`` sections (a file or mapping overrides the ``default``
+            recipe's entries). Every setting left as None, here or in ``data`` and ``output``,
+            takes the recipe's entry: the defaults of ``geonp train`` live in ``recipes/default.yaml``.
+        run: processes and callbacks (:class:`~geonp.training.settings.TrainRun`; None: one
+            process, no callbacks).
 
     Returns:
         A :class:`TrainReport`.
 
     Raises:
-        OutputError: ``output`` holds a model (without ``overwrite`` or ``resume``) or is inside
-            the geonp package; raised before any data is read.
+        OutputError: the output directory holds a model (without ``overwrite`` or ``resume``) or
+            is inside the geonp package; raised before any data is read.
         KeyboardInterrupt: the run was interrupted; the last checkpoint is kept, and a directory
             this call created is removed if nothing was saved in it. Its ``detail`` attribute
             says where the run stopped and what it kept.
     """
-    check_training_output(output, overwrite=overwrite, resume=resume)
-    explicit = {"nodata": nodata, "bands": bands, "batch_size": batch_size, "val_fraction": val_fraction,
-                "test_fraction": test_fraction, "val_tasks": val_tasks, "pool_size": pool_size,
-                "pretrain_steps": pretrain_steps, "gap_source": gap_source, "gap_mix": gap_mix,
-                "footprint_probability": footprint_probability, "gp_fraction": gp_fraction,
-                "init_from": init_from, "pool_megabytes": pool_megabytes, "metrics": metrics, "name": name,
-                "calibrate": calibrate}
-    shape_overrides = {"n_far": n_far, "search_radius": search_radius, "rings": rings, "sectors": sectors,
-                       "tasks_per_window": tasks_per_window}
-    run = settle(*from_recipe(recipe, model, training, task_shape, explicit), shape_overrides=shape_overrides,
-                 processes=processes, inputs=inputs)
-    out, reached = Path(output), Reached(saved=resume)
+    data = data if isinstance(data, TrainingData) else TrainingData(data)
+    recipe = recipe if isinstance(recipe, TrainRecipe) else TrainRecipe(recipe)
+    output, run = TrainOutput.of(output), run or TrainRun()
+    check_training_output(output.directory, overwrite=output.overwrite, resume=output.resume)
+    settings = settle(*from_recipe(recipe, given_options(data, output, recipe)), processes=run.processes,
+                      inputs=data.rasters)
+    out, reached = Path(output.directory), Reached(saved=output.resume)
     created = not out.exists()
     try:
-        return _train(run, inputs, out, resume=resume, command=command, progress=progress, status=status,
-                      data_workers=data_workers, reached=reached)
+        return _train(settings, data.rasters, output, run, reached)
     except KeyboardInterrupt as err:
-        err.detail = stopped_message(out, run.total_steps, reached, created=created)  # type: ignore[attr-defined]
+        err.detail = stopped_message(out, settings.total_steps, reached, created=created)  # type: ignore[attr-defined]
         raise
 
 
-def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path, *, resume: bool,
-           command: str | None, progress: Callable[[int, int, float], None] | None,
-           status: Callable[[str], None] | None, data_workers: int | None, reached: Reached) -> TrainReport:
+def _train(settings: RunSettings, inputs: Sequence[str | os.PathLike[str]], output: TrainOutput, run: TrainRun,
+           reached: Reached) -> TrainReport:
     """Run :func:`train` with its settled settings (the arguments are :func:`train`'s)."""
-    opts, tcfg, shape = run.opts, run.tcfg, run.task_shape
+    opts, tcfg, shape = settings.opts, settings.tcfg, settings.task_shape
+    out, resume = Path(output.directory), output.resume
     if tcfg.distill_from is not None:
         resolve_model_path(tcfg.distill_from)  # a missing teacher fails before anything is written
     keep_freed_memory()  # a step's large tensors reuse the last step's memory (no page faults)
@@ -227,36 +163,38 @@ def _train(run: RunSettings, inputs: Sequence[str | os.PathLike[str]], out: Path
     val_recipe = task_recipe.near() if shape.near_context and shape.near_percent == 100 else task_recipe
     val_batches = _validation_batches(val_groups, val_recipe, opts.val_tasks, tcfg.seed)
     torch.manual_seed(tcfg.seed)
-    module = build_model(run.mcfg)
+    module = build_model(settings.mcfg)
     if opts.init_from is not None and not resume:
         _load_start_weights(module, opts.init_from)
-    begun = _resume(module, out, run.world) if resume else _Begun()
+    begun = _resume(module, out, settings.world) if resume else _Begun()
     reached.step = begun.step if resume else None
-    saver = BestSaver(out, module, run.mcfg, train_groups[0].norm, history=begun.history, started=t0,
-                       world=run.world, metrics=MetricsWriter(Path(opts.metrics) if opts.metrics else None, resume),
-                       card=raster_card(run, inputs, out, command, band_count=train_groups[0].pool.values.shape[1]),
+    saver = BestSaver(out, module, settings.mcfg, train_groups[0].norm, history=begun.history, started=t0,
+                       world=settings.world,
+                       metrics=MetricsWriter(Path(opts.metrics) if opts.metrics else None, resume),
+                       card=raster_card(settings, inputs, out, output.command,
+                                        band_count=train_groups[0].pool.values.shape[1]),
                        reached=reached)
 
     def report(step: int, total: int, loss: float) -> None:
         reached.step = step
-        if progress is not None:
-            progress(step, total, loss)
+        if run.progress is not None:
+            run.progress(step, total, loss)
 
-    trainer = _Trainer(module, run, _phases(run, task_recipe, train_groups), val_batches, begun, saver,
-                       report, data_workers)
+    trainer = _Trainer(module, settings, _phases(settings, task_recipe, train_groups), val_batches, begun, saver,
+                       report, run.data_workers)
     if trainer.averager is None:
         trainer.run(0)
     else:
-        run_data_parallel(run.world, trainer.run, trainer.averager)
+        run_data_parallel(settings.world, trainer.run, trainer.averager)
     if not (out / "model.safetensors").exists():
         raise InputRasterError("training produced no model; the validation NLL was never finite")
     if opts.calibrate:
-        if status is not None:
-            status(f"Calibrating the std on the validation columns of {Path(inputs[0]).name}...")
+        if run.status is not None:
+            run.status(f"Calibrating the std on the validation columns of {Path(inputs[0]).name}...")
         calibrate_on_validation(out, inputs[0], ColumnSplit(opts.val_fraction, opts.test_fraction, shape.patch_size),
                                 EvaluationConfig(nodata=opts.nodata, bands=opts.bands, seed=tcfg.seed,
                                                  device=tcfg.device), near_blend=True)
-    return TrainReport(out, run.total_steps, *best_of(load_checkpoint(out).card), time.perf_counter() - t0,
+    return TrainReport(out, settings.total_steps, *best_of(load_checkpoint(out).card), time.perf_counter() - t0,
                        begun.history, begun.step)
 
 

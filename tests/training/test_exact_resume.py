@@ -9,18 +9,13 @@ import torch
 from geonp.config import ModelConfig, TrainConfig
 from geonp.model_files.train_state import load_training_state
 from geonp.training.raster import train
+from geonp.training.settings import TrainingData, TrainOutput, TrainRecipe, TrainRun
 from geonp.training.windows import TaskShape
 from tests.conftest import smooth_field, write_raster
 
-SMALL = {
-    "model": ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32),
-    "batch_size": 4,
-    "task_shape": TaskShape(patch_size=24, core_size=12, max_context=32, max_targets=16),
-    "val_tasks": 16,
-    "pool_size": 30,
-    "nodata": 0,
-}
-CFG = TrainConfig(steps=6, val_every=3, warmup_steps=2, lr=3e-3, device="cpu")
+SMALL = TrainRecipe(model=ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32), batch_size=4,
+                    task_shape=TaskShape(patch_size=24, core_size=12, max_context=32, max_targets=16), val_tasks=16,
+                    pool_size=30, training=TrainConfig(steps=6, val_every=3, warmup_steps=2, lr=3e-3, device="cpu"))
 
 
 @pytest.fixture(scope="module")
@@ -65,14 +60,13 @@ def _assert_same(a, b):
 def test_stop_and_resume_equals_a_straight_run_bit_for_bit(raster, tmp_path, data_workers, processes):
     """With a data worker (batches made ahead) or two data-parallel processes, too."""
     torch.set_num_threads(1)  # same reduction order in both runs
-    straight = train([raster], tmp_path / "straight", training=CFG, data_workers=0, processes=processes, **SMALL)
+    data = TrainingData([raster], nodata=0)
+    straight = train(data, tmp_path / "straight", SMALL, run=TrainRun(processes, data_workers=0))
     assert straight.steps == 6 and [r["step"] for r in straight.history] == [3, 6]
     with pytest.raises(_Stop):
-        train([raster], tmp_path / "resumed", training=CFG, progress=_stop_after(3),
-              data_workers=data_workers, processes=processes, **SMALL)
+        train(data, tmp_path / "resumed", SMALL, run=TrainRun(processes, data_workers, progress=_stop_after(3)))
     assert load_training_state(tmp_path / "resumed")[2]["step"] == 3
-    resumed = train([raster], tmp_path / "resumed", training=CFG, resume=True, data_workers=data_workers,
-                    processes=processes, **SMALL)
+    resumed = train(data, TrainOutput(tmp_path / "resumed", resume=True), SMALL, run=TrainRun(processes, data_workers))
     assert [r["step"] for r in resumed.history] == [3, 6]
     _assert_same(_final_state(tmp_path / "straight"), _final_state(tmp_path / "resumed"))
     assert resumed.best_val_nll == straight.best_val_nll
@@ -107,4 +101,4 @@ def test_gradient_averager_applies_the_mean_of_the_processes_and_reports_failure
 
 def test_processes_must_fit_the_batch(raster, tmp_path):
     with pytest.raises(Exception, match="processes=5 must be an integer from 1 to batch_size=4"):
-        train([raster], tmp_path / "bad", training=CFG, processes=5, **SMALL)
+        train(TrainingData([raster], nodata=0), tmp_path / "bad", SMALL, run=TrainRun(processes=5))

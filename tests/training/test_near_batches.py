@@ -16,6 +16,7 @@ from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import LATTICE, NEAR_DISTANCE
 from geonp.training import windows
 from geonp.training.raster import train
+from geonp.training.settings import TrainingData, TrainRecipe
 from geonp.training.windows import (
     NEAR_BATCH_FRACTION,
     NEAR_CORES,
@@ -88,9 +89,10 @@ def test_a_model_trained_with_near_batches_gives_the_fills_tiles_near_data_its_n
     arr = np.stack([smooth_field((96, 160), seed=s) for s in (1, 2)]).astype("uint16")
     raster = write_raster(tmp_path / "scene.tif", arr)
     shape = TaskShape(patch_size=48, core_size=16, max_context=48, max_targets=32, near_context=20)
-    train([raster], tmp_path / "m", training=TrainConfig(steps=4, val_every=2, warmup_steps=1), task_shape=shape,
-          model=ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32), batch_size=8, val_tasks=16, pool_size=40,
-          nodata=0, calibrate=False)
+    train(TrainingData([raster], nodata=0), tmp_path / "m",
+          TrainRecipe(training=TrainConfig(steps=4, val_every=2, warmup_steps=1), task_shape=shape,
+                      model=ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32), batch_size=8, val_tasks=16,
+                      pool_size=40, calibrate=False))
     loaded = load_checkpoint(tmp_path / "m")
     assert loaded.card.task_shape["near_context"] == 20 and loaded.card.task_shape["near_percent"] == 50
     assert tile_options(loaded, None, None, None, None).near_context == 20

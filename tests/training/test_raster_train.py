@@ -1,4 +1,5 @@
 import json
+from dataclasses import replace
 
 import numpy as np
 import pytest
@@ -11,17 +12,17 @@ from geonp.data.datasets import ColumnSplit, PatchSpec, sample_patches, split_co
 from geonp.errors import NoValidPixelsError
 from geonp.model_files.checkpoint import load_checkpoint
 from geonp.training.raster import train
+from geonp.training.settings import TrainingData, TrainOutput, TrainRecipe
 from geonp.training.windows import TaskShape
 from tests.conftest import smooth_field, write_raster
 
-SMALL = {
-    "model": ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32),
-    "batch_size": 8,
-    "task_shape": TaskShape(patch_size=24, core_size=12, max_context=48, max_targets=32),
-    "val_tasks": 16,
-    "pool_size": 60,
-    "nodata": 0,
-}
+SMALL = TrainRecipe(model=ModelConfig(dim=16, depth=1, num_heads=2, ff_dim=32), batch_size=8,
+                    task_shape=TaskShape(patch_size=24, core_size=12, max_context=48, max_targets=32), val_tasks=16,
+                    pool_size=60)
+
+
+def _small(training: TrainConfig, **options) -> TrainRecipe:
+    return replace(SMALL, training=training, **options)
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,8 @@ def raster(tmp_path_factory):
 
 
 def test_short_training_lowers_validation_nll(raster, tmp_path):
-    report = train([raster], tmp_path / "m", training=TrainConfig(steps=40, val_every=10, lr=1e-2, warmup_steps=5), **SMALL)
+    report = train(TrainingData([raster], nodata=0), tmp_path / "m",
+                   _small(TrainConfig(steps=40, val_every=10, lr=1e-2, warmup_steps=5)))
     nll = [r["val_nll"] for r in report.history]
     assert len(nll) == 4
     assert min(nll[1:]) < nll[0] - 0.05, nll
@@ -45,11 +47,12 @@ def test_short_training_lowers_validation_nll(raster, tmp_path):
 
 
 def test_resume_continues_from_the_saved_step(raster, tmp_path):
-    train([raster], tmp_path / "m", training=TrainConfig(steps=10, val_every=5, warmup_steps=2), **SMALL)
+    train(TrainingData([raster], nodata=0), tmp_path / "m", _small(TrainConfig(steps=10, val_every=5, warmup_steps=2)))
     state = json.loads((tmp_path / "m" / "train_state" / "state.json").read_text())
     assert state["progress"]["step"] == 10
-    report = train([raster], tmp_path / "m", training=TrainConfig(steps=20, val_every=5, warmup_steps=2),
-                   resume=True, metrics=tmp_path / "metrics.jsonl", **SMALL)
+    report = train(TrainingData([raster], nodata=0),
+                   TrainOutput(tmp_path / "m", resume=True, metrics=tmp_path / "metrics.jsonl"),
+                   _small(TrainConfig(steps=20, val_every=5, warmup_steps=2)))
     steps = [r["step"] for r in report.history]
     assert steps == [5, 10, 15, 20]  # history kept, training went on from 10
     lines = [json.loads(x) for x in (tmp_path / "metrics.jsonl").read_text().splitlines()]
@@ -69,7 +72,7 @@ def test_training_and_validation_patches_do_not_overlap(raster):
 
 
 def test_model_directory_reloads_to_identical_outputs(raster, tmp_path):
-    train([raster], tmp_path / "m", training=TrainConfig(steps=4, val_every=2, warmup_steps=1), **SMALL)
+    train(TrainingData([raster], nodata=0), tmp_path / "m", _small(TrainConfig(steps=4, val_every=2, warmup_steps=1)))
     a, b = load_checkpoint(tmp_path / "m"), load_checkpoint(tmp_path / "m")
     xc, yc, xt = torch.rand(1, 30, 2) * 20, torch.randn(1, 30, 1), torch.rand(1, 7, 2) * 20
     with torch.no_grad():
@@ -79,10 +82,11 @@ def test_model_directory_reloads_to_identical_outputs(raster, tmp_path):
 def test_bad_training_inputs(tmp_path, raster):
     empty = write_raster(tmp_path / "empty.tif", np.zeros((2, 96, 160), "uint16"))
     with pytest.raises(NoValidPixelsError, match="patches with at least 50% valid pixels"):
-        train([empty], tmp_path / "m", training=TrainConfig(steps=2), **SMALL)
+        train(TrainingData([empty], nodata=0), tmp_path / "m", _small(TrainConfig(steps=2)))
     # rasters of different band counts train together (one group each); the card keeps the first
     one_band = write_raster(tmp_path / "one.tif", smooth_field((96, 160)).astype("uint16")[None])
-    train([raster, one_band], tmp_path / "mixed", training=TrainConfig(steps=2, val_every=2, warmup_steps=1), **SMALL)
+    train(TrainingData([raster, one_band], nodata=0), tmp_path / "mixed",
+          _small(TrainConfig(steps=2, val_every=2, warmup_steps=1)))
     mixed = load_checkpoint(tmp_path / "mixed")
     assert mixed.card.band_count == 2 and len(mixed.normalizer["mean"]) == 2
     bad = tmp_path / "bad.tif"
@@ -112,12 +116,14 @@ def test_fill_like_window_recipe_and_fine_tuning(raster, tmp_path):
     from geonp.tasks.context import ContextSpec
     from geonp.training import windows
 
-    base = dict(SMALL, task_shape=TaskShape(patch_size=64, core_size=16, max_context=24, max_targets=16))
-    train([raster], tmp_path / "start", training=TrainConfig(steps=2, val_every=2, warmup_steps=1), **base)
+    window = TaskShape(patch_size=64, core_size=16, max_context=24, max_targets=16)
+    data = TrainingData([raster], nodata=0)
+    train(data, tmp_path / "start", _small(TrainConfig(steps=2, val_every=2, warmup_steps=1), task_shape=window))
     start = load_checkpoint(tmp_path / "start")
-    report = train([raster], tmp_path / "tuned", training=TrainConfig(steps=2, val_every=2, warmup_steps=1, lr=1e-9),
-                   n_far=16, search_radius=60, rings=4, sectors=4, tasks_per_window=3, gp_fraction=0.5,
-                   gap_mix={"scene_cloud": 1.0, "sparse": 0.5}, init_from=tmp_path / "start", **base)
+    far = replace(window, n_far=16, search_radius=60, rings=4, sectors=4, tasks_per_window=3)
+    report = train(data, tmp_path / "tuned", _small(TrainConfig(steps=2, val_every=2, warmup_steps=1, lr=1e-9),
+                                                    task_shape=far, gp_fraction=0.5, init_from=tmp_path / "start",
+                                                    gap_mix={"scene_cloud": 1.0, "sparse": 0.5}))
     assert report.steps == 2
     tuned = load_checkpoint(tmp_path / "tuned")
     shape = tuned.card.task_shape
@@ -134,5 +140,5 @@ def test_fill_like_window_recipe_and_fine_tuning(raster, tmp_path):
     for t in tasks:
         assert t.xt.min() >= 0 and t.xt.max() < 16 and 0 < t.xc.shape[0] <= 40
     with pytest.raises(Exception, match="architecture differs"):
-        train([raster], tmp_path / "bad", training=TrainConfig(steps=1), init_from=tmp_path / "start",
-              **dict(base, model=ModelConfig(dim=32, depth=1, num_heads=2, ff_dim=32)))
+        train(data, tmp_path / "bad", _small(TrainConfig(steps=1), task_shape=window, init_from=tmp_path / "start",
+                                             model=ModelConfig(dim=32, depth=1, num_heads=2, ff_dim=32)))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 import torch
@@ -12,7 +14,7 @@ import geonp
 from geonp.config import TrainConfig, load_recipe
 from geonp.model_files.checkpoint import load_checkpoint
 from geonp.model_files.registry import resolve_model_path
-from geonp.training.settings import from_recipe
+from geonp.training.settings import TrainingData, TrainRecipe, from_recipe
 from geonp.training.windows import TaskShape
 from tests.conftest import smooth_field, write_raster
 
@@ -58,7 +60,7 @@ def test_the_library_reads_the_same_recipe():
     keys = ("batch_size", "val_fraction", "test_fraction", "val_tasks", "pool_size", "pretrain_steps",
             "footprint_probability", "gp_fraction", "pool_megabytes", "calibrate", "init_from")
     explicit = dict.fromkeys(keys)
-    model, train_cfg, shape, opts = from_recipe("default", None, None, None, explicit)
+    model, train_cfg, shape, opts = from_recipe(TrainRecipe(), explicit)
     default = load_recipe("default")
     assert model.depth == default["model"]["depth"] == 3 and model.ff_dim == 128
     assert train_cfg.lr == default["training"]["lr"] and train_cfg.steps == default["training"]["steps"]
@@ -68,10 +70,11 @@ def test_the_library_reads_the_same_recipe():
 
 
 def test_init_from_default_fine_tunes_the_shipped_weights(raster, tmp_path):
-    report = geonp.train([raster], tmp_path / "tuned", init_from="default", nodata=0, batch_size=4, val_tasks=16,
-                         pool_size=20, data_workers=0,
-                         task_shape=TaskShape(patch_size=24, core_size=12, max_context=32, max_targets=16),
-                         training=TrainConfig(steps=1, val_every=1, lr=1e-9, warmup_steps=0, device="cpu"))
+    report = geonp.train(TrainingData([raster], nodata=0), tmp_path / "tuned",
+                         TrainRecipe(init_from="default", batch_size=4, val_tasks=16, pool_size=20,
+                                     task_shape=TaskShape(patch_size=24, core_size=12, max_context=32, max_targets=16),
+                                     training=TrainConfig(steps=1, val_every=1, lr=1e-9, warmup_steps=0, device="cpu")),
+                         run=geonp.TrainRun(data_workers=0))
     assert report.steps == 1
     tuned = load_checkpoint(tmp_path / "tuned")
     shipped = load_checkpoint(resolve_model_path("default"))
@@ -85,9 +88,10 @@ def test_a_trained_model_ships_calibrated_on_its_validation_columns(raster, tmp_
     from geonp.training.calibrate import validation_window
 
     shape = TaskShape(patch_size=24, core_size=12, max_context=32, max_targets=16)
-    geonp.train([raster], tmp_path / "m", nodata=0, batch_size=4, val_tasks=16, pool_size=20, data_workers=0,
-                task_shape=shape, training=TrainConfig(steps=2, val_every=2, warmup_steps=0, device="cpu"),
-                test_fraction=0.2, val_fraction=0.2)
+    small = TrainRecipe(batch_size=4, val_tasks=16, pool_size=20, task_shape=shape,
+                        training=TrainConfig(steps=2, val_every=2, warmup_steps=0, device="cpu"))
+    geonp.train(TrainingData([raster], nodata=0, test_fraction=0.2, val_fraction=0.2), tmp_path / "m", small,
+                run=geonp.TrainRun(data_workers=0))
     loaded = load_checkpoint(tmp_path / "m")
     cal = loaded.calibration
     assert cal is not None and len(cal.std_scale) == 2 and all(0.05 < f < 20 for f in cal.std_scale)
@@ -98,7 +102,6 @@ def test_a_trained_model_ships_calibrated_on_its_validation_columns(raster, tmp_
     blend_note = cal.fitted_on.split("; near blend fitted on ")[1]
     assert cal.near_blend is not None and f"window {col} {row} {w} {h}" in blend_note and "seeds [1]" in blend_note
     assert sum(map(sum, cal.near_blend.pixels)) > 0 and np.asarray(cal.near_blend.weights).shape == (4, 4, 7)
-    geonp.train([raster], tmp_path / "raw", nodata=0, batch_size=4, val_tasks=16, pool_size=20, data_workers=0,
-                task_shape=shape, training=TrainConfig(steps=2, val_every=2, warmup_steps=0, device="cpu"),
-                calibrate=False)
+    geonp.train(TrainingData([raster], nodata=0), tmp_path / "raw", replace(small, calibrate=False),
+                run=geonp.TrainRun(data_workers=0))
     assert load_checkpoint(tmp_path / "raw").calibration is None

@@ -20,14 +20,19 @@ from tests.hardening._helpers import assert_refused, checksums, invoke
 CLI_ARGS = ["--dim", "8", "--depth", "1", "--heads", "2", "--ff-dim", "8", "--device", "cpu", "--patch-size",
             "24", "--core-size", "12", "--max-context", "32", "--n-far", "8", "--search-radius", "32",
             "--batch-size", "4", "--nodata", "0", "--val-every", "2", "--no-calibrate"]
-API_ARGS = {"model": ModelConfig(dim=8, depth=1, num_heads=2, ff_dim=8), "batch_size": 4, "nodata": 0,
-            "task_shape": TaskShape(patch_size=24, core_size=12, max_context=32, max_targets=16),
-            "n_far": 8, "search_radius": 32, "val_tasks": 16, "pool_size": 20}
 PACKAGE = Path(geonp.__file__).resolve().parent
 
 
-def _cfg(steps: int) -> TrainConfig:
-    return TrainConfig(steps=steps, val_every=2, warmup_steps=1, device="cpu")
+def _data(raster: Path) -> geonp.TrainingData:
+    return geonp.TrainingData([raster], nodata=0)
+
+
+def _recipe(steps: int, *, calibrate: bool | None = None) -> geonp.TrainRecipe:
+    return geonp.TrainRecipe(model=ModelConfig(dim=8, depth=1, num_heads=2, ff_dim=8), batch_size=4,
+                             training=TrainConfig(steps=steps, val_every=2, warmup_steps=1, device="cpu"),
+                             task_shape=TaskShape(patch_size=24, core_size=12, max_context=32, max_targets=16,
+                                                  n_far=8, search_radius=32),
+                             val_tasks=16, pool_size=20, calibrate=calibrate)
 
 
 @pytest.fixture(scope="module")
@@ -68,17 +73,18 @@ def test_train_never_writes_inside_the_geonp_package(tmp_path, scenes) -> None:
 
 def test_the_python_api_refuses_an_existing_model_before_reading_any_data(tmp_path, scenes) -> None:
     out = tmp_path / "m"
-    report = geonp.train([scenes[0]], out, training=_cfg(2), calibrate=False, **API_ARGS)
+    report = geonp.train(_data(scenes[0]), out, _recipe(2, calibrate=False))
     assert (report.steps, report.first_step) == (2, 0)
     model = checksums([out])
     with pytest.raises(OutputError, match="already holds a model; pass --overwrite"):
-        geonp.train([tmp_path / "missing.tif"], out, training=_cfg(2), **API_ARGS)  # refused before the input
+        geonp.train(_data(tmp_path / "missing.tif"), out, _recipe(2))  # refused before the input
     with pytest.raises(OutputError, match="inside the installed geonp package"):
-        geonp.train([tmp_path / "missing.tif"], PACKAGE / "pretrained" / "default", overwrite=True, **API_ARGS)
+        geonp.train(_data(tmp_path / "missing.tif"), geonp.TrainOutput(PACKAGE / "pretrained" / "default",
+                                                                       overwrite=True), _recipe(2))
     with pytest.raises(CheckpointError, match="has no training state to resume from"):
-        geonp.train([scenes[0]], tmp_path / "empty", resume=True, **API_ARGS)
+        geonp.train(_data(scenes[0]), geonp.TrainOutput(tmp_path / "empty", resume=True), _recipe(2))
     assert checksums([out]) == model
-    again = geonp.train([scenes[1]], out, training=_cfg(2), calibrate=False, overwrite=True, **API_ARGS)
+    again = geonp.train(_data(scenes[1]), geonp.TrainOutput(out, overwrite=True), _recipe(2, calibrate=False))
     assert again.output == out and checksums([out]) != model
 
 
@@ -86,8 +92,8 @@ def test_a_resumed_run_counts_its_steps_from_where_it_was(tmp_path, scenes) -> N
     out = tmp_path / "m"
     assert invoke(["-q", "train", scenes[0], "-o", out, "--steps", "4", *CLI_ARGS]).exit_code == 0
     seen: list[tuple[int, int]] = []
-    report = geonp.train([scenes[0]], out, training=_cfg(6), resume=True, calibrate=False,
-                         progress=lambda step, total, loss: seen.append((step, total)), **API_ARGS)
+    report = geonp.train(_data(scenes[0]), geonp.TrainOutput(out, resume=True), _recipe(6, calibrate=False),
+                         run=geonp.TrainRun(progress=lambda step, total, loss: seen.append((step, total))))
     assert (report.first_step, report.steps) == (4, 6)
     assert seen == [(5, 6), (6, 6)]
     assert [int(r["step"]) for r in report.history] == [2, 4, 6]
@@ -98,11 +104,11 @@ def test_a_resumed_run_counts_its_steps_from_where_it_was(tmp_path, scenes) -> N
 
 def test_training_says_when_it_calibrates(tmp_path, scenes) -> None:
     lines: list[str] = []
-    geonp.train([scenes[0]], tmp_path / "m", training=_cfg(2), calibrate=True, status=lines.append, **API_ARGS)
+    geonp.train(_data(scenes[0]), tmp_path / "m", _recipe(2, calibrate=True), run=geonp.TrainRun(status=lines.append))
     assert lines == ["Calibrating the std on the validation columns of a.tif..."]
     assert geonp.load_model(tmp_path / "m").calibration is not None
     lines.clear()
-    geonp.train([scenes[0]], tmp_path / "n", training=_cfg(2), calibrate=False, status=lines.append, **API_ARGS)
+    geonp.train(_data(scenes[0]), tmp_path / "n", _recipe(2, calibrate=False), run=geonp.TrainRun(status=lines.append))
     assert lines == []
 
 
@@ -110,12 +116,12 @@ def test_a_series_train_refuses_an_existing_model_before_reading_any_data(tmp_pa
     from geonp.training.multidate import train_series
 
     out = tmp_path / "m"
-    geonp.train([scenes[0]], out, training=_cfg(2), calibrate=False, **API_ARGS)
+    geonp.train(_data(scenes[0]), out, _recipe(2, calibrate=False))
     model = checksums([out])
     with pytest.raises(OutputError, match="already holds a model; pass --overwrite"):
         train_series([], out)  # no dates at all: refused for the model before that
     with pytest.raises(OutputError, match="inside the installed geonp package"):
-        train_series([], PACKAGE / "pretrained" / "multidate", overwrite=True)
+        train_series([], geonp.TrainOutput(PACKAGE / "pretrained" / "multidate", overwrite=True))
     assert checksums([out]) == model
 
 
