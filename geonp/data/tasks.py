@@ -50,20 +50,32 @@ class Task:
     scale: np.ndarray | None = None
 
 
-@dataclass
-class ReferenceBand:
-    """Another date of the same place, on the task's window (multi-date tasks).
+@dataclass(frozen=True, eq=False)
+class ReferenceView:
+    """Another date of the same place, on the arrays of a block, a tile's band group or a training window.
+
+    Its values are in the units its holder states: the raster's own in
+    :class:`~geonp.filling.block_input.BlockInput`, the target's globally normalised units once
+    :mod:`geonp.filling.block` has normalised them (tiles, training tasks).
 
     Attributes:
-        values: ``[dy, h, w]`` in the target's globally normalised units (anything where not
-            observed).
-        observed: bool ``[h, w]``, True where the reference has data.
+        values: ``[n, h, w]`` (anything where not observed).
+        observed: bool ``[n, h, w]``, True where the reference has data.
         days: date offset from the target's date, in days (negative = before it).
     """
 
     values: np.ndarray
     observed: np.ndarray
     days: float
+
+    @property
+    def mask(self) -> np.ndarray:
+        """The ``[h, w]`` observed mask of every band: ``observed[0]``.
+
+        The bands of a tile's group or a training window share one gap pattern, in each reference too
+        (:func:`geonp.filling.tile_tasks.block_tasks` groups them so; training tasks hold one band).
+        """
+        return self.observed[0]
 
 
 #: Fewest pixels observed on both dates for a reference to be matched to the target (below it,
@@ -95,7 +107,7 @@ def context_points(
     *,
     origin: tuple[int, int] = (0, 0),
     limit: int | None = None,
-    references: Sequence[ReferenceBand] = (),
+    references: Sequence[ReferenceView] = (),
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """The context of a query window, for training and filling alike.
 
@@ -123,17 +135,17 @@ def context_points(
 
 def context_values(values: np.ndarray, chosen: tuple[np.ndarray, np.ndarray], query_mask: np.ndarray,
                    query_bounds: tuple[int, int, int, int], spec: ContextSpec, *, origin: tuple[int, int] = (0, 0),
-                   references: Sequence[ReferenceBand] = ()
+                   references: Sequence[ReferenceView] = ()
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
     """:func:`context_points` from the target date's context pixels ``chosen`` (rows, cols) already chosen."""
     rows, cols = chosen
     ys = [values[:, rows, cols].T]
     rs, cs, ds = [rows], [cols], [np.zeros(rows.size)]
     for ref in references:
-        rr, rc = select_reference_context(ref.observed, query_mask, query_bounds, spec, origin=origin)
+        rr, rc = select_reference_context(ref.mask, query_mask, query_bounds, spec, origin=origin)
         if rr.size == 0:
             continue
-        common = ref.observed[rows, cols]
+        common = ref.mask[rows, cols]
         ys.append(match_reference(ref.values[:, rows[common], cols[common]].T, ys[0][common],
                                   ref.values[:, rr, rc].T))
         rs.append(rr)
@@ -227,7 +239,7 @@ class TaskWindow:
     is_gap: np.ndarray
     targets: np.ndarray | None = None
     origin: tuple[int, int] = (0, 0)
-    references: Sequence[ReferenceBand] | None = None
+    references: Sequence[ReferenceView] | None = None
 
 
 def window_task(window: TaskWindow, *, core: tuple[int, int, int, int], spec: ContextSpec, max_targets: int,

@@ -15,6 +15,7 @@ import numpy as np
 from rasterio.windows import Window
 
 from geonp.config import FillConfig
+from geonp.data.tasks import ReferenceView
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.filling import engine
 from geonp.filling.block import BlockInput, fill_block
@@ -87,7 +88,7 @@ def fill_array(
     one_band = values.ndim == 2
     values, valid = _checked(values[None] if one_band else values, valid, cfg.nodata)
     refs = _array_references(references, values.shape, cfg.nodata)
-    if not valid.any() and not any(ok.any() for _, ok, _ in refs):  # a date under cloud: its references
+    if not valid.any() and not any(r.observed.any() for r in refs):  # a date under cloud: its references
         raise NoValidPixelsError("the array has no valid pixel to fill from")
     h, w = values.shape[1:]
     region = _check_place(region or (0, h, 0, w), origin, h, w)
@@ -95,7 +96,7 @@ def fill_array(
         raise InputRasterError(f"fillable has shape {np.shape(fillable)}; give a bool [h, w] mask of shape {(h, w)}")
     if fillable is None and not cfg.fill_outside:  # fill_raster's footprint: from the data, clouds inside
         footprint = footprint_of_array(valid_mask(values, nodata=cfg.nodata).any(axis=0))
-        fillable = footprint.fillable(Window(0, 0, w, h), [ok for _, ok, _ in refs])
+        fillable = footprint.fillable(Window(0, 0, w, h), [r.observed for r in refs])
     plan, predictor = _plan(values, valid, cfg, refs)
     out = fill_block(BlockInput(values.astype(np.float64), valid, region, origin=origin, fillable=fillable,
                                 references=tuple(refs)), plan, predictor)
@@ -141,7 +142,7 @@ def _check_place(region: Any, origin: Any, h: int, w: int) -> Region:
 
 
 def _plan(values: np.ndarray, valid: np.ndarray, cfg: FillConfig,
-          refs: list[tuple[np.ndarray, np.ndarray, float]]) -> tuple[FillPlan, Any]:
+          refs: list[ReferenceView]) -> tuple[FillPlan, Any]:
     """The plan of an array's fill and its predictor (None for a nearest-class fill: no model)."""
     n = values.shape[0]
 
@@ -154,7 +155,7 @@ def _plan(values: np.ndarray, valid: np.ndarray, cfg: FillConfig,
     loaded = load_for_fill(fill_model(cfg.model, references=bool(refs)), references=bool(refs))
     lines = None
     if refs and cfg.reference_fit == "regression":
-        lines = fit_regression(values, valid, [(vals, ok) for vals, ok, _ in refs])
+        lines = fit_regression(values, valid, [(r.values, r.observed) for r in refs])
     plan = FillPlan.build(cfg, loaded, n_bands=n, sample=sample, reference_lines=lines)
     return plan, plan.predictor(loaded)
 
@@ -182,8 +183,8 @@ def _refuse_references_for_classes(refs: Sequence[Any]) -> None:
 
 
 def _array_references(references: Sequence[Any], shape: tuple[int, ...],
-                      nodata: float | None) -> list[tuple[np.ndarray, np.ndarray, float]]:
-    """Check ``fill_array``'s references; each as ``(values, observed, days)`` of ``shape``."""
+                      nodata: float | None) -> list[ReferenceView]:
+    """Check ``fill_array``'s references; each on ``shape`` in the array's units."""
     out = []
     for i, item in enumerate(as_references(references), 1):
         _refuse_files(i, item, "fill_array")
@@ -195,7 +196,7 @@ def _array_references(references: Sequence[Any], shape: tuple[int, ...],
             got = ref.shape if ref.shape != shape else f"{ref.shape} and valid {np.shape(ok)}"
             raise InputRasterError(f"reference {i} has shape {got}, the array {shape}; give each reference (and "
                                    "its valid mask) on the array's grid with the same bands")
-        out.append((ref, valid_mask(ref, nodata=nodata, internal_valid=ok), float(days)))
+        out.append(ReferenceView(ref, valid_mask(ref, nodata=nodata, internal_valid=ok), float(days)))
     return out
 
 

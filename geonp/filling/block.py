@@ -17,13 +17,13 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import ndimage
 
+from geonp.data.tasks import ReferenceView
 from geonp.filling import classes
 from geonp.filling.block_input import BlockInput
 from geonp.filling.calibration import region_distances
 from geonp.filling.corrections import BlockView
 from geonp.filling.plan import FillPlan
 from geonp.filling.predict import Predictor, release_heap
-from geonp.filling.tile_tasks import BlockReference
 from geonp.tasks.tiling import Region
 
 __all__ = ["BlockInput", "BlockOutput", "fill_block", "fill_targets", "within"]
@@ -125,7 +125,7 @@ def _model_fill(inputs: BlockInput, plan: FillPlan, predictor: Predictor, to_fil
     """
     norm, region = plan.norm, inputs.region
     assert norm is not None, "a model fill needs a normaliser"
-    refs = [BlockReference(norm.apply(np.where(ok, vals, 0.0)), ok, days) for vals, ok, days in inputs.references]
+    refs = [ReferenceView(norm.apply(np.where(r.observed, r.values, 0.0)), r.observed, r.days) for r in inputs.references]
     corrections = plan.corrections
     # each pixel's distance to data, for the corrections and a near model's std (once per block)
     needs = any(c.needs_distance for c in corrections) or predictor.near is not None

@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import numpy as np
 
 from geonp.tasks.tiling import Region
 
-__all__ = ["BlockInput", "ReferenceArrays"]
+if TYPE_CHECKING:
+    from geonp.data.tasks import ReferenceView
 
-#: Another date on a block's arrays: ``(values, observed, days)``, ``values``/``observed``
-#: ``[bands, h, w]`` in the bands' units, ``days`` the date offset from the target's date.
-ReferenceArrays = tuple[np.ndarray, np.ndarray, float]
+__all__ = ["BlockInput"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -26,7 +26,8 @@ class BlockInput:
         region: the block's own pixels within the arrays (the rest is context only).
         origin: the arrays' ``(row, col)`` offset in the raster (keeps tiles on the raster's grid).
         fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
-        references: other dates on the same arrays (multi-date models).
+        references: other dates on the same arrays (multi-date models), ``[bands, h, w]`` in the
+            bands' units.
         search_limit: the largest context search radius the halo holds (None: as far as the plan
             searches); a tile that needs more raises
             :class:`~geonp.tasks.context.HaloTooSmall`.
@@ -37,7 +38,7 @@ class BlockInput:
     region: Region
     origin: tuple[int, int] = (0, 0)
     fillable: np.ndarray | None = None
-    references: tuple[ReferenceArrays, ...] = ()
+    references: tuple[ReferenceView, ...] = ()
     search_limit: int | None = None
 
     @property

@@ -79,7 +79,7 @@ class RegressionWeight:
         at = np.zeros(block.values.shape[1:], dtype=bool)
         at[block.region.slices] = view.to_fill[block.core].any(axis=0)
         r_mean, r_std, _ = self.lines.estimate(block.values, block.observed,
-                                               [(vals, ok) for vals, ok, _ in block.references], at, block.origin)
+                                               [(r.values, r.observed) for r in block.references], at, block.origin)
         r_mean, r_std = r_mean[block.core], r_std[block.core]
         # The weighted mean of the two estimates; the same weighted mean of their stds is the std of
         # that mean when their errors are fully correlated (an upper bound otherwise).

@@ -30,6 +30,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from rasterio.windows import Window
 
+from geonp.data.tasks import ReferenceView
 from geonp.errors import ConfigError
 from geonp.filling.block import BlockInput, BlockOutput, fill_block
 from geonp.filling.plan import FillPlan, plan_model
@@ -147,10 +148,10 @@ class BlockRunner:
         hc0, hc1 = max(0, c0 - halo), min(self.info.width, c1 + halo)
         win = Window(hc0, hr0, hc1 - hc0, hr1 - hr0)
         raw, ok = read_target(self.src, self.info, source, win)
-        refs = tuple((*ref.read(self.info, win), days)
-                     for ref, days in zip(source.references, source.reference_days, strict=True))
+        reads = [ref.read(self.info, win) for ref in source.references]
+        refs = tuple(ReferenceView(vals, seen, days) for (vals, seen), days in zip(reads, source.reference_days, strict=True))
         # inside the footprint, or observed by a reference (evidence that it is inside the scene)
-        fillable = None if source.sources is None else source.sources.fillable(win, [r[1] for r in refs])
+        fillable = None if source.sources is None else source.sources.fillable(win, [r.observed for r in refs])
         return BlockInput(raw, ok, block.shifted(-hr0, -hc0), origin=(hr0, hc0), fillable=fillable,
                           references=refs, search_limit=limit)
 

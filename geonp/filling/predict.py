@@ -33,9 +33,9 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from geonp.data.tasks import Task, collate
+from geonp.data.tasks import ReferenceView, Task, collate
 from geonp.filling.calibration import region_distances
-from geonp.filling.tile_tasks import BlockReference, TileOptions, TileTask, block_tasks
+from geonp.filling.tile_tasks import TileOptions, TileTask, block_tasks
 from geonp.model_files.calibration import Calibration
 from geonp.tasks.lattice import read_off
 from geonp.tasks.tiling import Region
@@ -240,7 +240,7 @@ class Predictor:
         origin: tuple[int, int],
         progress: Callable[[int], None] | None = None,
         limit: int | None = None,
-        references: Sequence[BlockReference] = (),
+        references: Sequence[ReferenceView] = (),
         distance: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Predict the ``to_fill`` pixels of a block's region (all bands).

@@ -16,13 +16,13 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from geonp.data.tasks import ReferenceBand, Task, context_values, positions, standardize_bands
+from geonp.data.tasks import ReferenceView, Task, context_values, positions, standardize_bands
 from geonp.tasks.block_context import select_contexts
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import TileTargets, spacing_map, tile_targets
 from geonp.tasks.tiling import Region, Tile
 
-__all__ = ["BandGroup", "BlockReference", "TileOptions", "TileTask", "band_tasks", "block_tasks", "block_tiles"]
+__all__ = ["BandGroup", "TileOptions", "TileTask", "band_tasks", "block_tasks", "block_tiles"]
 
 
 @dataclass(frozen=True)
@@ -88,21 +88,6 @@ class TileOptions:
         pixels before it, and searches ``search_radius`` pixels beyond its query window.
         """
         return self.search_radius + 2 * self.overlap + self.tile_size
-
-
-@dataclass(frozen=True)
-class BlockReference:
-    """Another date on a block's window (multi-date fills).
-
-    Attributes:
-        values: ``[bands, h, w]`` in the target's normalised units (anything where not observed).
-        observed: bool ``[bands, h, w]``.
-        days: date offset from the target's date (negative = before it).
-    """
-
-    values: np.ndarray
-    observed: np.ndarray
-    days: float
 
 
 @dataclass
@@ -203,14 +188,15 @@ class BandGroup:
             block).
         bands: the band's index in the block (for the output index), or the indices of the bands
             of ``values [bands, h, w]``.
-        references: these bands of other dates (multi-date models; ``TileOptions.temporal``; one band).
+        references: these bands of other dates (multi-date models; ``TileOptions.temporal``), observed alike in
+            every band (:attr:`~geonp.data.tasks.ReferenceView.mask`).
     """
 
     values: np.ndarray
     observed: np.ndarray
     to_fill: np.ndarray
     bands: int | Sequence[int] = 0
-    references: Sequence[ReferenceBand] = ()
+    references: Sequence[ReferenceView] = ()
 
 
 def band_tasks(group: BandGroup, region: Region, *, origin: tuple[int, int], opts: TileOptions,
@@ -231,7 +217,7 @@ def band_tasks(group: BandGroup, region: Region, *, origin: tuple[int, int], opt
     """
     observed, to_fill, references = group.observed, group.to_fill, group.references
     # a pixel a reference observes is near data too
-    seen = functools.reduce(np.logical_or, [r.observed for r in references], observed)
+    seen = functools.reduce(np.logical_or, [r.mask for r in references], observed)
     spacing = spacing_map(seen, opts.lattice)
     bands = [group.bands] if isinstance(group.bands, int | np.integer) else list(group.bands)
     values = group.values[None] if group.values.ndim == 2 else group.values
@@ -323,7 +309,7 @@ def block_tasks(
     origin: tuple[int, int],
     opts: TileOptions,
     limit: int | None = None,
-    references: Sequence[BlockReference] = (),
+    references: Sequence[ReferenceView] = (),
 ) -> list[TileTask]:
     """The tasks of every band of a block (``values``, ``observed``, ``to_fill``: ``[bands, h, w]``).
 
@@ -335,8 +321,8 @@ def block_tasks(
     tasks: list[TileTask] = []
     for group in _pattern_groups(observed, to_fill, [r.observed for r in references]):
         b = group[0]
-        refs = [ReferenceBand(r.values[group], r.observed[b], r.days) for r in references]
-        if to_fill[b].any() and (observed[b].any() or any(r.observed.any() for r in refs)):
+        refs = [ReferenceView(r.values[group], r.observed[group], r.days) for r in references]
+        if to_fill[b].any() and (observed[b].any() or any(r.mask.any() for r in refs)):
             tasks += band_tasks(BandGroup(values[group], observed[b], to_fill[b], group, refs), region,
                                 origin=origin, opts=opts, limit=limit)
     return tasks

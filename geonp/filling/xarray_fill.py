@@ -19,6 +19,7 @@ import numpy as np
 from rasterio.windows import Window
 
 from geonp.config import FillConfig
+from geonp.data.tasks import ReferenceView
 from geonp.errors import ConfigError, InputRasterError, NoValidPixelsError
 from geonp.filling import survey
 from geonp.filling.arrays import (
@@ -292,13 +293,13 @@ def _fill_chunk(block: np.ndarray, at: tuple[int, int, Region], footprint: Any,
     option_nodata = units.option_nodata
     values = np.asarray(block, dtype=np.float64)
     valid = _observed(values, units.nodata, option_nodata)
-    references = tuple((r, valid_mask(r, nodata=option_nodata), d)
+    references = tuple(ReferenceView(r, valid_mask(r, nodata=option_nodata), d)
                        for r, d in zip((np.asarray(r, dtype=np.float64) for r in refs), units.days, strict=True))
     core = (slice(None), *region.slices)
-    if not valid.any() and not any(ok.any() for _, ok, _ in references):
+    if not valid.any() and not any(r.observed.any() for r in references):
         # nothing observed within the chunk's halo: its gaps have no context
         return np.stack([values[core], np.where(valid[core], 0.0, np.nan)])
-    inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), [r for r, _, _ in references],
+    inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), [r.values for r in references],
                      option_nodata)
     predictor = None if plan.class_reach is not None else plan.predictor(loaded or plan_model(plan))
     out = fill_block(BlockInput(values, valid, region, origin=(r0, c0), fillable=inside, references=references),

@@ -37,7 +37,7 @@ from geonp.config import ModelConfig, TrainConfig
 from geonp.data.batch import Batch
 from geonp.data.gaps import sample_window_mask
 from geonp.data.synthetic import gp_grid_field
-from geonp.data.tasks import ReferenceBand, Task, TaskWindow, window_task
+from geonp.data.tasks import ReferenceView, Task, TaskWindow, window_task
 from geonp.errors import ConfigError, NoValidPixelsError
 from geonp.io.series_stack import Dated, SeriesStack, load_series
 from geonp.model_files.checkpoint import load_checkpoint
@@ -90,7 +90,7 @@ def series_task(stack: SeriesStack, norm: Normalizer, targets: np.ndarray, recip
     def scaled(i: int) -> np.ndarray:  # date i's band in normalised units, 0 where not observed
         return np.nan_to_num((stack.values[i, band] - norm.mean[band]) / norm.std[band])[None]
 
-    references = [ReferenceBand(scaled(r), obs[r], float(stack.days[r] - stack.days[t])) for r in refs]
+    references = [ReferenceView(scaled(r), obs[r][None], float(stack.days[r] - stack.days[t])) for r in refs]
     c = min(recipe.core_size, h, w)
     r0, c0 = int(rng.integers(0, h - c + 1)), int(rng.integers(0, w - c + 1))
     return window_task(TaskWindow(scaled(t), valid, is_gap, references=references), core=(r0, r0 + c, c0, c0 + c),
@@ -117,7 +117,7 @@ def spacetime_task(recipe: SeriesRecipe, rng: np.random.Generator, size: int = 6
     references = []
     for d in offsets:
         gaps, _ = sample_window_mask((size, size), rng=rng, weights=SERIES_GAP_MIX, footprint_probability=0.0)
-        references.append(ReferenceBand(date_field(float(d), False)[None], ~gaps, float(d)))
+        references.append(ReferenceView(date_field(float(d), False)[None], (~gaps)[None], float(d)))
     is_gap, _ = sample_window_mask((size, size), rng=rng, weights=SERIES_GAP_MIX, footprint_probability=0.0)
     c = min(recipe.core_size, size)
     r0, c0 = int(rng.integers(0, size - c + 1)), int(rng.integers(0, size - c + 1))

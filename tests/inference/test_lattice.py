@@ -9,9 +9,10 @@ import pytest
 
 import geonp
 from geonp.data.synthetic import gp_grid_field
+from geonp.data.tasks import ReferenceView
 from geonp.filling import tile_tasks
 from geonp.filling.predict import Predictor, reference_predict
-from geonp.filling.tile_tasks import BlockReference, TileOptions, block_tasks
+from geonp.filling.tile_tasks import TileOptions, block_tasks
 from geonp.model_files.registry import load_model
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import LATTICE, read_off, spacing_map, tile_targets
@@ -131,7 +132,7 @@ def test_bands_sharing_a_gap_pattern_share_geometry_and_give_the_same_tasks(monk
     if dated:  # two other dates, each with its own hole shared by both bands
         for k, days in ((1, -16.0), (2, 16.0)):
             ref_values, ref_observed, _ = _hole(size=96, hole=(10 + 20 * k, 40 + 20 * k), seed=k)
-            refs.append(BlockReference(ref_values, ref_observed, days))
+            refs.append(ReferenceView(ref_values, ref_observed, days))
     opts = TileOptions(tile_size=24, overlap=8, context=ContextSpec(n_near=64, search_radius=96, n_ref=32),
                        temporal=dated, **LATTICE_OPTS)
     shared = block_tasks(values, observed, to_fill, (0, 96, 0, 96), origin=(0, 0), opts=opts, references=refs)

@@ -10,12 +10,12 @@ from geonp_cli.main import cli
 from rasterio.warp import Resampling, calculate_default_transform, reproject
 
 import geonp
-from geonp.data.tasks import ReferenceBand, TaskWindow, context_points, window_task
+from geonp.data.tasks import ReferenceView, TaskWindow, context_points, window_task
 from geonp.errors import ConfigError, InputRasterError
 from geonp.evaluation.baselines import fillnodata_baseline
 from geonp.evaluation.series import reference_regression
 from geonp.filling.references import REGRESSION_WEIGHT
-from geonp.filling.tile_tasks import BlockReference, TileOptions, block_tasks
+from geonp.filling.tile_tasks import TileOptions, block_tasks
 from geonp.tasks.context import ContextSpec
 
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
@@ -210,8 +210,8 @@ def test_training_and_filling_choose_the_same_reference_pixels():
     observed &= ~is_gap
     opts = TileOptions(tile_size=16, overlap=0, context=ContextSpec(n_near=40, search_radius=32, n_ref=100, ref_margin=1), temporal=True)
     tasks = block_tasks(values, observed[None], is_gap[None], (16, 32, 16, 32), origin=(0, 0), opts=opts,
-                        references=[BlockReference(ref_vals, ref_ok[None], -16.0)])
-    window = TaskWindow(values, observed | is_gap, is_gap, references=[ReferenceBand(ref_vals, ref_ok, -16.0)])
+                        references=[ReferenceView(ref_vals, ref_ok[None], -16.0)])
+    window = TaskWindow(values, observed | is_gap, is_gap, references=[ReferenceView(ref_vals, ref_ok[None], -16.0)])
     task = window_task(window, core=(16, 32, 16, 32), spec=opts.context, max_targets=10_000, rng=rng)
     fill = next(t.task for t in tasks if t.task.xt.shape[0] == task.xt.shape[0])
     np.testing.assert_array_equal(fill.xc, task.xc)
@@ -220,7 +220,7 @@ def test_training_and_filling_choose_the_same_reference_pixels():
     assert (days == -16).sum() == 100 and (days == 0).sum() == 40  # capped at n_ref and n_near
     # the first reference pixels are those at query pixels
     rows, cols, d, _, n_target = context_points(values, observed, is_gap, (16, 32, 16, 32), opts.context,
-                                                references=[ReferenceBand(ref_vals, ref_ok, -16.0)])
+                                                references=[ReferenceView(ref_vals, ref_ok[None], -16.0)])
     assert n_target == 40 and is_gap[rows[d == -16], cols[d == -16]].all()
 
 
