@@ -98,10 +98,12 @@ def fill(truth: np.ndarray, gap: np.ndarray, name: str) -> tuple[np.ndarray, np.
 def pairs(observed: np.ndarray, opts: object) -> float:
     """Attention pairs per layer (context x context + targets x context, over all tasks), in millions:
     the model's cost, independent of the machine's load."""
+    from geonp.filling.block_input import BlockInput
     from geonp.filling.tile_tasks import block_tasks
+    from geonp.tasks.tiling import Region
 
-    tasks = block_tasks(np.zeros(observed.shape), observed, ~observed, (0, observed.shape[1], 0, observed.shape[2]),
-                        origin=(0, 0), opts=opts)
+    block = BlockInput(np.zeros(observed.shape), observed, Region(0, observed.shape[1], 0, observed.shape[2]))
+    tasks = block_tasks(block, ~observed, opts)
     return sum(t.task.xc.shape[0] * (t.task.xc.shape[0] + t.task.xt.shape[0]) for t in tasks) / 1e6
 
 

@@ -11,6 +11,7 @@ it, and write or cast its outputs.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -125,14 +126,15 @@ def _model_fill(inputs: BlockInput, plan: FillPlan, predictor: Predictor, to_fil
     """
     norm, region = plan.norm, inputs.region
     assert norm is not None, "a model fill needs a normaliser"
-    refs = [ReferenceView(norm.apply(np.where(r.observed, r.values, 0.0)), r.observed, r.days) for r in inputs.references]
+    refs = tuple(ReferenceView(norm.apply(np.where(r.observed, r.values, 0.0)), r.observed, r.days)
+                 for r in inputs.references)
     corrections = plan.corrections
     # each pixel's distance to data, for the corrections and a near model's std (once per block)
     needs = any(c.needs_distance for c in corrections) or predictor.near is not None
     dist = region_distances(inputs.observed, region) if needs else None
-    mean, std = predictor.predict(norm.apply(np.where(inputs.observed, inputs.values, 0.0)), inputs.observed, to_fill,
-                                  region, origin=inputs.origin, progress=progress, limit=inputs.search_limit,
-                                  references=refs, distance=dist)
+    normalised = dataclasses.replace(inputs, values=norm.apply(np.where(inputs.observed, inputs.values, 0.0)),
+                                     references=refs)
+    mean, std = predictor.predict(normalised, to_fill, progress=progress, distance=dist)
     n = inputs.values.shape[0]
     ms, ss = np.asarray(norm.mean).reshape(n, 1, 1), np.asarray(norm.std).reshape(n, 1, 1)
     mean, std = mean * ss + ms, std * ss  # back to the bands' units

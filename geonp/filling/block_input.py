@@ -19,6 +19,10 @@ __all__ = ["BlockInput"]
 class BlockInput:
     """The arrays of one block: its values and observed flags with the halo, and where it sits.
 
+    The values (the block's and its references') are in whatever units the holder states: the
+    bands' own from the fill drivers, normalised for the predictor
+    (:meth:`~geonp.filling.predict.Predictor.predict`, :func:`~geonp.filling.tile_tasks.block_tasks`).
+
     Attributes:
         values: ``[bands, h, w]`` float64 values of the block with its halo (anything where not
             observed).
@@ -27,7 +31,7 @@ class BlockInput:
         origin: the arrays' ``(row, col)`` offset in the raster (keeps tiles on the raster's grid).
         fillable: bool ``[h, w]``: where gaps may be filled (the data footprint); None = all.
         references: other dates on the same arrays (multi-date models), ``[bands, h, w]`` in the
-            bands' units.
+            same units as ``values``.
         search_limit: the largest context search radius the halo holds (None: as far as the plan
             searches); a tile that needs more raises
             :class:`~geonp.tasks.context.HaloTooSmall`.

@@ -33,12 +33,12 @@ from typing import Any, cast
 import numpy as np
 import torch
 
-from geonp.data.tasks import ReferenceView, Task, collate
+from geonp.data.tasks import Task, collate
+from geonp.filling.block_input import BlockInput
 from geonp.filling.calibration import region_distances
 from geonp.filling.tile_tasks import TileOptions, TileTask, block_tasks
 from geonp.model_files.calibration import Calibration
 from geonp.tasks.lattice import read_off
-from geonp.tasks.tiling import Region
 
 #: Query rows per model call by device. On the CPU smaller calls run faster (their attention tiles
 #: stay in cache: ``benchmarks/batch_rows.py``), and a multi-date tile's ~700 context tokens make a
@@ -230,46 +230,30 @@ class Predictor:
         #: seconds spent per stage (``context``, ``model``, ``blend``), accumulated over calls
         self.timings: dict[str, float] = {"context": 0.0, "model": 0.0, "blend": 0.0}
 
-    def predict(
-        self,
-        values: np.ndarray,
-        observed: np.ndarray,
-        to_fill: np.ndarray,
-        region: Region,
-        *,
-        origin: tuple[int, int],
-        progress: Callable[[int], None] | None = None,
-        limit: int | None = None,
-        references: Sequence[ReferenceView] = (),
-        distance: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
+    def predict(self, block: BlockInput, to_fill: np.ndarray, *, progress: Callable[[int], None] | None = None,
+                distance: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Predict the ``to_fill`` pixels of a block's region (all bands).
 
         Args:
-            values: ``[bands, h, w]`` normalised values (anything where not observed).
-            observed: bool ``[bands, h, w]``.
+            block: the block, its values (and its references') *normalised* (anything where not
+                observed); a tile that needs more context search radius than its
+                ``search_limit`` raises :class:`HaloTooSmall` before any model call.
             to_fill: bool ``[bands, h, w]``.
-            region: ``(r0, r1, c0, c1)`` of the block's own pixels.
-            origin: the block's offset in the full raster.
             progress: called with the number of region gap pixels (tile cores) done per batch.
-            limit: the largest context search radius the block's halo holds; a tile that needs
-                more raises :class:`HaloTooSmall` before any model call.
-            references: other dates on the block's window (multi-date models).
-            distance: :func:`~geonp.filling.calibration.region_distances` of ``observed`` when
-                the caller has it (a near model's std reads it; computed here otherwise).
+            distance: :func:`~geonp.filling.calibration.region_distances` of ``block.observed``
+                when the caller has it (a near model's std reads it; computed here otherwise).
 
         Returns:
             ``(mean, std)``, each ``[bands, r1 - r0, c1 - c0]``, normalised units, NaN where not
             filled.
         """
         t0 = time.perf_counter()
-        tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=self.opts, limit=limit,
-                            references=references)
+        tasks = block_tasks(block, to_fill, self.opts)
         self.timings["context"] += time.perf_counter() - t0
         ratio = None
         if self.near is not None and any(t.near for t in tasks):
-            ratio = self.near.std_ratio(region_distances(observed, region) if distance is None else distance)
-        return self.run(tasks, (values.shape[0], *region.extent), progress,
+            ratio = self.near.std_ratio(region_distances(block.observed, block.region) if distance is None else distance)
+        return self.run(tasks, (block.values.shape[0], *block.region.extent), progress,
                         near_ratio=ratio)
 
     def run(self, tasks: Sequence[TileTask], shape: tuple[int, int, int],

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from geonp.data.tasks import ReferenceView, Task, context_values, positions, standardize_bands
+from geonp.filling.block_input import BlockInput
 from geonp.tasks.block_context import select_contexts
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import TileTargets, spacing_map, tile_targets
@@ -300,22 +301,21 @@ def _tile_geometry(observed: np.ndarray, to_fill: np.ndarray, region: Region,
         yield qb, tt, spec, near
 
 
-def block_tasks(
-    values: np.ndarray,
-    observed: np.ndarray,
-    to_fill: np.ndarray,
-    region: Region,
-    *,
-    origin: tuple[int, int],
-    opts: TileOptions,
-    limit: int | None = None,
-    references: Sequence[ReferenceView] = (),
-) -> list[TileTask]:
-    """The tasks of every band of a block (``values``, ``observed``, ``to_fill``: ``[bands, h, w]``).
+def block_tasks(block: BlockInput, to_fill: np.ndarray, opts: TileOptions) -> list[TileTask]:
+    """The tasks of every band of a block.
 
-    ``references``: other dates on the block's window (multi-date models only). Bands with the
-    same gap pattern (the common case: a cloud hides every band) share their tiles' geometry.
+    Args:
+        block: the block, its values (and its references') *normalised*, its ``region``,
+            ``origin`` and ``search_limit`` (:func:`geonp.tasks.context.select_context`);
+            ``references``: other dates on the block's window (multi-date models only).
+        to_fill: bool ``[bands, h, w]``, True where a prediction is wanted.
+        opts: tiling options.
+
+    Returns:
+        The tasks of every band; bands with the same gap pattern (the common case: a cloud hides
+        every band) share their tiles' geometry.
     """
+    values, observed, references = block.values, block.observed, block.references
     if references and not opts.temporal:
         raise ValueError("references need a multi-date model (TileOptions.temporal)")
     tasks: list[TileTask] = []
@@ -323,8 +323,8 @@ def block_tasks(
         b = group[0]
         refs = [ReferenceView(r.values[group], r.observed[group], r.days) for r in references]
         if to_fill[b].any() and (observed[b].any() or any(r.mask.any() for r in refs)):
-            tasks += band_tasks(BandGroup(values[group], observed[b], to_fill[b], group, refs), region,
-                                origin=origin, opts=opts, limit=limit)
+            tasks += band_tasks(BandGroup(values[group], observed[b], to_fill[b], group, refs), block.region,
+                                origin=block.origin, opts=opts, limit=block.search_limit)
     return tasks
 
 

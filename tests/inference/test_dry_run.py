@@ -99,17 +99,19 @@ def test_normalising_sample_skips_windows_without_data_and_is_the_same(sparse):
 
 def test_dry_run_prices_the_tasks_the_fill_builds():
     from geonp.data.gap_shapes import cloud_mask
+    from geonp.filling.block_input import BlockInput
     from geonp.filling.tile_tasks import TileOptions, block_tasks
     from geonp.tasks.context import ContextSpec
     from geonp.tasks.lattice import LATTICE
+    from geonp.tasks.tiling import Region
 
     opts = TileOptions(tile_size=48, overlap=16, context=ContextSpec(n_near=256, n_far=48, search_radius=512),
                        lattice=LATTICE, near_overlap=1, near_far=0, near_context=128, mid_overlap=8)
     gap = cloud_mask((192, 192), coverage=0.4, rng=3)
     gap |= np.random.default_rng(0).random(gap.shape) < 0.3  # dropped pixels too
     observed = np.stack([~gap, ~gap])
-    tasks = block_tasks(np.zeros(observed.shape), observed, ~observed, (0, 192, 0, 192), origin=(1000, 2000),
-                        opts=opts)
+    tasks = block_tasks(BlockInput(np.zeros(observed.shape), observed, Region(0, 192, 0, 192), origin=(1000, 2000)),
+                        ~observed, opts)
     c = np.array([t.task.xc.shape[0] for t in tasks])
     q = np.array([t.task.xt.shape[0] for t in tasks])
     want = (survey._TASK_SECONDS + c * c * survey._CONTEXT_PAIR_SECONDS + q * c * survey._QUERY_PAIR_SECONDS).sum()

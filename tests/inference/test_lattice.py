@@ -11,6 +11,7 @@ import geonp
 from geonp.data.synthetic import gp_grid_field
 from geonp.data.tasks import ReferenceView
 from geonp.filling import tile_tasks
+from geonp.filling.block_input import BlockInput
 from geonp.filling.predict import Predictor, reference_predict
 from geonp.filling.tile_tasks import TileOptions, block_tasks
 from geonp.model_files.registry import load_model
@@ -104,7 +105,7 @@ def test_tiles_not_near_data_take_the_far_tile_context():
     counts = {}
     for far_context in (None, 40):
         opts = TileOptions(tile_size=24, overlap=8, context=spec, near_far=0, far_context=far_context, **LATTICE_OPTS)
-        tasks = block_tasks(values, observed, to_fill, (0, 120, 0, 120), origin=(0, 0), opts=opts)
+        tasks = block_tasks(BlockInput(values, observed, Region(0, 120, 0, 120)), to_fill, opts)
         counts[far_context] = {tuple(t.index[:2]): (t.task.xc.shape[0], t.near) for t in tasks}
     assert counts[None].keys() == counts[40].keys()  # the same tiles
     pairs = {(counts[None][k][1], counts[None][k][0], counts[40][k][0]) for k in counts[None]}
@@ -116,10 +117,11 @@ def test_lattice_predictor_equals_its_per_tile_twin(tiny_model):
     values, observed, to_fill = _hole()
     opts = TileOptions(tile_size=24, overlap=8, context=ContextSpec(n_near=64, search_radius=96), **LATTICE_OPTS)
     region, origin = Region(0, 120, 0, 120), (3, 5)
-    tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=opts)
+    block = BlockInput(values, observed, region, origin=origin)
+    tasks = block_tasks(block, to_fill, opts)
     assert any(t.src is not None for t in tasks) and any(t.src is None for t in tasks)
     ref_mean, ref_std = reference_predict(model, tasks, (2, 120, 120))
-    mean, std = Predictor(model, opts, batch_rows=4096).predict(values, observed, to_fill, region, origin=origin)
+    mean, std = Predictor(model, opts, batch_rows=4096).predict(block, to_fill)
     assert np.isfinite(mean[to_fill]).all() and np.isnan(mean[~to_fill]).all()
     np.testing.assert_allclose(mean, ref_mean, atol=1e-5)
     np.testing.assert_allclose(std, ref_std, atol=1e-5)
@@ -135,9 +137,10 @@ def test_bands_sharing_a_gap_pattern_share_geometry_and_give_the_same_tasks(monk
             refs.append(ReferenceView(ref_values, ref_observed, days))
     opts = TileOptions(tile_size=24, overlap=8, context=ContextSpec(n_near=64, search_radius=96, n_ref=32),
                        temporal=dated, **LATTICE_OPTS)
-    shared = block_tasks(values, observed, to_fill, (0, 96, 0, 96), origin=(0, 0), opts=opts, references=refs)
+    block = BlockInput(values, observed, Region(0, 96, 0, 96), references=tuple(refs))
+    shared = block_tasks(block, to_fill, opts)
     monkeypatch.setattr(tile_tasks, "_pattern_groups", lambda o, t, r=(): [[b] for b in range(o.shape[0])])
-    alone = block_tasks(values, observed, to_fill, (0, 96, 0, 96), origin=(0, 0), opts=opts, references=refs)
+    alone = block_tasks(block, to_fill, opts)
     key = lambda t: (t.band, tuple(t.index[:4]))
     assert len(shared) == len(alone) > 4
     if dated:  # the references' pixels are in the context
@@ -175,8 +178,8 @@ def test_lattice_fill_matches_every_pixel_fill_on_a_gp_field_with_a_large_hole()
     observed = ~gap[None]
     loaded = load_model("default")
     with_lattice = tile_options(loaded, None, None, None, 512, "lattice")
-    runs = [Predictor(loaded.module, opts).predict(np.where(observed, field[None], 0.0), observed, ~observed,
-                                                   Region(0, 112, 0, 112), origin=(0, 0))
+    block = BlockInput(np.where(observed, field[None], 0.0), observed, Region(0, 112, 0, 112))
+    runs = [Predictor(loaded.module, opts).predict(block, ~observed)
             for opts in (with_lattice, dataclasses.replace(with_lattice, lattice=()))]
     diff = np.abs(runs[0][0] - runs[1][0])[0][gap]
     assert diff.mean() < 0.04 * field.std() and diff.max() < 0.25 * field.std()
@@ -196,7 +199,7 @@ def test_tiles_whose_gaps_all_lie_near_data_get_no_far_context():
     counts = {}
     for near_far in (None, 0):
         opts = TileOptions(tile_size=24, overlap=8, context=spec, near_far=near_far, **LATTICE_OPTS)
-        tasks = block_tasks(values, observed, to_fill, (0, 120, 0, 120), origin=(0, 0), opts=opts)
+        tasks = block_tasks(BlockInput(values, observed, Region(0, 120, 0, 120)), to_fill, opts)
         counts[near_far] = {tuple(t.index[:2]): t.task.xc.shape[0] for t in tasks}
     assert counts[None].keys() == counts[0].keys()
     sizes = {(counts[None][k], counts[0][k]) for k in counts[None]}

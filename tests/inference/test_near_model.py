@@ -15,6 +15,7 @@ from geonp_cli.main import cli
 import geonp
 from geonp.config import ModelConfig
 from geonp.errors import CheckpointError
+from geonp.filling.block_input import BlockInput
 from geonp.filling.calibration import distance_to_observed, region_distances
 from geonp.filling.predict import NearModel, Predictor, reference_predict
 from geonp.filling.tile_tasks import TileOptions, block_tasks
@@ -86,7 +87,8 @@ def test_near_tiles_run_the_near_model_with_its_calibration(tmp_path):
     opts = TileOptions(tile_size=24, overlap=8, context=ContextSpec(n_near=64, search_radius=96), lattice=LATTICE,
                        near_overlap=3, near_context=32)
     region, shape = Region(0, 120, 0, 120), (2, 120, 120)
-    tasks = block_tasks(values, observed, to_fill, region, origin=(0, 0), opts=opts)
+    block = BlockInput(values, observed, region)
+    tasks = block_tasks(block, to_fill, opts)
     assert 0 < sum(t.near for t in tasks) < len(tasks)
     near = NearModel(loaded.near.module, loaded.near.calibration, loaded.calibration)
     distance = region_distances(observed, region)
@@ -96,12 +98,12 @@ def test_near_tiles_run_the_near_model_with_its_calibration(tmp_path):
     assert gap_ratio.min() >= 2 / 1.5 - 1e-9 and gap_ratio.max() <= 2 + 1e-9
     assert ratio[0, 60, 60] == pytest.approx(2.0) and ratio[0][to_fill[0] & ~_deep(observed[0])].max() < 1.6
     predictor = Predictor(loaded.module, opts, near=near)
-    mean, std = predictor.predict(values, observed, to_fill, region, origin=(0, 0))
+    mean, std = predictor.predict(block, to_fill)
     ref_mean, ref_std = reference_predict(loaded.module, tasks, shape, near=loaded.near.module, near_ratio=ratio)
     np.testing.assert_allclose(mean, ref_mean, atol=1e-5)
     np.testing.assert_allclose(std, ref_std, atol=1e-5)
     # where no near tile predicts, the main model's maps alone; where only near tiles do, not
-    main_mean, _ = Predictor(loaded.module, opts).predict(values, observed, to_fill, region, origin=(0, 0))
+    main_mean, _ = Predictor(loaded.module, opts).predict(block, to_fill)
     by = np.zeros((2, int(np.prod(shape))), int)  # tiles of the main model, of the near model
     for t in tasks:
         np.add.at(by[int(t.near)], t.index, 1)

@@ -8,6 +8,7 @@ import rasterio
 
 import geonp
 from geonp.data.gap_shapes import cloud_mask
+from geonp.filling.block_input import BlockInput
 from geonp.filling.predict import Predictor, geometry_units, pack, reference_predict
 from geonp.filling.tile_tasks import BandGroup, TileOptions, band_tasks, block_tasks
 from geonp.model_files.registry import load_model
@@ -31,13 +32,14 @@ def test_batched_predictor_equals_per_tile_reference(tiny_model, device):
     values, observed, to_fill = _block()
     opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=64))
     region, origin = Region(20, 130, 10, 140), (300, 700)  # a block with a halo, somewhere in a raster
-    tasks = block_tasks(values, observed, to_fill, region, origin=origin, opts=opts)
+    block = BlockInput(values, observed, region, origin=origin)
+    tasks = block_tasks(block, to_fill, opts)
     shape = (2, 110, 130)
     sizes = {t.task.xt.shape[0] for t in tasks}
     assert len(sizes) > 3 and any(t.task.xt.shape[0] < 24 * 24 for t in tasks)  # split and clipped tiles
     ref_mean, ref_std = reference_predict(model, tasks, shape)
     predictor = Predictor(model, opts, device, batch_rows=4096)
-    mean, std = predictor.predict(values, observed, to_fill, region, origin=origin)
+    mean, std = predictor.predict(block, to_fill)
     gap = to_fill[:, 20:130, 10:140]
     assert np.isfinite(mean[gap]).all() and np.isnan(mean[~gap]).all()
     np.testing.assert_allclose(mean, ref_mean, atol=1e-5)
@@ -50,8 +52,9 @@ def test_results_do_not_depend_on_batch_size(tiny_model):
     values, observed, to_fill = _block(seed=3)
     opts = TileOptions(tile_size=20, overlap=4, context=ContextSpec(n_near=48, search_radius=40))
     region = Region(10, 140, 10, 140)
-    runs = [Predictor(model, opts, batch_rows=rows, chunk_rows=chunk).predict(
-        values, observed, to_fill, region, origin=(0, 0)) for rows, chunk in ((1, 100), (2048, 512), (10**6, 10**6))]
+    block = BlockInput(values, observed, region)
+    runs = [Predictor(model, opts, batch_rows=rows, chunk_rows=chunk).predict(block, to_fill)
+            for rows, chunk in ((1, 100), (2048, 512), (10**6, 10**6))]
     for mean, std in runs[1:]:
         np.testing.assert_allclose(mean, runs[0][0], atol=1e-5)
         np.testing.assert_allclose(std, runs[0][1], atol=1e-5)
@@ -63,7 +66,7 @@ def test_progress_counts_every_gap_pixel_of_the_region(tiny_model):
     opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=64))
     region = Region(20, 130, 10, 140)
     done = []
-    Predictor(model, opts, batch_rows=2048).predict(values, observed, to_fill, region, origin=(0, 0),
+    Predictor(model, opts, batch_rows=2048).predict(BlockInput(values, observed, region), to_fill,
                                                     progress=done.append)
     assert len(done) > 1  # moves batch by batch
     assert sum(done) == int(to_fill[:, 20:130, 10:140].sum())
@@ -101,7 +104,7 @@ def test_bands_that_share_a_gap_pattern_run_as_one_unit(tiny_model):
     observed, to_fill = np.concatenate([observed, observed[:1]]), np.concatenate([to_fill, to_fill[:1]])
     opts = TileOptions(tile_size=24, overlap=6, context=ContextSpec(n_near=64, search_radius=64))
     region, shape = Region(20, 130, 10, 140), (3, 110, 130)
-    tasks = block_tasks(values, observed, to_fill, region, origin=(0, 0), opts=opts)
+    tasks = block_tasks(BlockInput(values, observed, region), to_fill, opts)
     units = geometry_units(tasks)
     assert {tuple(tasks[i].band for i in u) for u in units} == {(0, 2), (1,)}
     assert sum(len(u) == 2 for u in units) == sum(t.band == 0 for t in tasks)

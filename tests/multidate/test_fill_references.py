@@ -14,9 +14,11 @@ from geonp.data.tasks import ReferenceView, TaskWindow, context_points, window_t
 from geonp.errors import ConfigError, InputRasterError
 from geonp.evaluation.baselines import fillnodata_baseline
 from geonp.evaluation.series import reference_regression
+from geonp.filling.block_input import BlockInput
 from geonp.filling.references import REGRESSION_WEIGHT
 from geonp.filling.tile_tasks import TileOptions, block_tasks
 from geonp.tasks.context import ContextSpec
+from geonp.tasks.tiling import Region
 
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
 TARGET = LSTS / "LE70350322012129EDC00.tif"  # 2012-05-08, clear
@@ -209,8 +211,9 @@ def test_training_and_filling_choose_the_same_reference_pixels():
     is_gap[10:40, 12:44] = True  # a cloud: gaps with few observed neighbours (no split of the tile)
     observed &= ~is_gap
     opts = TileOptions(tile_size=16, overlap=0, context=ContextSpec(n_near=40, search_radius=32, n_ref=100, ref_margin=1), temporal=True)
-    tasks = block_tasks(values, observed[None], is_gap[None], (16, 32, 16, 32), origin=(0, 0), opts=opts,
-                        references=[ReferenceView(ref_vals, ref_ok[None], -16.0)])
+    block = BlockInput(values, observed[None], Region(16, 32, 16, 32),
+                       references=(ReferenceView(ref_vals, ref_ok[None], -16.0),))
+    tasks = block_tasks(block, is_gap[None], opts)
     window = TaskWindow(values, observed | is_gap, is_gap, references=[ReferenceView(ref_vals, ref_ok[None], -16.0)])
     task = window_task(window, core=(16, 32, 16, 32), spec=opts.context, max_targets=10_000, rng=rng)
     fill = next(t.task for t in tasks if t.task.xt.shape[0] == task.xt.shape[0])

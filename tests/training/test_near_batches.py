@@ -9,11 +9,13 @@ from scipy import ndimage
 from geonp.config import ModelConfig, TrainConfig
 from geonp.data.tasks import TaskWindow, window_task
 from geonp.errors import ConfigError
+from geonp.filling.block_input import BlockInput
 from geonp.filling.plan import tile_options
 from geonp.filling.tile_tasks import TileOptions, block_tasks
 from geonp.model_files.checkpoint import load_checkpoint
 from geonp.tasks.context import ContextSpec
 from geonp.tasks.lattice import LATTICE, NEAR_DISTANCE
+from geonp.tasks.tiling import Region
 from geonp.training import windows
 from geonp.training.raster import train
 from geonp.training.settings import TrainingData, TrainRecipe
@@ -112,7 +114,7 @@ def test_tiles_near_data_take_the_near_context_or_all_their_gaps_neighbours():
     for near_context in (None, 40):
         opts = TileOptions(tile_size=24, overlap=8, context=spec, near_far=0, near_context=near_context,
                            lattice=LATTICE, near_overlap=3)
-        tasks = block_tasks(values, observed, to_fill, (0, size, 0, size), origin=(0, 0), opts=opts)
+        tasks = block_tasks(BlockInput(values, observed, Region(0, size, 0, size)), to_fill, opts)
         runs[near_context] = {tuple(t.index[:2]): t for t in tasks}
     assert runs[None].keys() == runs[40].keys()
     sizes = {(runs[None][k].task.xc.shape[0], runs[40][k].task.xc.shape[0]) for k in runs[None]}
