@@ -1,5 +1,5 @@
 """``python -m geonp_cli``: the same as the ``geonp`` command."""
 
-from geonp_cli.main import cli
+from geonp_cli.main import main
 
-cli(prog_name="geonp")
+main()

@@ -6,6 +6,7 @@ Heavy modules (torch, rasterio) are imported inside the commands, so ``geonp --h
 
 from __future__ import annotations
 
+import gc
 import importlib
 import logging
 import os
@@ -233,3 +234,18 @@ def _register(names: tuple[str, ...] = COMMANDS) -> None:
 
 
 _register()
+
+
+def main() -> None:
+    """The ``geonp`` command: :func:`cli` in a process of its own, which it ends quickly.
+
+    The objects a command leaves are freed by the process's exit; frozen, they are spared the
+    interpreter's last collection, which walks torch's many objects (0.9-1.2 s of a process that
+    imported torch, against 0.2-0.3 s: ``python -c "import torch, gc; gc.freeze()"``). Every
+    output is closed and verified before a command returns, and ``atexit`` handlers still run.
+    Tests call :func:`cli` in-process and leave the collector alone.
+    """
+    try:
+        cli(prog_name="geonp")
+    finally:
+        gc.freeze()
