@@ -289,7 +289,7 @@ def neighbours_by_grid(
 
     This is ``geonp batch --neighbours K``: each raster is filled with the ``k`` rasters of its
     grid group nearest to it in time as references (:func:`nearest`, :func:`group_by_grid`),
-    passing over dates that see no ground (:func:`sees_ground`). With a
+    passing over dates that see no ground (:func:`sees_ground`, or no cell of the clear fractions below). With a
     :class:`~geonp.io.reference_choice.CoverageRule` (``--neighbours auto``), the nearest dates
     are added until every gap of the raster is seen clear by ``views`` of them, at most ``cap``
     (:func:`~geonp.io.reference_choice.choose_references`, as a cube's ``neighbours="auto"``),
@@ -316,16 +316,21 @@ def neighbours_by_grid(
         raise ConfigError(f"--neighbours {k} is negative; give the number of dates to use (>= 0).")
     nearest_dates([], datetime.date.min, 0, max_days=max_days)  # refuse a negative max_days before reading files
     picked: dict[str, list[DatedRaster]] = {}
-    usable = {r.path for r in series if sees_ground(r, qa_kind)} if k else None
+    groups = group_by_grid(series)
+    seen: dict[str, np.ndarray] = {}  # the coverage rule's clear fraction per cell, each date read once
+    if rule is not None:
+        for group in groups:
+            with open_raster(group[0].path, role="Raster") as src:
+                step = -(-max(src.width, src.height) // _AUTO_CELLS)
+            seen.update({r.path: clear_fraction(r, step, qa_kind) for r in group})
+        usable: set[str] | None = {path for path, fraction in seen.items() if (fraction > 0).any()}
+    else:
+        usable = {r.path for r in series if sees_ground(r, qa_kind)} if k else None
     for r in series:
         if usable is not None and r.path not in usable:
             logger.info("%s sees no ground (all nodata or QA gaps): not a reference of other dates", r.path)
-    for group in group_by_grid(series):
-        seen: dict[str, np.ndarray] = {}
+    for group in groups:
         if rule is not None:
-            with open_raster(group[0].path, role="Raster") as src:
-                step = -(-max(src.width, src.height) // _AUTO_CELLS)
-            seen = {r.path: clear_fraction(r, step, qa_kind) for r in group}
             count = len(group)  # every candidate, nearest first
         for r in group:
             refs = nearest(group, r, count, before_only=before_only, max_days=max_days, usable=usable)
