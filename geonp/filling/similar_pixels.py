@@ -176,8 +176,9 @@ class _Grid:
     Attributes:
         spectra: ``[bands, h, w]`` the reference's values (a pixel's own, unmasked).
         candidates: ``[bands, n + 1]`` the values padded, float32 (the spectral distances are
-            float32 sums: half the memory traffic of the search's largest arrays), NaN where the
-            error is unknown, outside the arrays and at the last index (:attr:`sentinel`).
+            float32 sums: half the memory traffic of the search's largest arrays), +inf where the
+            error is unknown, outside the arrays and at the last index (:attr:`sentinel`): such a
+            candidate's distance is infinite, never NaN.
         error: ``[bands', n + 1]`` the error padded the same way.
         pad: rows and columns of padding on each side.
         width: the padded arrays' row length.
@@ -191,20 +192,20 @@ class _Grid:
 
     @classmethod
     def of(cls, spectra: np.ndarray, error: np.ndarray, reach: int) -> _Grid:
-        """Pad ``spectra`` (NaN where ``error`` is unknown in any band) and ``error`` by ``reach``."""
+        """Pad ``spectra`` (+inf where ``error`` is unknown in any band) and ``error`` (NaN) by ``reach``."""
         known = np.isfinite(error).all(axis=0)
 
-        def padded(values: np.ndarray, dtype: type) -> np.ndarray:
-            out: np.ndarray = np.pad(np.where(known, values, np.nan).astype(dtype, copy=False),
-                         ((0, 0), (reach, reach), (reach, reach)), constant_values=np.nan).reshape(values.shape[0], -1)
-            return np.concatenate([out, np.full((values.shape[0], 1), np.nan, dtype)], axis=1)
+        def padded(values: np.ndarray, dtype: type, fill: float) -> np.ndarray:
+            out: np.ndarray = np.pad(np.where(known, values, fill).astype(dtype, copy=False),
+                         ((0, 0), (reach, reach), (reach, reach)), constant_values=fill).reshape(values.shape[0], -1)
+            return np.concatenate([out, np.full((values.shape[0], 1), fill, dtype)], axis=1)
 
-        return cls(spectra, padded(spectra, np.float32), padded(error, np.float64), reach,
+        return cls(spectra, padded(spectra, np.float32, np.inf), padded(error, np.float64, np.nan), reach,
                    spectra.shape[2] + 2 * reach)
 
     @property
     def sentinel(self) -> int:
-        """A flat index whose values are NaN (a candidate that is none)."""
+        """A flat index whose values are +inf and NaN (a candidate that is none)."""
         return self.candidates.shape[1] - 1
 
     def index(self, rows: np.ndarray, cols: np.ndarray) -> np.ndarray:
@@ -245,8 +246,7 @@ def _correct_chunk(grid: _Grid, pixels: tuple[np.ndarray, np.ndarray], flat: np.
         grid.candidates[b].take(flat, out=part)
         part -= centre[b][:, None]
         part *= part
-        distance += part
-    np.copyto(distance, np.inf, where=np.isnan(distance))  # outside, unknown or unseen; squared: the root only of the best
+        distance += part  # +inf outside, unknown or unseen; squared: the root only of the best
     best = _nearest(distance, k)
     d = np.sqrt(np.take_along_axis(distance, best, axis=1).astype(np.float64) / bands)
     found = np.isfinite(d)

