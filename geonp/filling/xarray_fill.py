@@ -94,7 +94,7 @@ def fill(da: Any, config: FillConfig | None = None, *, references: Sequence[Refe
         values = np.asarray(data, dtype=np.float64)
         h, w = values.shape[1:]
         ref_values = [np.asarray(r, dtype=np.float64) for r, _ in refs]
-        inside = _inside(footprint, Window(0, 0, w, h), ref_values, cfg.nodata)
+        inside = _inside(footprint, Window(0, 0, w, h), [valid_mask(r, nodata=cfg.nodata) for r in ref_values])
         filled, std = fill_array(values, _valid(values, nodata), cfg, fillable=inside,
                                  references=[(r, None, days) for r, (_, days) in zip(ref_values, refs, strict=True)])
     from geonp.filling.xarray_result import build_result
@@ -136,16 +136,13 @@ def nodata_of(da: Any, cfg: FillConfig) -> float | None:
     return nodata
 
 
-def _inside(footprint: Any, window: Window, references: Sequence[np.ndarray], nodata: float | None
-            ) -> np.ndarray | None:
-    """Where gaps may be filled: inside the footprint, or observed by a reference.
+def _inside(footprint: Any, window: Window, observed_by: Sequence[np.ndarray]) -> np.ndarray | None:
+    """Where gaps may be filled: inside the footprint, or observed by a reference (``observed_by``: their masks).
 
     A pixel a reference observes is inside the scene where the footprint is only the collar's
     shape (:mod:`geonp.io.footprint`).
     """
-    if footprint is None:
-        return None
-    return footprint.fillable(window, [valid_mask(ref, nodata=nodata) for ref in references])
+    return None if footprint is None else footprint.fillable(window, observed_by)
 
 
 def _valid(values: Any, nodata: float | None) -> Any:
@@ -299,8 +296,7 @@ def _fill_chunk(block: np.ndarray, at: tuple[int, int, Region], footprint: Any,
     if not valid.any() and not any(r.observed.any() for r in references):
         # nothing observed within the chunk's halo: its gaps have no context
         return np.stack([values[core], np.where(valid[core], 0.0, np.nan)])
-    inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), [r.values for r in references],
-                     option_nodata)
+    inside = _inside(footprint, Window(c0, r0, values.shape[2], values.shape[1]), [r.observed for r in references])
     predictor = None if plan.class_reach is not None else plan.predictor(loaded or plan_model(plan))
     out = fill_block(BlockInput(values, valid, region, origin=(r0, c0), fillable=inside, references=references),
                      plan, predictor)

@@ -21,7 +21,7 @@ import math
 import os
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -154,7 +154,8 @@ def _train(settings: RunSettings, inputs: Sequence[str | os.PathLike[str]], outp
         resolve_model_path(tcfg.distill_from)  # a missing teacher fails before anything is written
     keep_freed_memory()  # a step's large tensors reuse the last step's memory (no page faults)
     t0 = time.perf_counter()
-    pools = PoolOptions(opts.nodata, opts.bands, ColumnSplit(opts.val_fraction, opts.test_fraction), opts.pool_size,
+    split = ColumnSplit(opts.val_fraction, opts.test_fraction)
+    pools = PoolOptions(opts.nodata, opts.bands, split, opts.pool_size,
                         max(opts.val_tasks, 16), opts.pool_megabytes)
     train_groups, val_groups = window_groups(inputs, shape, pools, tcfg.seed)
     out.mkdir(parents=True, exist_ok=True)  # only once the data is usable: no empty model directory
@@ -191,7 +192,7 @@ def _train(settings: RunSettings, inputs: Sequence[str | os.PathLike[str]], outp
     if opts.calibrate:
         if run.status is not None:
             run.status(f"Calibrating the std on the validation columns of {Path(inputs[0]).name}...")
-        calibrate_on_validation(out, inputs[0], ColumnSplit(opts.val_fraction, opts.test_fraction, shape.patch_size),
+        calibrate_on_validation(out, inputs[0], replace(split, min_val_columns=shape.patch_size),
                                 EvaluationConfig(nodata=opts.nodata, bands=opts.bands, seed=tcfg.seed,
                                                  device=tcfg.device), near_blend=True)
     return TrainReport(out, settings.total_steps, *best_of(load_checkpoint(out).card), time.perf_counter() - t0,
