@@ -65,6 +65,9 @@ class ModelConfig:
         time_length_scale: typical date difference in days (initialises the temporal bias).
         query_prior: TNP-KR queries carry an inverse-distance estimate of the context and their
             distance to data; the mean is a learned correction to it (single-date models).
+        ref_slots: multi-date TNP-KR reading other dates as *features*: every point carries, per
+            slot, a reference's value at its pixel, whether it sees it, and the date offset, after
+            its (row, col) in ``x`` (``dim_x = 2 + 3 * ref_slots``); 0: none.
     """
 
     arch: Literal["tnpkr", "tnpd", "cmanp"] = "tnpkr"
@@ -86,6 +89,7 @@ class ModelConfig:
     temporal: bool = False
     time_length_scale: float = 32.0
     query_prior: bool = False
+    ref_slots: int = 0
 
     def __post_init__(self) -> None:
         """Check the values; a bad one raises ConfigError naming it."""
@@ -96,25 +100,26 @@ class ModelConfig:
                 raise ConfigError(f"{name}={getattr(self, name)!r} must be a positive integer")
         if self.dim % self.num_heads:
             raise ConfigError(f"dim={self.dim} must be divisible by num_heads={self.num_heads}")
+        check_int("ref_slots", self.ref_slots, 0)
         check_number("sigma_min", self.sigma_min, low=0.0, high=1.0, high_open=True)
         check_number("dropout", self.dropout, low=0.0, high=1.0, high_open=True)
         check_number("bias_length_scale", self.bias_length_scale, low=0.0, low_open=True)
         if self.bias not in (None, "rbf"):
             raise ConfigError(f"bias={self.bias!r} is not one of ['rbf', None]")
-        if not isinstance(self.embed_coords, bool):
-            raise ConfigError(f"embed_coords={self.embed_coords!r} must be true or false")
-        if not isinstance(self.temporal, bool):
-            raise ConfigError(f"temporal={self.temporal!r} must be true or false")
+        for name in ("embed_coords", "temporal", "query_prior"):
+            if not isinstance(getattr(self, name), bool):
+                raise ConfigError(f"{name}={getattr(self, name)!r} must be true or false")
         if self.temporal and (self.arch != "tnpkr" or self.attention not in ("scan", "dense")
                               or self.bias is None or self.dim_x != 3):
             raise ConfigError("temporal=true needs arch tnpkr, scan or dense attention, bias rbf and "
                               f"dim_x 3 (row, col, days); got arch={self.arch}, attention={self.attention}, "
                               f"bias={self.bias}, dim_x={self.dim_x}")
         check_number("time_length_scale", self.time_length_scale, low=0.0, low_open=True)
-        if not isinstance(self.query_prior, bool):
-            raise ConfigError(f"query_prior={self.query_prior!r} must be true or false")
-        if self.query_prior and (self.arch != "tnpkr" or self.temporal):
+        if self.query_prior and (self.arch != "tnpkr" or self.temporal or self.ref_slots):
             raise ConfigError("query_prior=true needs arch tnpkr and a single-date model (temporal false)")
+        if self.ref_slots and (self.arch != "tnpkr" or self.temporal or self.dim_x != 2 + 3 * self.ref_slots):
+            raise ConfigError(f"ref_slots={self.ref_slots} needs arch tnpkr, temporal false and dim_x "
+                              f"{2 + 3 * self.ref_slots}; got arch={self.arch}, dim_x={self.dim_x}")
         if not isinstance(self.coord_unit, str):
             raise ConfigError(f"coord_unit={self.coord_unit!r} must be a string such as 'pixel'")
 
@@ -126,6 +131,11 @@ class ModelConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict (JSON-ready)."""
         return asdict(self)
+
+    @property
+    def takes_references(self) -> bool:
+        """A multi-date model: other dates as context tokens (``temporal``) or as features (``ref_slots``)."""
+        return self.temporal or self.ref_slots > 0
 
 
 @dataclass(frozen=True)
@@ -268,20 +278,13 @@ class FillConfig:
             if value not in choices:
                 raise ConfigError(f"--{name.replace('_', '-')} {value!r} must be {', '.join(choices[:-1])} or "
                                   f"{choices[-1]}")
-        for name, low in (("tile_size", 4), ("max_context", 1)):
+        for name, low in (("tile_size", 4), ("max_context", 1), ("overlap", 0), ("search_radius", 1),
+                          ("batch_rows", 1), ("workers", 1)):
             value = getattr(self, name)
             if value is not None:
                 check_int(name, value, low)
-        if self.overlap is not None:
-            check_int("overlap", self.overlap, 0)
-            if self.tile_size is not None:
-                check_overlap(self.overlap, self.tile_size)
-        if self.search_radius is not None:
-            check_int("search_radius", self.search_radius, 1)
-        if self.batch_rows is not None:
-            check_int("batch_rows", self.batch_rows, 1)
-        if self.workers is not None:
-            check_int("workers", self.workers, 1)
+        if self.overlap is not None and self.tile_size is not None:
+            check_overlap(self.overlap, self.tile_size)
         if self.block_size < 16:
             raise ConfigError(f"--block-size {self.block_size} must be >= 16 pixels")
         if self.max_distance is not None and not self.max_distance > 0:
@@ -289,11 +292,9 @@ class FillConfig:
         if self.bands is not None:
             object.__setattr__(self, "bands", tuple(int(b) for b in self.bands))
         for name in ("creation_options", "std_creation_options"):
-            co = getattr(self, name)
-            if co is None:
-                continue
-            items = [f"{k}={v}" for k, v in co.items()] if isinstance(co, dict) else [str(i) for i in co]
-            object.__setattr__(self, name, tuple(items))
+            if (co := getattr(self, name)) is not None:
+                items = [f"{k}={v}" for k, v in co.items()] if isinstance(co, dict) else [str(i) for i in co]
+                object.__setattr__(self, name, tuple(items))
 
     @classmethod
     def of(cls, config: FillConfig | None = None, **options: Any) -> FillConfig:

@@ -98,6 +98,84 @@ def match_reference(ref_at_common: np.ndarray, target_at_common: np.ndarray, ref
     return (ref_values - ref_at_common.mean(0)) * gain + target_at_common.mean(0)
 
 
+#: Days per unit of a reference slot's date-offset feature (models with ``ref_slots``: a token model
+#: (``temporal``) takes each reference's pixels as context tokens; a ``ref_slots`` model reads them
+#: at each point's own pixel, matched to the target as :func:`match_reference` does, standardised as
+#: the task's values, with whether the reference sees the pixel and its date offset; slots are
+#: filled nearest date first, an empty slot all zeros).
+DAY_UNIT = 32.0
+
+
+@dataclass(frozen=True)
+class ReferenceColumns:
+    """The references at some points, in globally normalised units (before a task's standardisation).
+
+    Attributes:
+        values: ``[dy, n, slots]`` each slot's reference matched to the target (0 where it does not see).
+        seen: ``[n, slots]`` 1.0 where the slot's reference sees the point.
+        days: ``[slots]`` date offsets in :data:`DAY_UNIT` (0 for an empty slot).
+    """
+
+    values: np.ndarray
+    seen: np.ndarray
+    days: np.ndarray
+
+    def features(self, band: int, shift: float, scale: float) -> np.ndarray:
+        """``[n, 3 * slots]`` float32 of band ``band``: values standardised by ``shift``/``scale``, seen, days."""
+        v = (self.values[band] - shift) / scale * self.seen
+        days = np.broadcast_to(self.days, self.seen.shape)
+        return np.concatenate([v, self.seen, days], -1).astype(np.float32)
+
+
+def reference_columns(references: Sequence[ReferenceView], slots: int, context: tuple[np.ndarray, np.ndarray],
+                      target_at_context: np.ndarray, points: tuple[np.ndarray, np.ndarray]) -> ReferenceColumns:
+    """The ``slots`` nearest references (by date) at ``points``.
+
+    Args:
+        references: other dates on the window (``values [dy, h, w]``, ``observed``).
+        slots: features per point come in this many slots.
+        context: ``(rows, cols)`` of the target date's context pixels (the matching's common pixels
+            are those a reference also sees).
+        target_at_context: ``[n_context, dy]`` target values there, globally normalised.
+        points: ``(rows, cols)`` of the points whose features are wanted.
+    """
+    rows, cols = points
+    dy = target_at_context.shape[1]
+    values = np.zeros((dy, rows.size, slots))
+    seen = np.zeros((rows.size, slots))
+    days = np.zeros(slots)
+    nearest = sorted(references, key=lambda r: abs(r.days))[:slots]
+    for s, ref in enumerate(nearest):
+        sees = ref.mask[rows, cols]
+        common = ref.mask[context]
+        at_common = ref.values[:, context[0][common], context[1][common]].T
+        matched = match_reference(at_common, target_at_context[common], ref.values[:, rows, cols].T)
+        values[:, :, s] = np.where(sees, np.nan_to_num(matched.T), 0.0)
+        seen[:, s] = sees
+        days[s] = ref.days / DAY_UNIT
+    return ReferenceColumns(values, seen, days)
+
+
+def feature_context(values: np.ndarray, chosen: tuple[np.ndarray, np.ndarray], query_mask: np.ndarray,
+                    query_bounds: tuple[int, int, int, int], spec: ContextSpec, *, origin: tuple[int, int] = (0, 0),
+                    references: Sequence[ReferenceView] = ()
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[ReferenceView]]:
+    """A ``ref_slots`` model's context: ``(rows, cols, y [n, dy], the references its slots take)``.
+
+    The target date's ``chosen`` pixels, and every reference in the slots. Where the target date
+    has no context pixel (a date clouded over the whole search window), the nearest reference that
+    sees the query window stands in for it (its pixels :func:`select_reference_context` picks, its
+    values as they are) and the slots take the others: training draws such tasks too.
+    """
+    rows, cols = chosen
+    if rows.size == 0:
+        for i, ref in sorted(enumerate(references), key=lambda p: abs(p[1].days)):
+            rr, rc = select_reference_context(ref.mask, query_mask, query_bounds, spec, origin=origin)
+            if rr.size:
+                return rr, rc, ref.values[:, rr, rc].T, [r for j, r in enumerate(references) if j != i]
+    return rows, cols, values[:, rows, cols].T, list(references)
+
+
 def context_points(
     values: np.ndarray,
     observed: np.ndarray,
@@ -265,8 +343,14 @@ def window_task(window: TaskWindow, *, core: tuple[int, int, int, int], spec: Co
         hidden &= window.targets
     if not hidden.any():
         return None
-    cr, cc, days, yc_raw, n_target = context_points(values, valid & ~is_gap, hidden, core, spec, origin=window.origin,
+    chosen = select_context(valid & ~is_gap, hidden, core, spec, origin=window.origin)
+    if spec.ref_slots:
+        cr, cc, yc_raw, slot_refs = feature_context(values, chosen, hidden, core, spec, origin=window.origin,
                                                     references=references or ())
+        days, n_target = None, cr.size
+    else:
+        cr, cc, days, yc_raw, n_target = context_values(values, chosen, hidden, core, spec, origin=window.origin,
+                                                        references=references or ())
     if cr.size == 0:
         return None
     tr, tc = np.nonzero(hidden)
@@ -274,15 +358,14 @@ def window_task(window: TaskWindow, *, core: tuple[int, int, int, int], spec: Co
         pick = rng.choice(tr.size, size=max_targets, replace=False)
         tr, tc = tr[pick], tc[pick]
     yc, yt, shift, scale = standardize(yc_raw, values[:, tr, tc].T, n_target)
-    timed = references is not None
-    return Task(
-        xc=positions(cr, cc, (r0, c0), days if timed else None),
-        yc=yc.astype(np.float32),
-        xt=positions(tr, tc, (r0, c0), np.zeros(tr.size) if timed else None),
-        yt=yt.astype(np.float32),
-        shift=shift,
-        scale=scale,
-    )
+    timed = references is not None and not spec.ref_slots
+    xc = positions(cr, cc, (r0, c0), days if timed else None)
+    xt = positions(tr, tc, (r0, c0), np.zeros(tr.size) if timed else None)
+    if spec.ref_slots:
+        f = reference_columns(slot_refs, spec.ref_slots, (cr, cc), yc_raw,
+                              (np.concatenate([cr, tr]), np.concatenate([cc, tc]))).features(0, shift[0], scale[0])
+        xc, xt = np.concatenate([xc, f[:cr.size]], 1), np.concatenate([xt, f[cr.size:]], 1)
+    return Task(xc=xc, yc=yc.astype(np.float32), xt=xt, yt=yt.astype(np.float32), shift=shift, scale=scale)
 
 
 def collate(tasks: list[Task]) -> Batch:

@@ -200,7 +200,7 @@ def tile_options(loaded: Any, tile_size: int | None, max_context: int | None, ov
     if overlap is not None:  # the user's, against the user's tile size or the model's
         check_overlap(overlap, size, "--tile-size" if tile_size else f"model {loaded.name}'s core size")
     overlap = int(shape.get("overlap", DEFAULT_OVERLAP)) if overlap is None else overlap
-    spec = dataclasses.replace(spec, n_near=int(max_context or spec.n_near),
+    spec = dataclasses.replace(spec, n_near=int(max_context or spec.n_near), ref_slots=loaded.config.ref_slots,
                                search_radius=spec.search_radius if search_radius is None else search_radius)
     opts = TileOptions(tile_size=size, overlap=overlap, context=spec,
                        temporal=loaded.config.temporal,
@@ -294,7 +294,7 @@ def load_for_fill(model: Any, *, references: bool = False) -> Any:
         loaded = load_model(model, device="cpu")
     else:
         loaded = cached_model(str(model), "cpu")
-    if references and not loaded.config.temporal:
+    if references and not loaded.config.takes_references:
         raise ConfigError(f"model {loaded.name} takes no references; use --model multidate (model='multidate' "
                           "in Python) or a model trained with geonp train --series")
     return loaded

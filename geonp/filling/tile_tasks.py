@@ -16,7 +16,15 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from geonp.data.tasks import ReferenceView, Task, context_values, positions, standardize_bands
+from geonp.data.tasks import (
+    ReferenceView,
+    Task,
+    context_values,
+    feature_context,
+    positions,
+    reference_columns,
+    standardize_bands,
+)
 from geonp.filling.block_input import BlockInput
 from geonp.tasks.block_context import select_contexts
 from geonp.tasks.context import ContextSpec
@@ -231,8 +239,13 @@ def band_tasks(group: BandGroup, region: Region, *, origin: tuple[int, int], opt
                              limit=limit)
     for (window, tt, spec, near), pixels in zip(geometry, chosen, strict=True):
         qr0, _, qc0, _ = window
-        crow, ccol, days, y, n_target = context_values(values, pixels, to_fill, window, spec, origin=origin,
+        if spec.ref_slots:
+            crow, ccol, y, slot_refs = feature_context(values, pixels, to_fill, window, spec, origin=origin,
                                                        references=references)
+            days, n_target = None, crow.size
+        else:
+            crow, ccol, days, y, n_target = context_values(values, pixels, to_fill, window, spec, origin=origin,
+                                                           references=references)
         if crow.size == 0:
             continue
         # Coordinates relative to the query window's corner: what training patches look like, and
@@ -244,8 +257,15 @@ def band_tasks(group: BandGroup, region: Region, *, origin: tuple[int, int], opt
         core = int(np.count_nonzero(tt.weights >= 1.0))
         # each band on its own: the same arithmetic whether a band shares its geometry or not
         ys, shifts, scales = standardize_bands(y, n_target)
+        slots = spec.ref_slots
+        refs = slots and reference_columns(slot_refs, slots, (crow, ccol), y, (np.concatenate([crow, tt.rows]),
+                                                                                np.concatenate([ccol, tt.cols])))
         for j, b in enumerate(bands):
-            task = Task(xc=xc, yc=ys[j, :, None].astype(np.float32), xt=xt, yt=None, shift=shifts[j:j + 1],
+            xcj, xtj = xc, xt
+            if refs:  # each band its own reference values
+                f = refs.features(j, shifts[j], scales[j])
+                xcj, xtj = np.concatenate([xc, f[:crow.size]], 1), np.concatenate([xt, f[crow.size:]], 1)
+            task = Task(xc=xcj, yc=ys[j, :, None].astype(np.float32), xt=xtj, yt=None, shift=shifts[j:j + 1],
                         scale=scales[j:j + 1])
             index = (b * rh + (tt.out_rows - r0)) * rw + (tt.out_cols - c0)
             out.append(TileTask(b, task, index.astype(np.int64), tt.weights, core, tt.src, tt.coef, near))
@@ -316,8 +336,8 @@ def block_tasks(block: BlockInput, to_fill: np.ndarray, opts: TileOptions) -> li
         every band) share their tiles' geometry.
     """
     values, observed, references = block.values, block.observed, block.references
-    if references and not opts.temporal:
-        raise ValueError("references need a multi-date model (TileOptions.temporal)")
+    if references and not (opts.temporal or opts.context.ref_slots):
+        raise ValueError("references need a multi-date model (TileOptions.temporal, ContextSpec.ref_slots)")
     tasks: list[TileTask] = []
     for group in _pattern_groups(observed, to_fill, [r.observed for r in references]):
         b = group[0]

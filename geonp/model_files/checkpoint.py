@@ -152,7 +152,7 @@ def _load_near(main: LoadedModel, path: Path, device: str | torch.device) -> Loa
     near = load_checkpoint(path, device=device)
     shape = near.card.task_shape or {}
     problem = ("has a near/ folder of its own" if near.near is not None
-               else "is a multi-date model" if near.config.temporal or main.config.temporal
+               else "is a multi-date model" if near.config.takes_references or main.config.takes_references
                else "predicts bands jointly" if near.config.dim_y != 1
                else "has no task_shape.near_context (train it with near batches)" if not shape.get("near_context")
                else "has another normalizer than the model it serves" if near.normalizer != main.normalizer

@@ -17,13 +17,13 @@ from geonp.model_files.calibration import Calibration
 
 #: Largest value each size of a model may take (checked before anything is allocated).
 SIZE_CAPS = {"dim": 4096, "depth": 64, "num_heads": 64, "ff_dim": 16384, "num_basis": 64,
-             "num_latents": 4096, "dim_y": 64, "dim_x": 8}
+             "num_latents": 4096, "dim_y": 64, "dim_x": 32}
 #: Range of each size a card's ``task_shape`` may give (how a fill tiles and picks context as the
 #: model was trained; a fill takes them as its defaults, so 0 or a huge value must not get through).
 TASK_SHAPE_RANGES = {"patch_size": (8, 65536), "core_size": (4, 4096), "max_context": (1, 65536),
                      "n_near": (1, 65536), "n_far": (0, 65536), "max_targets": (1, 65536),
                      "search_radius": (1, 65536), "rings": (1, 64), "sectors": (1, 360),
-                     "tasks_per_window": (1, 4096), "n_ref": (1, 65536), "ref_margin": (0, 4096),
+                     "tasks_per_window": (1, 4096), "n_ref": (1, 65536), "ref_margin": (0, 4096), "ref_slots": (0, 64),
                      "max_references": (1, 64), "overlap": (0, 4096), "near_percent": (0, 100)}
 #: Largest weights file geonp loads (bytes).
 MAX_WEIGHTS_BYTES = 4 * 2**30
@@ -42,7 +42,7 @@ def _positive_numbers(value: Any) -> bool:
 
 
 #: Architecture keys newer than format 1 (absent in older files = their default: single-date, no query prior).
-LATER_KEYS = ("temporal", "time_length_scale", "query_prior")
+LATER_KEYS = ("temporal", "time_length_scale", "query_prior", "ref_slots")
 
 
 def check_model_meta(meta: dict[str, Any], where: Path) -> None:

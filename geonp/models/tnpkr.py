@@ -72,17 +72,19 @@ class TokenEmbedding(nn.Module):
     """Observed-flag and value embeddings co-embedded by an MLP (the TNP-KR paper eq. 2).
 
     Coordinates enter the token only when ``embed_coords`` is set; off by default, which keeps
-    scan attention translation invariant (location enters through the kernel bias alone).
+    scan attention translation invariant (location enters through the kernel bias alone). The
+    last ``features`` columns of ``x`` (a ``ref_slots`` model's reference features) always enter.
     """
 
     def __init__(self, dim: int, dim_y: int, dim_x: int, *, embed_coords: bool, hidden: int,
-                 temporal: bool = False) -> None:
+                 temporal: bool = False, features: int = 0) -> None:
         """Build the module; the arguments are described in the class docstring."""
         super().__init__()
         self.embed_coords = embed_coords
         self.temporal = temporal
+        self.features = features
         self.flag = nn.Embedding(3 if temporal else 2, 8)
-        n_in = 8 + dim_y + (dim_x if embed_coords else 0)
+        n_in = 8 + dim_y + (dim_x if embed_coords else features)
         self.mlp = MLP([n_in, hidden, dim])
 
     def forward(self, x: torch.Tensor, y: torch.Tensor, observed: bool) -> torch.Tensor:
@@ -95,7 +97,8 @@ class TokenEmbedding(nn.Module):
             flag = self.flag.weight[1 + (x[..., -1] != 0).long()]
         else:
             flag = self.flag.weight[int(observed)].expand(*y.shape[:-1], -1)
-        parts = [flag, y] + ([x] if self.embed_coords else [])
+        parts = [flag, y] + ([x] if self.embed_coords else [x[..., x.shape[-1] - self.features:]] if self.features
+                             else [])
         return self.mlp(torch.cat(parts, dim=-1))
 
 
@@ -110,7 +113,9 @@ class TNPKR(NeuralProcess):
     ``sigma_min``. With ``embed_coords`` the coordinates enter the tokens (which breaks
     translation invariance). A ``temporal`` (multi-date) model reads its last coordinate as the
     date offset in days (0 on the target's date): a temporal kernel bias joins the spatial one and
-    reference tokens get their own flag (:mod:`geonp.models.attention.temporal`).
+    reference tokens get their own flag (:mod:`geonp.models.attention.temporal`). A ``ref_slots``
+    model reads the columns of ``x`` after (row, col) as each point's reference features: they
+    enter its token (:class:`TokenEmbedding`), the kernel bias sees (row, col) alone.
 
     ``query_prior`` gives each query an inverse-distance estimate of the context at its place and
     its distance to the nearest context point (:func:`idw_prior`); the mean is predicted as a
@@ -126,8 +131,9 @@ class TNPKR(NeuralProcess):
         """Build the module; the argument is described in the class docstring."""
         super().__init__(dim_y=cfg.dim_y, dim_x=cfg.dim_x)
         self.temporal = cfg.temporal
+        self.n_pos = cfg.dim_x - 3 * cfg.ref_slots  # coordinates the kernel bias reads
         self.embed = TokenEmbedding(cfg.dim, cfg.dim_y, cfg.dim_x, embed_coords=cfg.embed_coords,
-                                    hidden=2 * cfg.dim, temporal=cfg.temporal)
+                                    hidden=2 * cfg.dim, temporal=cfg.temporal, features=3 * cfg.ref_slots)
         blocks = [KRBlock(cfg.dim, make_attention(cfg), ff_dim=cfg.ff_dim, dropout=cfg.dropout)
                   for _ in range(cfg.depth)]
         self.blocks = nn.ModuleList(blocks)
@@ -159,6 +165,7 @@ class TNPKR(NeuralProcess):
             raise ValueError(f"groups={groups} needs share_distances and a batch ({xc.shape[0]}) it divides")
         cache = DistanceCache(groups=groups) if share_distances else None
         ks = self.embed(xc, yc, observed=True)
+        xc = xc[..., :self.n_pos]
         tokens = [ks]
         # each block's queries read that block's *input* keys, so the last block's key update
         # would feed nothing: depth - 1 updates
@@ -170,6 +177,7 @@ class TNPKR(NeuralProcess):
     def decode(self, state: ContextState, xt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Predict targets ``xt [B, Nt, P]`` from an encoded context; ``(mean, std) [B, Nt, dy]``."""
         qs = self.embed(xt, self.unknown_values(xt), observed=False)  # target values start at 0 (eq. 2)
+        xt = xt[..., :self.n_pos]
         prior = None
         if self.query_prior:
             assert state.yc is not None, "the query prior needs the context values (ContextState.yc)"

@@ -57,14 +57,14 @@ class ContextSpec:
 
     Attributes:
         n_near: observed pixels nearest to the query pixels.
-        n_far: extra observed pixels spread over rings and sectors (0 = near set only, the rule
-            of geonp 0.1).
+        n_far: extra observed pixels spread over rings and sectors (0 = near set only).
         search_radius: farthest distance (pixels beyond the query window) a context pixel may lie.
-        rings: log-spaced distance rings of the far set; the innermost ends at
-            ``search_radius / 2 ** (rings - 1)``.
+        rings: log-spaced distance rings of the far set (the innermost ends at ``search_radius / 2 ** (rings - 1)``).
         sectors: angular sectors of the far set, around the query window's centre.
         n_ref: multi-date: pixels taken from each reference date (:func:`select_reference_context`).
         ref_margin: multi-date: how far (pixels) beyond the query window reference pixels are taken.
+        ref_slots: multi-date models that read references as features of each point
+            (:attr:`geonp.config.ModelConfig.ref_slots`): the context holds the target's date alone.
     """
 
     n_near: int = 256
@@ -74,12 +74,13 @@ class ContextSpec:
     sectors: int = 16
     n_ref: int = 1024
     ref_margin: int = 4
+    ref_slots: int = 0
 
     def __post_init__(self) -> None:
         """Check the counts; a negative or non-integer one raises ValueError naming it."""
         for f in fields(self):
             v = getattr(self, f.name)
-            low = 0 if f.name in ("n_far", "ref_margin") else 1
+            low = 0 if f.name in ("n_far", "ref_margin", "ref_slots") else 1
             if not isinstance(v, int | np.integer) or isinstance(v, bool) or v < low:
                 raise ValueError(f"ContextSpec.{f.name}={v!r} must be an integer >= {low}")
 
@@ -103,7 +104,7 @@ class ContextSpec:
         d = dict(d or {})
         n_near = d.get("n_near", d.get("max_context", cls.n_near))
         kw = {"n_near": int(n_near), "n_far": int(d.get("n_far", 0))}
-        for key in ("search_radius", "rings", "sectors", "n_ref", "ref_margin"):
+        for key in ("search_radius", "rings", "sectors", "n_ref", "ref_margin", "ref_slots"):
             if key in d and d[key] is not None:
                 kw[key] = int(d[key])
         return cls(**kw)

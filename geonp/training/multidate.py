@@ -56,6 +56,10 @@ logger = logging.getLogger(__name__)
 #: Gap kinds hidden on a target date (borrowed = a real cloud shape from another date's QA).
 SERIES_GAP_MIX = {"cloud": 0.3, "scene_cloud": 0.1, "stripe": 0.1, "random": 0.1}
 BORROW_PROBABILITY = 0.4
+#: Chance (models with ``ref_slots``) that the target date is hidden over its whole window, so a
+#: reference stands in for its context (:func:`geonp.data.tasks.feature_context`): dates clouded
+#: over a whole block are common in a season of imagery.
+CLOUDED_OVER_PROBABILITY = 0.05
 #: Fixed validation tasks of a run (8 per batch).
 VAL_TASKS = 64
 
@@ -85,6 +89,8 @@ def series_task(stack: SeriesStack, norm: Normalizer, targets: np.ndarray, recip
             is_gap, _ = sample_window_mask((h, w), rng=rng, weights=SERIES_GAP_MIX, footprint_probability=0.0)
     else:
         is_gap, _ = sample_window_mask((h, w), rng=rng, weights=SERIES_GAP_MIX, footprint_probability=0.0)
+    if recipe.spec.ref_slots and rng.random() < CLOUDED_OVER_PROBABILITY:
+        is_gap = np.ones((h, w), bool)
     band = int(rng.integers(stack.values.shape[1]))
 
     def scaled(i: int) -> np.ndarray:  # date i's band in normalised units, 0 where not observed
@@ -140,6 +146,31 @@ def temporal_from(single: torch.nn.Module, cfg: ModelConfig) -> tuple[torch.nn.M
     if unexpected or any(".bias.time." not in k for k in missing):
         raise ConfigError(f"cannot start a multi-date model from this one: missing {missing}, unexpected {unexpected}")
     return module, tcfg
+
+
+def features_from(single: torch.nn.Module, cfg: ModelConfig, slots: int) -> tuple[torch.nn.Module, ModelConfig]:
+    """A ``ref_slots`` model carrying a single-date model's weights: the feature inputs start at zero."""
+    fcfg = replace(cfg, dim_x=2 + 3 * slots, ref_slots=slots)
+    module = build_model(fcfg)
+    state = dict(single.state_dict())
+    first = "embed.mlp.0.weight"
+    if first not in state or cfg.embed_coords:
+        raise ConfigError("cannot start a multi-date feature model from this one: it must be a TNP-KR "
+                          "single-date model without embedded coordinates")
+    w = state[first]
+    state[first] = torch.cat([w, w.new_zeros(w.shape[0], 3 * slots)], 1)
+    module.load_state_dict(state)
+    return module, fcfg
+
+
+def start_module(start: Any, slots: int) -> tuple[torch.nn.Module, ModelConfig]:
+    """The model a multi-date run trains from ``start`` (a loaded model): as it is when it is multi-date already."""
+    cfg = start.config
+    if cfg.takes_references:
+        if cfg.ref_slots != slots:
+            raise ConfigError(f"init_from {start.name} has ref_slots={cfg.ref_slots}, the recipe {slots}")
+        return start.module, cfg
+    return features_from(start.module, cfg, slots) if slots else temporal_from(start.module, cfg)
 
 
 @dataclass
@@ -204,7 +235,7 @@ def train_series(
     flat = np.moveaxis(stack.values, 1, 0).reshape(stack.values.shape[1], -1)
     norm = Normalizer.fit(flat, np.isfinite(flat), seed=tcfg.seed)
     start = load_model(run.init_from)
-    module, mcfg = (start.module, start.config) if start.config.temporal else temporal_from(start.module, start.config)
+    module, mcfg = start_module(start, run.geometry.spec.ref_slots)
     train_targets, val_targets = _split_targets(stack, run.geometry.min_observed, data.val_from)
     draw = partial(_task_draw, stack, norm, run.geometry)
     val_rng = np.random.default_rng(tcfg.seed + 10_000)

@@ -104,7 +104,7 @@ class SeriesSettings:
 
 #: ``data`` entries of a multi-date recipe that set the task geometry (:func:`series_geometry`).
 GEOMETRY_KEYS = ("core_size", "max_context", "n_far", "search_radius", "rings", "sectors", "n_ref", "ref_margin",
-                 "max_references")
+                 "max_references", "ref_slots")
 #: ``data`` entries of a multi-date recipe that are options of the run (:class:`SeriesSettings`).
 OPTION_KEYS = tuple(f.name for f in fields(SeriesSettings))[2:]
 
@@ -121,7 +121,7 @@ def series_geometry(data: Mapping[str, Any]) -> SeriesRecipe:
     try:
         spec = ContextSpec(n_near=data["max_context"], n_far=data["n_far"], search_radius=data["search_radius"],
                            rings=data["rings"], sectors=data["sectors"], n_ref=data["n_ref"],
-                           ref_margin=data["ref_margin"])
+                           ref_margin=data["ref_margin"], ref_slots=data.get("ref_slots", 0))
         return SeriesRecipe(spec=spec, core_size=data["core_size"], max_targets=data["core_size"] ** 2,
                             max_references=data["max_references"])
     except KeyError as err:
