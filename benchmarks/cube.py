@@ -214,7 +214,7 @@ def run_synthetic(args: argparse.Namespace, client) -> None:
         unfilled = int((~np.isfinite(filled["geonp cube"][1]) & clouds.values[:, None]).sum())
         print(f"cloud pixels left unfilled: {unfilled}", flush=True)
         # the peer in cost: the same dates filled one at a time from their own pixels (default model)
-        alone = geonp.fill(lazy, mask=lazy_clouds, neighbours=0, model="default", block_size=chunk, **args.fill)
+        alone = geonp.fill(lazy, mask=lazy_clouds, neighbours=0, block_size=chunk, **{**args.fill, "model": "default"})
         (Path(tmp) / "alone").mkdir()
         t0 = time.perf_counter()
         filled["geonp, each date alone"] = write_dates(alone, Path(tmp) / "alone", client, t0, clouds)
@@ -359,10 +359,10 @@ def hidden_series(folder: str, out: Path, seed: int = 0, years: tuple[int, int] 
     return scan_series(out), truth, shown, clear
 
 
-def fill_option(text: str) -> tuple[str, int]:
-    """``--fill KEY=VALUE``: a FillConfig field and its integer value."""
+def fill_option(text: str) -> tuple[str, int | str]:
+    """``--fill KEY=VALUE``: a FillConfig field and its value (an integer where it reads as one: ``model=DIR``)."""
     key, _, value = text.partition("=")
-    return key.strip(), int(value)
+    return key.strip(), int(value) if value.strip().lstrip("-").isdigit() else value.strip()
 
 
 def parse_neighbours(text: str) -> list[int | str]:

@@ -159,21 +159,22 @@ def reference_columns(references: Sequence[ReferenceView], slots: int, context: 
 def feature_context(values: np.ndarray, chosen: tuple[np.ndarray, np.ndarray], query_mask: np.ndarray,
                     query_bounds: tuple[int, int, int, int], spec: ContextSpec, *, origin: tuple[int, int] = (0, 0),
                     references: Sequence[ReferenceView] = ()
-                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, list[ReferenceView]]:
-    """A ``ref_slots`` model's context: ``(rows, cols, y [n, dy], the references its slots take)``.
+                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """A ``ref_slots`` model's context: ``(rows, cols, y [n, dy])``, the target date's ``chosen`` pixels.
 
-    The target date's ``chosen`` pixels, and every reference in the slots. Where the target date
-    has no context pixel (a date clouded over the whole search window), the nearest reference that
-    sees the query window stands in for it (its pixels :func:`select_reference_context` picks, its
-    values as they are) and the slots take the others: training draws such tasks too.
+    Where the target date has no context pixel (a date clouded over the whole search window), the
+    references stand in for it: the pixels :func:`select_reference_context` picks where any of
+    them sees, each the mean of the references that see it weighed by 1 / |days| (between a date
+    before and one after: their linear interpolation in time). Training draws such tasks too.
     """
     rows, cols = chosen
-    if rows.size == 0:
-        for i, ref in sorted(enumerate(references), key=lambda p: abs(p[1].days)):
-            rr, rc = select_reference_context(ref.mask, query_mask, query_bounds, spec, origin=origin)
-            if rr.size:
-                return rr, rc, ref.values[:, rr, rc].T, [r for j, r in enumerate(references) if j != i]
-    return rows, cols, values[:, rows, cols].T, list(references)
+    if rows.size == 0 and references:
+        seen = np.stack([r.mask for r in references])
+        rr, rc = select_reference_context(seen.any(0), query_mask, query_bounds, spec, origin=origin)
+        w = seen[:, rr, rc] / np.array([max(abs(r.days), 1.0) for r in references])[:, None]  # [refs, n]
+        y = sum(np.where(w[i] > 0, r.values[:, rr, rc], 0.0) * w[i] for i, r in enumerate(references))
+        return rr, rc, (y / w.sum(0)).T
+    return rows, cols, values[:, rows, cols].T
 
 
 def context_points(
@@ -345,8 +346,8 @@ def window_task(window: TaskWindow, *, core: tuple[int, int, int, int], spec: Co
         return None
     chosen = select_context(valid & ~is_gap, hidden, core, spec, origin=window.origin)
     if spec.ref_slots:
-        cr, cc, yc_raw, slot_refs = feature_context(values, chosen, hidden, core, spec, origin=window.origin,
-                                                    references=references or ())
+        cr, cc, yc_raw = feature_context(values, chosen, hidden, core, spec, origin=window.origin,
+                                         references=references or ())
         days, n_target = None, cr.size
     else:
         cr, cc, days, yc_raw, n_target = context_values(values, chosen, hidden, core, spec, origin=window.origin,
@@ -362,7 +363,7 @@ def window_task(window: TaskWindow, *, core: tuple[int, int, int, int], spec: Co
     xc = positions(cr, cc, (r0, c0), days if timed else None)
     xt = positions(tr, tc, (r0, c0), np.zeros(tr.size) if timed else None)
     if spec.ref_slots:
-        f = reference_columns(slot_refs, spec.ref_slots, (cr, cc), yc_raw,
+        f = reference_columns(references or (), spec.ref_slots, (cr, cc), yc_raw,
                               (np.concatenate([cr, tr]), np.concatenate([cc, tc]))).features(0, shift[0], scale[0])
         xc, xt = np.concatenate([xc, f[:cr.size]], 1), np.concatenate([xt, f[cr.size:]], 1)
     return Task(xc=xc, yc=yc.astype(np.float32), xt=xt, yt=yt.astype(np.float32), shift=shift, scale=scale)

@@ -240,8 +240,8 @@ def band_tasks(group: BandGroup, region: Region, *, origin: tuple[int, int], opt
     for (window, tt, spec, near), pixels in zip(geometry, chosen, strict=True):
         qr0, _, qc0, _ = window
         if spec.ref_slots:
-            crow, ccol, y, slot_refs = feature_context(values, pixels, to_fill, window, spec, origin=origin,
-                                                       references=references)
+            crow, ccol, y = feature_context(values, pixels, to_fill, window, spec, origin=origin,
+                                            references=references)
             days, n_target = None, crow.size
         else:
             crow, ccol, days, y, n_target = context_values(values, pixels, to_fill, window, spec, origin=origin,
@@ -258,7 +258,7 @@ def band_tasks(group: BandGroup, region: Region, *, origin: tuple[int, int], opt
         # each band on its own: the same arithmetic whether a band shares its geometry or not
         ys, shifts, scales = standardize_bands(y, n_target)
         slots = spec.ref_slots
-        refs = slots and reference_columns(slot_refs, slots, (crow, ccol), y, (np.concatenate([crow, tt.rows]),
+        refs = slots and reference_columns(references, slots, (crow, ccol), y, (np.concatenate([crow, tt.rows]),
                                                                                 np.concatenate([ccol, tt.cols])))
         for j, b in enumerate(bands):
             xcj, xtj = xc, xt

@@ -56,8 +56,8 @@ logger = logging.getLogger(__name__)
 #: Gap kinds hidden on a target date (borrowed = a real cloud shape from another date's QA).
 SERIES_GAP_MIX = {"cloud": 0.3, "scene_cloud": 0.1, "stripe": 0.1, "random": 0.1}
 BORROW_PROBABILITY = 0.4
-#: Chance (models with ``ref_slots``) that the target date is hidden over its whole window, so a
-#: reference stands in for its context (:func:`geonp.data.tasks.feature_context`): dates clouded
+#: Chance (models with ``ref_slots``) that the target date is hidden over its whole window, so its
+#: references stand in for its context (:func:`geonp.data.tasks.feature_context`): dates clouded
 #: over a whole block are common in a season of imagery.
 CLOUDED_OVER_PROBABILITY = 0.05
 #: Fixed validation tasks of a run (8 per batch).

@@ -58,25 +58,27 @@ def test_reference_columns_fill_the_slots_nearest_date_first_matched_to_the_targ
     np.testing.assert_allclose(f[:, 8:], np.broadcast_to(cols4.days, (3, 4)), rtol=1e-6)
 
 
-def test_a_clouded_over_target_takes_the_nearest_reference_that_sees_the_window_as_its_context():
+def test_a_clouded_over_target_takes_its_references_weighed_by_date_as_its_context():
     _, target, _ = _scene()
     query = np.zeros((40, 40), bool)
     query[10:20, 10:20] = True
-    blind = np.zeros((1, 40, 40), bool)
-    blind[0, 30:, 30:] = True  # the nearest date sees nothing near the query window
+    half = np.zeros((1, 40, 40), bool)
+    half[0, :15] = True  # the nearest date sees the top rows of the window only
     seeing = np.ones((1, 40, 40), bool)
-    refs = [ReferenceView(target + 1.0, blind, -8.0), ReferenceView(target + 2.0, seeing, 24.0),
-            ReferenceView(target + 3.0, seeing, -40.0)]
+    refs = [ReferenceView(target + 10.0, half, -8.0), ReferenceView(target + 40.0, seeing, 24.0),
+            ReferenceView(target + 100.0, seeing, -100.0)]
     spec = ContextSpec(n_near=16, search_radius=32, n_ref=500, ref_margin=1, ref_slots=2)
     none = (np.zeros(0, np.int64), np.zeros(0, np.int64))
-    rows, cols, y, slot_refs = feature_context(target, none, query, (10, 20, 10, 20), spec, references=refs)
-    assert rows.size == 12 * 12  # the window grown by ref_margin
-    np.testing.assert_allclose(y[:, 0], target[0, rows, cols] + 2.0)
-    assert [r.days for r in slot_refs] == [-8.0, -40.0]
-    # with context of its own, the target keeps it and every reference takes a slot
+    rows, cols, y = feature_context(target, none, query, (10, 20, 10, 20), spec, references=refs)
+    assert rows.size == 12 * 12  # the window grown by ref_margin, where a reference sees
+    top = rows < 15
+    w = np.array([1 / 8, 1 / 24, 1 / 100])
+    np.testing.assert_allclose(y[top, 0] - target[0, rows[top], cols[top]], (w @ [10, 40, 100]) / w.sum())
+    np.testing.assert_allclose(y[~top, 0] - target[0, rows[~top], cols[~top]], (w[1:] @ [40, 100]) / w[1:].sum())
+    # with context of its own, the target keeps it
     chosen = (np.array([0, 1]), np.array([0, 1]))
-    rows, _, y, slot_refs = feature_context(target, chosen, query, (10, 20, 10, 20), spec, references=refs)
-    assert rows.tolist() == [0, 1] and len(slot_refs) == 3
+    rows, _, y = feature_context(target, chosen, query, (10, 20, 10, 20), spec, references=refs)
+    assert rows.tolist() == [0, 1] and np.array_equal(y[:, 0], target[0, [0, 1], [0, 1]])
 
 
 def test_training_and_filling_build_the_same_feature_task():

@@ -21,8 +21,9 @@ def test_shipped_recipes_load_and_the_default_is_the_default_models_architecture
     shipped = json.loads((ROOT / "geonp" / "pretrained" / "default" / "config.json").read_text())
     assert model == ModelConfig.from_dict(shipped["model"])  # the recipe builds the shipped model's architecture
     assert default["data"]["n_far"] == 96 and default["data"]["batch_size"] == 16
-    assert load_recipe("multidate")["training"]["steps"] == 2600
-    assert load_recipe("multidate")["data"]["init_from"] == "default"
+    multidate = load_recipe("multidate")
+    assert multidate["training"]["steps"] == 4000
+    assert multidate["data"]["init_from"] == "default" and multidate["data"]["ref_slots"] == 4
 
 
 def test_the_reproduction_config_is_the_packaged_recipe_plus_its_run(tmp_path):
