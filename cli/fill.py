@@ -39,8 +39,9 @@ OUTPUT_OPTIONS = ("uncertainty", "quicklook", "format", "dry_run")
 @click.option("-f", "--format", "format", metavar="DRIVER",
               help="GDAL driver of OUTPUT [default: from its extension; .tif = GTiff].")
 @click.option("--reference", "references", multiple=True, type=click.Path(),
-              help="Another date of the same place (any grid or CRS; repeatable): its pixels are context "
-                   "for a multi-date model (--model multidate unless another is given).")
+              help="Another date of the same place (any grid or CRS; repeatable): the multi-date model "
+                   "(--model multidate unless another is given) reads the 4 nearest at every pixel; "
+                   "the reference regression uses all.")
 @click.option("--reference-date", "reference_dates", multiple=True, metavar="YYYY-MM-DD", callback=check_dates,
               help="Acquisition date of each --reference, in order, where its tags and name lack one.")
 @click.option("--reference-qa", "reference_qa", multiple=True, type=click.Path(), callback=none_if_empty,
