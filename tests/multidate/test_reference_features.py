@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import rasterio
 import torch
 
 import geonp
@@ -123,3 +124,28 @@ def test_ref_slots_need_the_coordinates_and_their_features():
     with pytest.raises(ConfigError, match="ref_slots=-1 must be an integer >= 0"):
         ModelConfig(ref_slots=-1)
     assert ModelConfig(ref_slots=2, dim_x=8).takes_references and not ModelConfig().takes_references
+
+
+def test_a_token_model_trained_without_slots_still_fills_with_references(tmp_path):
+    """``ref_slots: 0`` trains the reference-token model shipped before (``temporal``), and it fills."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+    from geonp_cli.main import cli
+
+    lsts = Path(__file__).resolve().parents[1] / "data" / "lsts"
+    recipe = tmp_path / "tokens.yaml"
+    recipe.write_text("data:\n  ref_slots: 0\n  max_references: 2\n")
+    res = CliRunner().invoke(cli, ["-q", "train", str(lsts), "--series", "--output", str(tmp_path / "m"),
+                                   "--recipe", str(recipe), "--steps", "2", "--val-every", "2"])
+    assert res.exit_code == 0, res.output
+    loaded = geonp.load_model(tmp_path / "m")
+    assert loaded.config.temporal and loaded.config.ref_slots == 0 and loaded.config.dim_x == 3
+    target = lsts / "LE70350322012145EDC00.tif"  # 2012-05-24, mostly cloud
+    res = CliRunner().invoke(cli, ["fill", str(target), str(tmp_path / "f.tif"), "--model", str(tmp_path / "m"),
+                                   "--reference", str(lsts / "LE70350322012129EDC00.tif"), "--reference",
+                                   str(lsts / "LE70350322012161EDC00.tif"), "--fill-outside"])
+    assert res.exit_code == 0, res.output
+    assert "Filled 2481 of 2481 missing pixels" in res.output
+    with rasterio.open(tmp_path / "f.tif") as src:
+        assert (src.read() != -9999).all()
