@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 from scipy import ndimage
 
-from geonp.data.tasks import PRIOR_COUNT, TaskWindow, context_points, standardize, window_task
+from geonp.data.tasks import PRIOR_COUNT, TaskWindow, standardize, window_task
 from geonp.filling.calibration import (
     DISTANCE_BIN_EDGES,
     apply_std_calibration,
@@ -17,6 +17,7 @@ from geonp.filling.calibration import (
 )
 from geonp.filling.tile_tasks import TileOptions
 from geonp.model_files.calibration import Calibration
+from geonp.tasks.block_context import select_contexts
 from geonp.tasks.context import ContextSpec, HaloTooSmall, ring_edges, select_context
 from geonp.tasks.tiling import nearest_context
 
@@ -158,12 +159,12 @@ def test_training_and_fill_share_select_context():
     observed = valid & ~is_gap
     opts = TileOptions(context=ContextSpec(n_near=100, search_radius=150, n_far=48, rings=5, sectors=8))
     assert opts.context == spec
-    fill_rows, fill_cols = context_points(values, observed, hidden, core, opts.context, origin=(300, 400))[:2]
+    fill_rows, fill_cols = select_contexts(observed, hidden, [core], [opts.context], origin=(300, 400))[0]
     np.testing.assert_array_equal(fill_rows, rows)
     np.testing.assert_array_equal(fill_cols, cols)
     # the far set needs the whole search radius: a narrow block read is refused
     with pytest.raises(HaloTooSmall):
-        context_points(values, observed, hidden, core, opts.context, origin=(300, 400), limit=64)
+        select_contexts(observed, hidden, [core], [opts.context], origin=(300, 400), limit=64)
 
 
 def test_fill_takes_the_far_context_geometry_from_the_model_card(tiny_model):

@@ -98,17 +98,18 @@ def match_reference(ref_at_common: np.ndarray, target_at_common: np.ndarray, ref
     return (ref_values - ref_at_common.mean(0)) * gain + target_at_common.mean(0)
 
 
-#: Days per unit of a reference slot's date-offset feature (models with ``ref_slots``: a token model
-#: (``temporal``) takes each reference's pixels as context tokens; a ``ref_slots`` model reads them
-#: at each point's own pixel, matched to the target as :func:`match_reference` does, standardised as
-#: the task's values, with whether the reference sees the pixel and its date offset; slots are
-#: filled nearest date first, an empty slot all zeros).
+#: Days per unit of a reference slot's date-offset feature (:class:`ReferenceColumns`).
 DAY_UNIT = 32.0
 
 
 @dataclass(frozen=True)
 class ReferenceColumns:
     """The references at some points, in globally normalised units (before a task's standardisation).
+
+    What a ``ref_slots`` model reads of other dates, where a token model (``temporal``) takes their
+    pixels as context tokens: at each point's own pixel, each reference's value matched to the
+    target as :func:`match_reference` does, whether it sees the pixel, and its date offset; slots
+    are filled nearest date first, an empty slot all zeros.
 
     Attributes:
         values: ``[dy, n, slots]`` each slot's reference matched to the target (0 where it does not see).
@@ -177,46 +178,20 @@ def feature_context(values: np.ndarray, chosen: tuple[np.ndarray, np.ndarray], q
     return rows, cols, values[:, rows, cols].T
 
 
-def context_points(
-    values: np.ndarray,
-    observed: np.ndarray,
-    query_mask: np.ndarray,
-    query_bounds: tuple[int, int, int, int],
-    spec: ContextSpec,
-    *,
-    origin: tuple[int, int] = (0, 0),
-    limit: int | None = None,
-    references: Sequence[ReferenceView] = (),
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """The context of a query window, for training and filling alike.
+def context_values(values: np.ndarray, chosen: tuple[np.ndarray, np.ndarray], query_mask: np.ndarray,
+                   query_bounds: tuple[int, int, int, int], spec: ContextSpec, *, origin: tuple[int, int] = (0, 0),
+                   references: Sequence[ReferenceView] = ()
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
+    """A query window's context (single-date and token models), for training and filling alike.
 
-    The target date's pixels come from :func:`geonp.tasks.context.select_context`; each reference adds
-    the pixels :func:`geonp.tasks.context.select_reference_context` picks, matched to the target by
-    :func:`match_reference` on the target's context pixels it also observes.
-
-    Args:
-        values: ``[dy, h, w]`` globally normalised values of the target date.
-        observed: bool ``[h, w]``, where the target date may serve as context.
-        query_mask: bool ``[h, w]``, the pixels to predict.
-        query_bounds: ``(r0, r1, c0, c1)`` query window.
-        spec: context geometry.
-        origin: the window's offset in its raster.
-        limit: the largest search radius the window holds (see ``select_context``).
-        references: other dates on the same window.
+    ``chosen``: ``(rows, cols)`` of the target date's context pixels (:func:`geonp.tasks.context.select_context`).
+    Each reference adds the pixels :func:`geonp.tasks.context.select_reference_context` picks,
+    matched to the target by :func:`match_reference` on the target's context pixels it also observes.
 
     Returns:
         ``(rows, cols, days, y, n_target)``: window rows/cols, date offsets, values ``[n, dy]``
         (target date first, then each reference), and how many are of the target date.
     """
-    rows, cols = select_context(observed, query_mask, query_bounds, spec, origin=origin, limit=limit)
-    return context_values(values, (rows, cols), query_mask, query_bounds, spec, origin=origin, references=references)
-
-
-def context_values(values: np.ndarray, chosen: tuple[np.ndarray, np.ndarray], query_mask: np.ndarray,
-                   query_bounds: tuple[int, int, int, int], spec: ContextSpec, *, origin: tuple[int, int] = (0, 0),
-                   references: Sequence[ReferenceView] = ()
-                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """:func:`context_points` from the target date's context pixels ``chosen`` (rows, cols) already chosen."""
     rows, cols = chosen
     ys = [values[:, rows, cols].T]
     rs, cs, ds = [rows], [cols], [np.zeros(rows.size)]

@@ -234,7 +234,7 @@ def band_tasks(group: BandGroup, region: Region, *, origin: tuple[int, int], opt
     rh, rw = r1 - r0, c1 - c0
     out: list[TileTask] = []
     geometry = list(_tile_geometry(observed, to_fill, region, origin, opts, spacing))
-    # the rule training uses (geonp.data.tasks.context_points), every tile at once
+    # the rule training uses (geonp.tasks.context.select_context), every tile at once
     chosen = select_contexts(observed, to_fill, [g[0] for g in geometry], [g[2] for g in geometry], origin=origin,
                              limit=limit)
     for (window, tt, spec, near), pixels in zip(geometry, chosen, strict=True):

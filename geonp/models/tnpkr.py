@@ -97,8 +97,7 @@ class TokenEmbedding(nn.Module):
             flag = self.flag.weight[1 + (x[..., -1] != 0).long()]
         else:
             flag = self.flag.weight[int(observed)].expand(*y.shape[:-1], -1)
-        parts = [flag, y] + ([x] if self.embed_coords else [x[..., x.shape[-1] - self.features:]] if self.features
-                             else [])
+        parts = [flag, y, x if self.embed_coords else x[..., x.shape[-1] - self.features:]]  # 0 columns: none
         return self.mlp(torch.cat(parts, dim=-1))
 
 

@@ -168,7 +168,9 @@ def start_module(start: Any, slots: int) -> tuple[torch.nn.Module, ModelConfig]:
     cfg = start.config
     if cfg.takes_references:
         if cfg.ref_slots != slots:
-            raise ConfigError(f"init_from {start.name} has ref_slots={cfg.ref_slots}, the recipe {slots}")
+            raise ConfigError(f"init_from {start.name} reads {cfg.ref_slots} reference slots, the recipe {slots}; "
+                              f"set ref_slots: {cfg.ref_slots} in the recipe's data section, or start from a "
+                              "single-date model")
         return start.module, cfg
     return features_from(start.module, cfg, slots) if slots else temporal_from(start.module, cfg)
 

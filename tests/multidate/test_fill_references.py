@@ -10,14 +10,14 @@ from geonp_cli.main import cli
 from rasterio.warp import Resampling, calculate_default_transform, reproject
 
 import geonp
-from geonp.data.tasks import ReferenceView, TaskWindow, context_points, window_task
+from geonp.data.tasks import ReferenceView, TaskWindow, context_values, window_task
 from geonp.errors import ConfigError, InputRasterError
 from geonp.evaluation.baselines import fillnodata_baseline
 from geonp.evaluation.series import reference_regression
 from geonp.filling.block_input import BlockInput
 from geonp.filling.references import REGRESSION_WEIGHT
 from geonp.filling.tile_tasks import TileOptions, block_tasks
-from geonp.tasks.context import ContextSpec
+from geonp.tasks.context import ContextSpec, select_context
 from geonp.tasks.tiling import Region
 
 LSTS = Path(__file__).resolve().parents[1] / "data" / "lsts"
@@ -222,7 +222,9 @@ def test_training_and_filling_choose_the_same_reference_pixels():
     days = task.xc[:, 2]
     assert (days == -16).sum() == 100 and (days == 0).sum() == 40  # capped at n_ref and n_near
     # the first reference pixels are those at query pixels
-    rows, cols, d, _, n_target = context_points(values, observed, is_gap, (16, 32, 16, 32), opts.context,
+    box = (16, 32, 16, 32)
+    rows, cols, d, _, n_target = context_values(values, select_context(observed, is_gap, box, opts.context), is_gap,
+                                                box, opts.context,
                                                 references=[ReferenceView(ref_vals, ref_ok[None], -16.0)])
     assert n_target == 40 and is_gap[rows[d == -16], cols[d == -16]].all()
 

@@ -149,3 +149,13 @@ def test_a_token_model_trained_without_slots_still_fills_with_references(tmp_pat
     assert "Filled 2481 of 2481 missing pixels" in res.output
     with rasterio.open(tmp_path / "f.tif") as src:
         assert (src.read() != -9999).all()
+
+
+def test_a_run_from_a_multi_date_model_keeps_its_slots():
+    from geonp.training.multidate import start_module
+
+    multidate = geonp.load_model("multidate")
+    module, cfg = start_module(multidate, 4)
+    assert module is multidate.module and cfg.ref_slots == 4
+    with pytest.raises(ConfigError, match="reads 4 reference slots, the recipe 0; set ref_slots: 4 in the recipe"):
+        start_module(multidate, 0)
