@@ -70,9 +70,10 @@ from geonp.config import ARCHS, ATTENTION_NAMES, OPTIMIZERS, QA_KINDS
 @click.option("--before", help="--series: use only dates before this one (YYYY-MM-DD), e.g. to keep later ones for testing.")
 @click.option("--qa-kind", type=click.Choice(QA_KINDS), default=None,
               help="--series: how the QA files are read [default: fmask].")
-@click.option("--n-ref", type=click.IntRange(min=1), default=None, help="--series: pixels per reference date and task [recipe: 1024].")
+@click.option("--n-ref", type=click.IntRange(min=1), default=None, help="--series: pixels per reference date and task of a token model (ref_slots: 0 in the recipe) "
+              "[recipe: 1024].")
 @click.option("--max-references", type=click.IntRange(min=1), default=None,
-              help="--series: references per task are 1 to this many [recipe: 2].")
+              help="--series: references per task are 1 to this many [recipe: 4].")
 @click.option("--spacetime-fraction", type=click.FloatRange(0, 1), default=None,
               help="--series: fraction of tasks from simulated space-time fields [recipe: 0.2].")
 @click.option("--processes", type=click.IntRange(min=1), default=None,
