@@ -8,12 +8,14 @@ pixels relative to the query window's corner.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import overload
 
 import numpy as np
 import torch
+from scipy import ndimage
 
 from geonp.data.batch import Batch
 from geonp.tasks.context import ContextSpec, select_context, select_reference_context
@@ -77,6 +79,15 @@ class ReferenceView:
         """
         return self.observed[0]
 
+    @functools.cached_property
+    def nearest(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``(rows, cols, distance)`` ``[h, w]``: each pixel's nearest pixel the reference sees (itself where it sees)."""
+        if not self.mask.any():
+            h, w = self.mask.shape
+            return *np.indices((h, w)), np.full((h, w), np.inf)
+        distance, (rows, cols) = ndimage.distance_transform_edt(~self.mask, return_indices=True)
+        return rows, cols, distance
+
 
 #: Fewest pixels observed on both dates for a reference to be matched to the target (below it,
 #: the reference enters in the global normalisation alone).
@@ -100,6 +111,9 @@ def match_reference(ref_at_common: np.ndarray, target_at_common: np.ndarray, ref
 
 #: Days per unit of a reference slot's date-offset feature (:class:`ReferenceColumns`).
 DAY_UNIT = 32.0
+#: A slot's value where its reference does not see the point: the nearest pixel it sees, up to this
+#: far (pixels; beyond, 0): a reference's own gaps (SLC-off stripes) then leave no step in its slot.
+NEAREST_REACH = 8.0
 
 
 @dataclass(frozen=True)
@@ -108,11 +122,13 @@ class ReferenceColumns:
 
     What a ``ref_slots`` model reads of other dates, where a token model (``temporal``) takes their
     pixels as context tokens: at each point's own pixel, each reference's value matched to the
-    target as :func:`match_reference` does, whether it sees the pixel, and its date offset; slots
-    are filled nearest date first, an empty slot all zeros.
+    target as :func:`match_reference` does (where it does not see the pixel, that of the nearest
+    pixel it sees within :data:`NEAREST_REACH`), whether it sees the pixel, and its date offset;
+    slots are filled nearest date first, an empty slot all zeros.
 
     Attributes:
-        values: ``[dy, n, slots]`` each slot's reference matched to the target (0 where it does not see).
+        values: ``[dy, n, slots]`` each slot's reference matched to the target (NaN where it sees no
+            pixel within :data:`NEAREST_REACH`: the feature is then 0).
         seen: ``[n, slots]`` 1.0 where the slot's reference sees the point.
         days: ``[slots]`` date offsets in :data:`DAY_UNIT` (0 for an empty slot).
     """
@@ -123,7 +139,7 @@ class ReferenceColumns:
 
     def features(self, band: int, shift: float, scale: float) -> np.ndarray:
         """``[n, 3 * slots]`` float32 of band ``band``: values standardised by ``shift``/``scale``, seen, days."""
-        v = (self.values[band] - shift) / scale * self.seen
+        v = np.nan_to_num((self.values[band] - shift) / scale)
         days = np.broadcast_to(self.days, self.seen.shape)
         return np.concatenate([v, self.seen, days], -1).astype(np.float32)
 
@@ -142,7 +158,7 @@ def reference_columns(references: Sequence[ReferenceView], slots: int, context: 
     """
     rows, cols = points
     dy = target_at_context.shape[1]
-    values = np.zeros((dy, rows.size, slots))
+    values = np.full((dy, rows.size, slots), np.nan)
     seen = np.zeros((rows.size, slots))
     days = np.zeros(slots)
     nearest = sorted(references, key=lambda r: abs(r.days))[:slots]
@@ -150,8 +166,9 @@ def reference_columns(references: Sequence[ReferenceView], slots: int, context: 
         sees = ref.mask[rows, cols]
         common = ref.mask[context]
         at_common = ref.values[:, context[0][common], context[1][common]].T
-        matched = match_reference(at_common, target_at_context[common], ref.values[:, rows, cols].T)
-        values[:, :, s] = np.where(sees, np.nan_to_num(matched.T), 0.0)
+        near_r, near_c, distance = (a[rows, cols] for a in ref.nearest)
+        matched = match_reference(at_common, target_at_context[common], ref.values[:, near_r, near_c].T)
+        values[:, :, s] = np.where(distance <= NEAREST_REACH, np.nan_to_num(matched.T), np.nan)
         seen[:, s] = sees
         days[s] = ref.days / DAY_UNIT
     return ReferenceColumns(values, seen, days)

@@ -11,6 +11,7 @@ import geonp
 from geonp.config import ModelConfig
 from geonp.data.tasks import (
     DAY_UNIT,
+    NEAREST_REACH,
     ReferenceView,
     TaskWindow,
     feature_context,
@@ -48,13 +49,18 @@ def test_reference_columns_fill_the_slots_nearest_date_first_matched_to_the_targ
     np.testing.assert_allclose(cols4.values[0, :, 2], truth, atol=1e-9)
     seen_a = sees_a[points]
     np.testing.assert_array_equal(cols4.seen[:, 1], seen_a.astype(float))
-    np.testing.assert_allclose(cols4.values[0, :, 1], np.where(seen_a, truth, 0.0), atol=1e-9)
-    assert (cols4.values[0, :, 3] == 0).all() and (cols4.seen[:, 3] == 0).all()  # no fourth date: an empty slot
-    # standardised as the task's values, zero where unseen, then the seen flags and the date offsets
+    # where the date does not see a point, its nearest pixel that it sees stands in
+    near_r, near_c, distance = (a[points] for a in refs[0].nearest)
+    assert (distance[seen_a] == 0).all() and (distance[~seen_a] > 0).all() and (distance <= NEAREST_REACH).all()
+    nearest_truth = target[0, near_r, near_c]
+    np.testing.assert_allclose(cols4.values[0, :, 1], nearest_truth, atol=1e-9)
+    assert np.isnan(cols4.values[0, :, 3]).all() and (cols4.seen[:, 3] == 0).all()  # no fourth date: an empty slot
+    # standardised as the task's values (an empty slot: 0), then the seen flags and the date offsets
     f = cols4.features(0, 0.5, 2.0)
     assert f.shape == (3, 12) and f.dtype == np.float32
     np.testing.assert_allclose(f[:, 0], (truth - 0.5) / 2.0, rtol=1e-5)
-    np.testing.assert_allclose(f[:, 1], np.where(seen_a, (truth - 0.5) / 2.0, 0.0), rtol=1e-5, atol=1e-7)
+    np.testing.assert_allclose(f[:, 1], (nearest_truth - 0.5) / 2.0, rtol=1e-5)
+    assert (f[:, 3] == 0).all()
     np.testing.assert_array_equal(f[:, 4:8], cols4.seen)
     np.testing.assert_allclose(f[:, 8:], np.broadcast_to(cols4.days, (3, 4)), rtol=1e-6)
 
