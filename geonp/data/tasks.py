@@ -131,11 +131,13 @@ class ReferenceColumns:
             pixel within :data:`NEAREST_REACH`: the feature is then 0).
         seen: ``[n, slots]`` 1.0 where the slot's reference sees the point.
         days: ``[slots]`` date offsets in :data:`DAY_UNIT` (0 for an empty slot).
+        n_context: the first ``n_context`` points are the context pixels, the others the queries.
     """
 
     values: np.ndarray
     seen: np.ndarray
     days: np.ndarray
+    n_context: int
 
     def features(self, band: int, shift: float, scale: float) -> np.ndarray:
         """``[n, 3 * slots]`` float32 of band ``band``: values standardised by ``shift``/``scale``, seen, days."""
@@ -143,10 +145,16 @@ class ReferenceColumns:
         days = np.broadcast_to(self.days, self.seen.shape)
         return np.concatenate([v, self.seen, days], -1).astype(np.float32)
 
+    def with_features(self, xc: np.ndarray, xt: np.ndarray, band: int, shift: float, scale: float
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """Context and query coordinates ``xc``, ``xt`` with band ``band``'s :meth:`features` after them."""
+        f = self.features(band, shift, scale)
+        return np.concatenate([xc, f[:self.n_context]], 1), np.concatenate([xt, f[self.n_context:]], 1)
+
 
 def reference_columns(references: Sequence[ReferenceView], slots: int, context: tuple[np.ndarray, np.ndarray],
-                      target_at_context: np.ndarray, points: tuple[np.ndarray, np.ndarray]) -> ReferenceColumns:
-    """The ``slots`` nearest references (by date) at ``points``.
+                      target_at_context: np.ndarray, queries: tuple[np.ndarray, np.ndarray]) -> ReferenceColumns:
+    """The ``slots`` nearest references (by date) at the context pixels, then at the queries.
 
     Args:
         references: other dates on the window (``values [dy, h, w]``, ``observed``).
@@ -154,9 +162,9 @@ def reference_columns(references: Sequence[ReferenceView], slots: int, context: 
         context: ``(rows, cols)`` of the target date's context pixels (the matching's common pixels
             are those a reference also sees).
         target_at_context: ``[n_context, dy]`` target values there, globally normalised.
-        points: ``(rows, cols)`` of the points whose features are wanted.
+        queries: ``(rows, cols)`` of the queries.
     """
-    rows, cols = points
+    rows, cols = np.concatenate([context[0], queries[0]]), np.concatenate([context[1], queries[1]])
     dy = target_at_context.shape[1]
     values = np.full((dy, rows.size, slots), np.nan)
     seen = np.zeros((rows.size, slots))
@@ -171,7 +179,7 @@ def reference_columns(references: Sequence[ReferenceView], slots: int, context: 
         values[:, :, s] = np.where(distance <= NEAREST_REACH, np.nan_to_num(matched.T), np.nan)
         seen[:, s] = sees
         days[s] = ref.days / DAY_UNIT
-    return ReferenceColumns(values, seen, days)
+    return ReferenceColumns(values, seen, days, context[0].size)
 
 
 def feature_context(values: np.ndarray, chosen: tuple[np.ndarray, np.ndarray], query_mask: np.ndarray,
@@ -199,16 +207,21 @@ def context_values(values: np.ndarray, chosen: tuple[np.ndarray, np.ndarray], qu
                    query_bounds: tuple[int, int, int, int], spec: ContextSpec, *, origin: tuple[int, int] = (0, 0),
                    references: Sequence[ReferenceView] = ()
                    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, int]:
-    """A query window's context (single-date and token models), for training and filling alike.
+    """A query window's context, for training and filling alike.
 
     ``chosen``: ``(rows, cols)`` of the target date's context pixels (:func:`geonp.tasks.context.select_context`).
     Each reference adds the pixels :func:`geonp.tasks.context.select_reference_context` picks,
-    matched to the target by :func:`match_reference` on the target's context pixels it also observes.
+    matched to the target by :func:`match_reference` on the target's context pixels it also observes;
+    with ``spec.ref_slots`` the context is :func:`feature_context`'s (the references are features).
 
     Returns:
         ``(rows, cols, days, y, n_target)``: window rows/cols, date offsets, values ``[n, dy]``
         (target date first, then each reference), and how many are of the target date.
     """
+    if spec.ref_slots:  # the references enter as features (:func:`with_features`), not as tokens
+        rows, cols, y = feature_context(values, chosen, query_mask, query_bounds, spec, origin=origin,
+                                        references=references)
+        return rows, cols, np.zeros(rows.size), y, int(rows.size)
     rows, cols = chosen
     ys = [values[:, rows, cols].T]
     rs, cs, ds = [rows], [cols], [np.zeros(rows.size)]
@@ -337,13 +350,8 @@ def window_task(window: TaskWindow, *, core: tuple[int, int, int, int], spec: Co
     if not hidden.any():
         return None
     chosen = select_context(valid & ~is_gap, hidden, core, spec, origin=window.origin)
-    if spec.ref_slots:
-        cr, cc, yc_raw = feature_context(values, chosen, hidden, core, spec, origin=window.origin,
-                                         references=references or ())
-        days, n_target = None, cr.size
-    else:
-        cr, cc, days, yc_raw, n_target = context_values(values, chosen, hidden, core, spec, origin=window.origin,
-                                                        references=references or ())
+    cr, cc, days, yc_raw, n_target = context_values(values, chosen, hidden, core, spec, origin=window.origin,
+                                                    references=references or ())
     if cr.size == 0:
         return None
     tr, tc = np.nonzero(hidden)
@@ -355,9 +363,8 @@ def window_task(window: TaskWindow, *, core: tuple[int, int, int, int], spec: Co
     xc = positions(cr, cc, (r0, c0), days if timed else None)
     xt = positions(tr, tc, (r0, c0), np.zeros(tr.size) if timed else None)
     if spec.ref_slots:
-        f = reference_columns(references or (), spec.ref_slots, (cr, cc), yc_raw,
-                              (np.concatenate([cr, tr]), np.concatenate([cc, tc]))).features(0, shift[0], scale[0])
-        xc, xt = np.concatenate([xc, f[:cr.size]], 1), np.concatenate([xt, f[cr.size:]], 1)
+        columns = reference_columns(references or (), spec.ref_slots, (cr, cc), yc_raw, (tr, tc))
+        xc, xt = columns.with_features(xc, xt, 0, shift[0], scale[0])
     return Task(xc=xc, yc=yc.astype(np.float32), xt=xt, yt=yt.astype(np.float32), shift=shift, scale=scale)
 
 

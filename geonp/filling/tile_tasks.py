@@ -20,7 +20,6 @@ from geonp.data.tasks import (
     ReferenceView,
     Task,
     context_values,
-    feature_context,
     positions,
     reference_columns,
     standardize_bands,
@@ -239,32 +238,24 @@ def band_tasks(group: BandGroup, region: Region, *, origin: tuple[int, int], opt
                              limit=limit)
     for (window, tt, spec, near), pixels in zip(geometry, chosen, strict=True):
         qr0, _, qc0, _ = window
-        if spec.ref_slots:
-            crow, ccol, y = feature_context(values, pixels, to_fill, window, spec, origin=origin,
-                                            references=references)
-            days, n_target = None, crow.size
-        else:
-            crow, ccol, days, y, n_target = context_values(values, pixels, to_fill, window, spec, origin=origin,
-                                                           references=references)
+        crow, ccol, days, y, n_target = context_values(values, pixels, to_fill, window, spec, origin=origin,
+                                                       references=references)
         if crow.size == 0:
             continue
         # Coordinates relative to the query window's corner: what training patches look like, and
         # for translation-invariant models (scan) the same result as absolute coordinates, with
         # small squared-distance tables for the bias.
-        timed = opts.temporal
+        timed = opts.temporal and not spec.ref_slots
         xc = positions(crow, ccol, (qr0, qc0), days if timed else None)
         xt = positions(tt.rows, tt.cols, (qr0, qc0), np.zeros(tt.rows.size) if timed else None)
         core = int(np.count_nonzero(tt.weights >= 1.0))
         # each band on its own: the same arithmetic whether a band shares its geometry or not
         ys, shifts, scales = standardize_bands(y, n_target)
-        slots = spec.ref_slots
-        refs = slots and reference_columns(references, slots, (crow, ccol), y, (np.concatenate([crow, tt.rows]),
-                                                                                np.concatenate([ccol, tt.cols])))
+        columns = reference_columns(references, spec.ref_slots, (crow, ccol), y, (tt.rows, tt.cols)) \
+            if spec.ref_slots else None
         for j, b in enumerate(bands):
-            xcj, xtj = xc, xt
-            if refs:  # each band its own reference values
-                f = refs.features(j, shifts[j], scales[j])
-                xcj, xtj = np.concatenate([xc, f[:crow.size]], 1), np.concatenate([xt, f[crow.size:]], 1)
+            # each band its own reference values
+            xcj, xtj = (xc, xt) if columns is None else columns.with_features(xc, xt, j, shifts[j], scales[j])
             task = Task(xc=xcj, yc=ys[j, :, None].astype(np.float32), xt=xtj, yt=None, shift=shifts[j:j + 1],
                         scale=scales[j:j + 1])
             index = (b * rh + (tt.out_rows - r0)) * rw + (tt.out_cols - c0)

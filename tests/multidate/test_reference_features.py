@@ -42,26 +42,28 @@ def test_reference_columns_fill_the_slots_nearest_date_first_matched_to_the_targ
             ReferenceView(target + 3.0, np.ones((1, 40, 40), bool), -100.0)]
     points = (np.array([0, 5, 39]), np.array([0, 7, 39]))
     cols4 = reference_columns(refs, 4, (rows, cols), target[:, rows, cols].T, points)
+    q = slice(cols4.n_context, None)  # the context pixels' columns first, then the queries'
+    assert cols4.n_context == rows.size and cols4.seen.shape == (rows.size + 3, 4)
     truth = target[0, points[0], points[1]]
     # slot 0 is the date 16 days away, slot 1 the one 48 days away, slot 2 the one 100 days away
     np.testing.assert_allclose(cols4.days, [16 / DAY_UNIT, -48 / DAY_UNIT, -100 / DAY_UNIT, 0.0])
-    np.testing.assert_allclose(cols4.values[0, :, 0], truth, atol=1e-9)
-    np.testing.assert_allclose(cols4.values[0, :, 2], truth, atol=1e-9)
+    np.testing.assert_allclose(cols4.values[0, q, 0], truth, atol=1e-9)
+    np.testing.assert_allclose(cols4.values[0, q, 2], truth, atol=1e-9)
     seen_a = sees_a[points]
-    np.testing.assert_array_equal(cols4.seen[:, 1], seen_a.astype(float))
+    np.testing.assert_array_equal(cols4.seen[q, 1], seen_a.astype(float))
     # where the date does not see a point, its nearest pixel that it sees stands in
     near_r, near_c, distance = (a[points] for a in refs[0].nearest)
     assert (distance[seen_a] == 0).all() and (distance[~seen_a] > 0).all() and (distance <= NEAREST_REACH).all()
     nearest_truth = target[0, near_r, near_c]
-    np.testing.assert_allclose(cols4.values[0, :, 1], nearest_truth, atol=1e-9)
-    assert np.isnan(cols4.values[0, :, 3]).all() and (cols4.seen[:, 3] == 0).all()  # no fourth date: an empty slot
+    np.testing.assert_allclose(cols4.values[0, q, 1], nearest_truth, atol=1e-9)
+    assert np.isnan(cols4.values[0, q, 3]).all() and (cols4.seen[q, 3] == 0).all()  # no fourth date: an empty slot
     # standardised as the task's values (an empty slot: 0), then the seen flags and the date offsets
-    f = cols4.features(0, 0.5, 2.0)
+    f = cols4.features(0, 0.5, 2.0)[q]
     assert f.shape == (3, 12) and f.dtype == np.float32
     np.testing.assert_allclose(f[:, 0], (truth - 0.5) / 2.0, rtol=1e-5)
     np.testing.assert_allclose(f[:, 1], (nearest_truth - 0.5) / 2.0, rtol=1e-5)
     assert (f[:, 3] == 0).all()
-    np.testing.assert_array_equal(f[:, 4:8], cols4.seen)
+    np.testing.assert_array_equal(f[:, 4:8], cols4.seen[q])
     np.testing.assert_allclose(f[:, 8:], np.broadcast_to(cols4.days, (3, 4)), rtol=1e-6)
 
 
